@@ -1,0 +1,65 @@
+"""The vtakit exception hierarchy (DESIGN §1).
+
+Every error a user can reach derives from :class:`VtakitError`, so callers can catch the
+whole family, and each message names the offending value and what was expected.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "VtakitError",
+    "ConfigError",
+    "ISAError",
+    "SimError",
+    "DeadlockError",
+    "MemoryAccessError",
+    "RaceError",
+    "ProgramError",
+    "AllocationError",
+    "ScheduleError",
+    "CompileError",
+]
+
+
+class VtakitError(Exception):
+    """Base class of every error raised by vtakit."""
+
+
+class ConfigError(VtakitError):
+    """A VTA configuration is malformed or cannot be realised."""
+
+
+class ISAError(VtakitError):
+    """An instruction or micro-op cannot be encoded or decoded."""
+
+
+class SimError(VtakitError):
+    """A simulator rejected a program while running it."""
+
+
+class DeadlockError(SimError):
+    """No module can make progress and the program has not finished."""
+
+
+class MemoryAccessError(SimError):
+    """An SRAM or DRAM access is out of range, or reads uninitialised data."""
+
+
+class RaceError(SimError):
+    """Two modules access the same location without a happens-before order."""
+
+
+class ProgramError(SimError):
+    """A program is malformed: illegal flags or pairs, FINISH rules, unbalanced tokens, bad files."""
+
+
+class AllocationError(VtakitError):
+    """Device memory cannot be allocated or freed as asked."""
+
+
+class ScheduleError(VtakitError):
+    """A schedule primitive was applied in a way that cannot be honoured."""
+
+
+class CompileError(VtakitError):
+    """Lowering or code generation failed."""

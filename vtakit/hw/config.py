@@ -1,0 +1,329 @@
+"""The one definition of an accelerator instance: ``VTAConfig`` (DESIGN §2.1).
+
+VTA describes a hardware variant with a ``vta_config.json`` of log2 sizes; every other number
+(element widths, SRAM depths, ISA field widths, MACs per cycle) follows from it. This module
+reads and writes that file, adds vtakit's own system keys (bus, DRAM model, queue depths) and
+computes every derived quantity in one place, so the RTL, the simulators and the compiler can
+never disagree about a size.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, fields
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from vtakit.errors import ConfigError
+
+__all__ = ["VTAConfig", "INSN_BITS", "UOP_BITS", "ITER_BITS"]
+
+INSN_BITS = 128
+UOP_BITS = 32
+ITER_BITS = 14
+_WORD_BITS = 64
+
+# VTA's JSON keys map onto the dataclass fields by lower-casing; LOG_BLOCK is the one alias.
+_LOG_BLOCK = "LOG_BLOCK"
+
+
+@dataclass(frozen=True)
+class VTAConfig:
+    """A VTA hardware configuration. ``VTAConfig()`` is VTA's default (Pynq, 1x16x16)."""
+
+    target: str = "sim"
+    hw_ver: str = "0.0.2"
+    log_inp_width: int = 3
+    log_wgt_width: int = 3
+    log_acc_width: int = 5
+    log_batch: int = 0
+    log_block_in: int = 4
+    log_block_out: int = 4
+    log_uop_buff_size: int = 15
+    log_inp_buff_size: int = 15
+    log_wgt_buff_size: int = 18
+    log_acc_buff_size: int = 17
+    # vtakit's system keys: the memory system and queues around the core.
+    bus_width: int = 64
+    dram_latency: int = 32
+    dram_outstanding: int = 8
+    token_queue_depth: int = 8
+    cmd_queue_depth: int = 8
+    clock_mhz: float = 100.0
+    alu_mul: bool = False
+
+    def __post_init__(self) -> None:
+        self._validate()
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def small(cls, **overrides: Any) -> "VTAConfig":
+        """The fast-test configuration: 1x4x4 with small buffers."""
+        params = dict(log_batch=0, log_block_in=2, log_block_out=2, log_uop_buff_size=10,
+                      log_inp_buff_size=9, log_wgt_buff_size=10, log_acc_buff_size=11)
+        params.update(overrides)
+        return cls(**params)
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> "VTAConfig":
+        """Build from VTA's JSON keys (upper case) plus vtakit's keys; unknown keys are errors."""
+        if not isinstance(raw, dict):
+            raise ConfigError(f"a VTA configuration must be a JSON object, got {type(raw).__name__}")
+        known = {f.name.upper(): f for f in fields(cls)}
+        unknown = sorted(k for k in raw if k not in known and k != _LOG_BLOCK)
+        if unknown:
+            raise ConfigError(f"unknown configuration key(s) {unknown}; expected some of "
+                              f"{sorted([*known, _LOG_BLOCK])}")
+        params: dict[str, Any] = {}
+        if _LOG_BLOCK in raw:
+            for key in ("LOG_BLOCK_IN", "LOG_BLOCK_OUT"):
+                if key in raw and raw[key] != raw[_LOG_BLOCK]:
+                    raise ConfigError(f"{key}={raw[key]!r} disagrees with LOG_BLOCK={raw[_LOG_BLOCK]!r}")
+            params["log_block_in"] = params["log_block_out"] = raw[_LOG_BLOCK]
+        for key, value in raw.items():
+            if key != _LOG_BLOCK:
+                params[known[key].name] = value
+        return cls(**params)
+
+    @classmethod
+    def from_json(cls, path: str | Path) -> "VTAConfig":
+        """Read a ``vta_config.json`` file."""
+        try:
+            text = Path(path).read_text()
+        except OSError as exc:
+            raise ConfigError(f"cannot read configuration file {str(path)!r}: {exc.strerror}") from exc
+        try:
+            raw = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"configuration file {str(path)!r} is not valid JSON: {exc}") from exc
+        return cls.from_dict(raw)
+
+    def to_dict(self) -> dict[str, Any]:
+        """VTA's JSON keys (LOG_BLOCK when in and out agree) plus vtakit's keys."""
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            out[f.name.upper()] = getattr(self, f.name)
+        if self.log_block_in == self.log_block_out:
+            out[_LOG_BLOCK] = out.pop("LOG_BLOCK_IN")
+            del out["LOG_BLOCK_OUT"]
+        return out
+
+    def to_json(self, path: str | Path | None = None) -> str:
+        """The configuration as JSON text; also written to ``path`` when given."""
+        text = json.dumps(self.to_dict(), indent=2) + "\n"
+        if path is not None:
+            Path(path).write_text(text)
+        return text
+
+    def replace(self, **changes: Any) -> "VTAConfig":
+        return dataclasses.replace(self, **changes)
+
+    # ------------------------------------------------------------------ validation
+    def _validate(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            expected = {"str": str, "int": int, "float": (int, float), "bool": bool}[f.type]
+            if not isinstance(value, expected) or (f.type in ("int", "float") and isinstance(value, bool)):
+                raise ConfigError(f"{f.name.upper()}={value!r} must be of type {f.type}")
+        widths = (self.log_inp_width, self.log_wgt_width, self.log_acc_width)
+        if widths != (3, 3, 5):
+            raise ConfigError(f"LOG_INP_WIDTH/LOG_WGT_WIDTH/LOG_ACC_WIDTH={widths} unsupported; "
+                              "expected (3, 3, 5): int8 inputs and weights, int32 accumulators")
+        for name in ("log_batch", "log_block_in", "log_block_out"):
+            if not 0 <= getattr(self, name) <= 6:
+                raise ConfigError(f"{name.upper()}={getattr(self, name)} out of range, expected 0..6")
+        for name in ("log_uop_buff_size", "log_inp_buff_size", "log_wgt_buff_size", "log_acc_buff_size"):
+            if not 0 <= getattr(self, name) <= 30:
+                raise ConfigError(f"{name.upper()}={getattr(self, name)} out of range, expected 0..30")
+        for name, elem_bytes in (("uop", UOP_BITS // 8), ("inp", self.inp_elem_bytes),
+                                 ("wgt", self.wgt_elem_bytes), ("acc", self.acc_elem_bytes)):
+            size = 1 << getattr(self, f"log_{name}_buff_size")
+            if size < elem_bytes:
+                raise ConfigError(f"LOG_{name.upper()}_BUFF_SIZE={getattr(self, f'log_{name}_buff_size')} "
+                                  f"gives {size} B, smaller than one {name} element ({elem_bytes} B)")
+        if self.bus_width not in (32, 64, 128, 256, 512):
+            raise ConfigError(f"BUS_WIDTH={self.bus_width} unsupported, expected one of 32, 64, 128, 256, 512")
+        for name in ("dram_latency", "dram_outstanding", "token_queue_depth", "cmd_queue_depth"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name.upper()}={getattr(self, name)} must be at least 1")
+        if self.token_queue_depth > 255:
+            raise ConfigError(f"TOKEN_QUEUE_DEPTH={self.token_queue_depth} must be at most 255")
+        if self.clock_mhz <= 0:
+            raise ConfigError(f"CLOCK_MHZ={self.clock_mhz} must be positive")
+        self._validate_encodable()
+
+    def _validate_encodable(self) -> None:
+        gemm_lo = 7 + 1 + self.log_uop_depth + (self.log_uop_depth + 1) + 2 * ITER_BITS
+        gemm_hi = 2 * (self.log_acc_depth + self.log_inp_depth + self.log_wgt_depth)
+        alu_hi = 4 * self.log_acc_depth + 3 + 1 + 16
+        uop = self.log_acc_depth + self.uop_src_bits + self.log_wgt_depth
+        for what, used, limit in (("GEMM/ALU word 0", gemm_lo, _WORD_BITS), ("GEMM word 1", gemm_hi, _WORD_BITS),
+                                  ("ALU word 1", alu_hi, _WORD_BITS), ("micro-op", uop, UOP_BITS)):
+            if used > limit:
+                raise ConfigError(f"configuration {self.model} cannot be encoded: {what} needs {used} bits, "
+                                  f"only {limit} available (depths uop={self.uop_depth} inp={self.inp_depth} "
+                                  f"wgt={self.wgt_depth} acc={self.acc_depth})")
+
+    # ------------------------------------------------------------------ derived quantities
+    @property
+    def batch(self) -> int:
+        return 1 << self.log_batch
+
+    @property
+    def block_in(self) -> int:
+        return 1 << self.log_block_in
+
+    @property
+    def block_out(self) -> int:
+        return 1 << self.log_block_out
+
+    @property
+    def inp_width(self) -> int:
+        return 1 << self.log_inp_width
+
+    @property
+    def wgt_width(self) -> int:
+        return 1 << self.log_wgt_width
+
+    @property
+    def acc_width(self) -> int:
+        return 1 << self.log_acc_width
+
+    @property
+    def out_width(self) -> int:
+        return self.inp_width
+
+    @property
+    def inp_elem_bits(self) -> int:
+        return self.inp_width * self.batch * self.block_in
+
+    @property
+    def wgt_elem_bits(self) -> int:
+        return self.wgt_width * self.block_out * self.block_in
+
+    @property
+    def acc_elem_bits(self) -> int:
+        return self.acc_width * self.batch * self.block_out
+
+    @property
+    def out_elem_bits(self) -> int:
+        return self.out_width * self.batch * self.block_out
+
+    @property
+    def uop_elem_bits(self) -> int:
+        return UOP_BITS
+
+    @property
+    def inp_elem_bytes(self) -> int:
+        return self.inp_elem_bits // 8
+
+    @property
+    def wgt_elem_bytes(self) -> int:
+        return self.wgt_elem_bits // 8
+
+    @property
+    def acc_elem_bytes(self) -> int:
+        return self.acc_elem_bits // 8
+
+    @property
+    def out_elem_bytes(self) -> int:
+        return self.out_elem_bits // 8
+
+    @property
+    def uop_elem_bytes(self) -> int:
+        return UOP_BITS // 8
+
+    @property
+    def acc8_elem_bytes(self) -> int:
+        """DRAM bytes of one ACC_8BIT element: BATCH*BLOCK_OUT int8 values."""
+        return self.batch * self.block_out
+
+    @property
+    def uop_buff_size(self) -> int:
+        return 1 << self.log_uop_buff_size
+
+    @property
+    def inp_buff_size(self) -> int:
+        return 1 << self.log_inp_buff_size
+
+    @property
+    def wgt_buff_size(self) -> int:
+        return 1 << self.log_wgt_buff_size
+
+    @property
+    def acc_buff_size(self) -> int:
+        return 1 << self.log_acc_buff_size
+
+    @property
+    def out_buff_size(self) -> int:
+        return self.acc_buff_size * self.out_width // self.acc_width
+
+    @property
+    def uop_depth(self) -> int:
+        return self.uop_buff_size // self.uop_elem_bytes
+
+    @property
+    def inp_depth(self) -> int:
+        return self.inp_buff_size // self.inp_elem_bytes
+
+    @property
+    def wgt_depth(self) -> int:
+        return self.wgt_buff_size // self.wgt_elem_bytes
+
+    @property
+    def acc_depth(self) -> int:
+        return self.acc_buff_size // self.acc_elem_bytes
+
+    @property
+    def out_depth(self) -> int:
+        return self.acc_depth
+
+    @property
+    def log_uop_depth(self) -> int:
+        return self.uop_depth.bit_length() - 1
+
+    @property
+    def log_inp_depth(self) -> int:
+        return self.inp_depth.bit_length() - 1
+
+    @property
+    def log_wgt_depth(self) -> int:
+        return self.wgt_depth.bit_length() - 1
+
+    @property
+    def log_acc_depth(self) -> int:
+        return self.acc_depth.bit_length() - 1
+
+    @property
+    def uop_src_bits(self) -> int:
+        """Micro-op src_idx width: it indexes INP (GEMM) or ACC (ALU)."""
+        return max(self.log_acc_depth, self.log_inp_depth)
+
+    @property
+    def macs_per_cycle(self) -> int:
+        return self.batch * self.block_in * self.block_out
+
+    @property
+    def bus_bytes(self) -> int:
+        return self.bus_width // 8
+
+    @cached_property
+    def model(self) -> str:
+        """VTA's configuration string, e.g. ``1x16_i8w8a32_15_15_18_17``."""
+        block = (f"{self.block_in}" if self.block_in == self.block_out
+                 else f"{self.block_in}x{self.block_out}")
+        return (f"{self.batch}x{block}_i{self.inp_width}w{self.wgt_width}a{self.acc_width}_"
+                f"{self.log_uop_buff_size}_{self.log_inp_buff_size}_"
+                f"{self.log_wgt_buff_size}_{self.log_acc_buff_size}")
+
+    def summary(self) -> dict[str, Any]:
+        """Every key and derived quantity, for ``vtakit info``."""
+        derived = ("batch", "block_in", "block_out", "inp_elem_bytes", "wgt_elem_bytes", "acc_elem_bytes",
+                   "out_elem_bytes", "uop_depth", "inp_depth", "wgt_depth", "acc_depth", "out_depth",
+                   "macs_per_cycle")
+        info = {"model": self.model, **self.to_dict()}
+        info.update({name: getattr(self, name) for name in derived})
+        info["peak_gops"] = 2 * self.macs_per_cycle * self.clock_mhz / 1000
+        return info

@@ -1,0 +1,370 @@
+"""VTA's instruction set: one field table, and everything derived from it (DESIGN §2.2).
+
+Each 128-bit instruction is two 64-bit words; each word's fields are packed from bit 0 in table
+order, which reproduces VTA's layout (reference/vta.md §1.2) bit for bit on the default
+configuration. Field widths follow the configuration's SRAM depths, so a layout is a function of
+a :class:`VTAConfig`. Encoding, decoding (vectorised over whole programs), the disassembler, the
+RTL's ``lib.data`` layouts and the documentation table are all generated from :func:`layout`.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Iterable, Sequence, Union
+
+import numpy as np
+
+from vtakit.errors import ISAError
+from vtakit.hw.config import ITER_BITS, UOP_BITS, VTAConfig
+
+__all__ = [
+    "Opcode", "MemId", "AluOp", "Stage",
+    "MemInsn", "GemmInsn", "AluInsn", "FinishInsn", "Instruction", "Uop",
+    "Field", "layout", "uop_layout",
+    "encode", "decode", "encode_uops", "decode_uops",
+    "stage_of", "disasm", "isa_table_markdown",
+    "INSN_BYTES", "UOP_BYTES",
+]
+
+INSN_BYTES = 16
+UOP_BYTES = UOP_BITS // 8
+
+
+class Opcode(enum.IntEnum):
+    LOAD = 0
+    STORE = 1
+    GEMM = 2
+    FINISH = 3
+    ALU = 4
+
+
+class MemId(enum.IntEnum):
+    UOP = 0
+    WGT = 1
+    INP = 2
+    ACC = 3
+    OUT = 4
+    ACC_8BIT = 5
+
+
+class AluOp(enum.IntEnum):
+    MIN = 0
+    MAX = 1
+    ADD = 2
+    SHR = 3
+    MUL = 4
+
+
+class Stage(enum.IntEnum):
+    """The three modules fetch dispatches to (VTA's stage ids)."""
+
+    LOAD = 1
+    COMPUTE = 2
+    STORE = 3
+
+
+# ---------------------------------------------------------------------------- instructions
+@dataclass(frozen=True, kw_only=True)
+class _Deps:
+    pop_prev: bool = False
+    pop_next: bool = False
+    push_prev: bool = False
+    push_next: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class MemInsn(_Deps):
+    """LOAD or STORE: a 2-D strided DMA between DRAM and one SRAM, with zero padding on loads."""
+
+    opcode: Opcode
+    memory_type: MemId
+    sram_base: int = 0
+    dram_base: int = 0
+    y_size: int = 1
+    x_size: int = 1
+    x_stride: int = 1
+    y_pad_0: int = 0
+    y_pad_1: int = 0
+    x_pad_0: int = 0
+    x_pad_1: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Loop(_Deps):
+    reset_reg: bool = False
+    uop_bgn: int = 0
+    uop_end: int = 1
+    iter_out: int = 1
+    iter_in: int = 1
+    dst_factor_out: int = 0
+    dst_factor_in: int = 0
+    src_factor_out: int = 0
+    src_factor_in: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class GemmInsn(_Loop):
+    """GEMM over micro-ops [uop_bgn, uop_end) in a two-level loop; reset_reg zeroes instead."""
+
+    opcode: Opcode = Opcode.GEMM
+    wgt_factor_out: int = 0
+    wgt_factor_in: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class AluInsn(_Loop):
+    """Vector ALU over ACC: acc[dst] = op(acc[dst], imm if use_imm else acc[src])."""
+
+    opcode: Opcode = Opcode.ALU
+    alu_opcode: AluOp = AluOp.ADD
+    use_imm: bool = False
+    imm: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class FinishInsn(_Deps):
+    """End of program; raises done."""
+
+    opcode: Opcode = Opcode.FINISH
+
+
+Instruction = Union[MemInsn, GemmInsn, AluInsn, FinishInsn]
+
+
+@dataclass(frozen=True)
+class Uop:
+    """A micro-op: ACC index, INP (GEMM) or ACC (ALU) index, WGT index."""
+
+    dst_idx: int
+    src_idx: int = 0
+    wgt_idx: int = 0
+
+
+# ---------------------------------------------------------------------------- field table
+@dataclass(frozen=True)
+class Field:
+    """One instruction field: absolute bit offset within the 128-bit word and its width."""
+
+    name: str
+    offset: int
+    width: int
+    signed: bool = False
+
+    @property
+    def word(self) -> int:
+        return self.offset // 64
+
+    def fits(self, value: int) -> bool:
+        if self.signed:
+            return -(1 << (self.width - 1)) <= value < (1 << (self.width - 1))
+        return 0 <= value < (1 << self.width)
+
+
+_HEAD = (("opcode", lambda c: 3), ("pop_prev", lambda c: 1), ("pop_next", lambda c: 1),
+         ("push_prev", lambda c: 1), ("push_next", lambda c: 1))
+_LOOP_WORD0 = _HEAD + (("reset_reg", lambda c: 1), ("uop_bgn", lambda c: c.log_uop_depth),
+                       ("uop_end", lambda c: c.log_uop_depth + 1), ("iter_out", lambda c: ITER_BITS),
+                       ("iter_in", lambda c: ITER_BITS))
+_ACC = lambda c: c.log_acc_depth  # noqa: E731
+_INP = lambda c: c.log_inp_depth  # noqa: E731
+_WGT = lambda c: c.log_wgt_depth  # noqa: E731
+
+# (word 0 fields, word 1 fields) per instruction kind; widths as functions of the config.
+_SPEC = {
+    Opcode.LOAD: (_HEAD + (("memory_type", lambda c: 3), ("sram_base", lambda c: 16), ("dram_base", lambda c: 32)),
+                  (("y_size", lambda c: 16), ("x_size", lambda c: 16), ("x_stride", lambda c: 16),
+                   ("y_pad_0", lambda c: 4), ("y_pad_1", lambda c: 4), ("x_pad_0", lambda c: 4),
+                   ("x_pad_1", lambda c: 4))),
+    Opcode.GEMM: (_LOOP_WORD0,
+                  (("dst_factor_out", _ACC), ("dst_factor_in", _ACC), ("src_factor_out", _INP),
+                   ("src_factor_in", _INP), ("wgt_factor_out", _WGT), ("wgt_factor_in", _WGT))),
+    Opcode.ALU: (_LOOP_WORD0,
+                 (("dst_factor_out", _ACC), ("dst_factor_in", _ACC), ("src_factor_out", _ACC),
+                  ("src_factor_in", _ACC), ("alu_opcode", lambda c: 3), ("use_imm", lambda c: 1),
+                  ("imm", lambda c: 16))),
+    Opcode.FINISH: (_HEAD, ()),
+}
+_SPEC[Opcode.STORE] = _SPEC[Opcode.LOAD]
+_CLASS = {Opcode.LOAD: MemInsn, Opcode.STORE: MemInsn, Opcode.GEMM: GemmInsn, Opcode.ALU: AluInsn,
+          Opcode.FINISH: FinishInsn}
+_ENUMS = {"opcode": Opcode, "memory_type": MemId, "alu_opcode": AluOp}
+_BOOLS = {"pop_prev", "pop_next", "push_prev", "push_next", "reset_reg", "use_imm"}
+
+
+@lru_cache(maxsize=None)
+def layout(opcode: Opcode, config: VTAConfig) -> tuple[Field, ...]:
+    """The fields of one instruction kind, in bit order, for ``config``."""
+    result = []
+    for word, spec in enumerate(_SPEC[Opcode(opcode)]):
+        offset = 64 * word
+        for name, width_of in spec:
+            width = width_of(config)
+            result.append(Field(name, offset, width, signed=(name == "imm")))
+            offset += width
+        if offset > 64 * (word + 1):  # VTAConfig rejects such configs; this guards the table itself
+            raise ISAError(f"{Opcode(opcode).name} word {word} needs {offset - 64 * word} bits, only 64 exist")
+    return tuple(result)
+
+
+@lru_cache(maxsize=None)
+def uop_layout(config: VTAConfig) -> tuple[Field, ...]:
+    """The micro-op fields, in bit order."""
+    widths = (("dst_idx", config.log_acc_depth), ("src_idx", config.uop_src_bits),
+              ("wgt_idx", config.log_wgt_depth))
+    offsets = np.cumsum([0] + [w for _, w in widths])
+    return tuple(Field(name, int(off), w) for (name, w), off in zip(widths, offsets))
+
+
+# ---------------------------------------------------------------------------- encode / decode
+def _pack(columns: dict[str, np.ndarray], table: Sequence[Field], what: str, rows: np.ndarray,
+          nwords: int) -> np.ndarray:
+    """Pack per-field value columns into ``nwords`` uint64 words per row, checking widths."""
+    words = np.zeros((len(rows), nwords), dtype=np.uint64)
+    for field in table:
+        values = columns[field.name]
+        lo, hi = (-(1 << (field.width - 1)), 1 << (field.width - 1)) if field.signed else (0, 1 << field.width)
+        bad = np.flatnonzero((values < lo) | (values >= hi))
+        if bad.size:
+            raise ISAError(f"{what} {int(rows[bad[0]])}: {field.name}={int(values[bad[0]])} does not fit its "
+                           f"{field.width}-bit {'signed ' if field.signed else ''}field (range {lo}..{hi - 1})")
+        raw = (values & ((1 << field.width) - 1)).astype(np.uint64)
+        words[:, field.word] |= raw << np.uint64(field.offset % 64)
+    return words
+
+
+def _unpack(words: np.ndarray, field: Field) -> np.ndarray:
+    raw = (words[:, field.word] >> np.uint64(field.offset % 64)) & np.uint64((1 << field.width) - 1)
+    values = raw.astype(np.int64)
+    if field.signed:
+        values = np.where(values >= 1 << (field.width - 1), values - (1 << field.width), values)
+    return values
+
+
+def encode(insns: Iterable[Instruction], config: VTAConfig) -> bytes:
+    """Encode instructions as little-endian 128-bit words."""
+    insns = list(insns)
+    words = np.zeros((len(insns), 2), dtype=np.uint64)
+    by_kind: dict[Opcode, list[int]] = {}
+    for index, insn in enumerate(insns):
+        if not isinstance(insn, (MemInsn, GemmInsn, AluInsn, FinishInsn)):
+            raise ISAError(f"instruction {index}: {insn!r} is not a VTA instruction")
+        by_kind.setdefault(Opcode(insn.opcode), []).append(index)
+    for opcode, indices in by_kind.items():
+        table = layout(opcode, config)
+        rows = np.asarray(indices)
+        columns = {f.name: np.array([int(getattr(insns[i], f.name)) for i in indices], dtype=np.int64)
+                   for f in table}
+        words[rows] = _pack(columns, table, "instruction", rows, 2)
+    return words.astype("<u8").tobytes()
+
+
+def decode(data: bytes, config: VTAConfig) -> list[Instruction]:
+    """Decode little-endian 128-bit words into instructions."""
+    if len(data) % INSN_BYTES:
+        raise ISAError(f"instruction stream of {len(data)} bytes is not a multiple of {INSN_BYTES}")
+    words = np.frombuffer(data, dtype="<u8").reshape(-1, 2).astype(np.uint64)
+    opcodes = (words[:, 0] & np.uint64(7)).astype(np.int64)
+    bad = np.flatnonzero(~np.isin(opcodes, [int(op) for op in Opcode]))
+    if bad.size:
+        raise ISAError(f"instruction {int(bad[0])}: opcode {int(opcodes[bad[0]])} is not one of "
+                       f"{[f'{op.name}={op.value}' for op in Opcode]}")
+    result: list[Instruction | None] = [None] * len(words)
+    for opcode in Opcode:
+        rows = np.flatnonzero(opcodes == opcode)
+        if not rows.size:
+            continue
+        table = layout(opcode, config)
+        columns = {f.name: _unpack(words[rows], f) for f in table}
+        for name, enum_type in _ENUMS.items():
+            if name in columns:
+                legal = [int(v) for v in enum_type]
+                wrong = np.flatnonzero(~np.isin(columns[name], legal))
+                if wrong.size:
+                    raise ISAError(f"instruction {int(rows[wrong[0]])}: {name}={int(columns[name][wrong[0]])} "
+                                   f"is not one of {[f'{v.name}={v.value}' for v in enum_type]}")
+        cls = _CLASS[opcode]
+        for k, row in enumerate(rows):
+            kwargs = {}
+            for f in table:
+                value = int(columns[f.name][k])
+                kwargs[f.name] = (_ENUMS[f.name](value) if f.name in _ENUMS
+                                  else bool(value) if f.name in _BOOLS else value)
+            if cls is not MemInsn:
+                kwargs.pop("opcode")
+            result[int(row)] = cls(**kwargs)
+    return result  # type: ignore[return-value]
+
+
+def encode_uops(uops: Iterable[Uop], config: VTAConfig) -> bytes:
+    """Encode micro-ops as little-endian 32-bit words."""
+    uops = list(uops)
+    table = uop_layout(config)
+    columns = {f.name: np.array([getattr(u, f.name) for u in uops], dtype=np.int64) for f in table}
+    words = _pack(columns, table, "micro-op", np.arange(len(uops)), 1)
+    return words[:, 0].astype("<u4").tobytes()
+
+
+def decode_uops(data: bytes, config: VTAConfig) -> list[Uop]:
+    """Decode little-endian 32-bit words into micro-ops."""
+    if len(data) % UOP_BYTES:
+        raise ISAError(f"micro-op image of {len(data)} bytes is not a multiple of {UOP_BYTES}")
+    words = np.frombuffer(data, dtype="<u4").astype(np.uint64).reshape(-1, 1)
+    columns = [_unpack(words, f) for f in uop_layout(config)]
+    return [Uop(int(d), int(s), int(w)) for d, s, w in zip(*columns)]
+
+
+# ---------------------------------------------------------------------------- helpers
+def stage_of(insn: Instruction) -> Stage:
+    """The module fetch dispatches ``insn`` to (VTA's routing)."""
+    if insn.opcode == Opcode.STORE:
+        return Stage.STORE
+    if insn.opcode == Opcode.LOAD and insn.memory_type in (MemId.INP, MemId.WGT):
+        return Stage.LOAD
+    return Stage.COMPUTE
+
+
+def _flags(insn: Instruction) -> str:
+    names = [n for n in ("pop_prev", "pop_next", "push_prev", "push_next") if getattr(insn, n)]
+    return f" [{' '.join(names)}]" if names else ""
+
+
+def disasm(insn: Instruction) -> str:
+    """One line of human-readable assembly."""
+    if isinstance(insn, MemInsn):
+        pads = (insn.y_pad_0, insn.y_pad_1, insn.x_pad_0, insn.x_pad_1)
+        text = (f"{insn.opcode.name} {insn.memory_type.name} sram={insn.sram_base:#06x} dram={insn.dram_base:#010x} "
+                f"y={insn.y_size} x={insn.x_size} stride={insn.x_stride}")
+        if any(pads):
+            text += f" pad={pads}"
+        if insn.x_size == 0:
+            text = f"{insn.opcode.name} NOP"
+    elif isinstance(insn, (GemmInsn, AluInsn)):
+        name = "GEMM" if isinstance(insn, GemmInsn) else f"ALU {insn.alu_opcode.name}"
+        text = (f"{name} uop=[{insn.uop_bgn},{insn.uop_end}) iter=({insn.iter_out},{insn.iter_in}) "
+                f"dst=({insn.dst_factor_out},{insn.dst_factor_in}) src=({insn.src_factor_out},{insn.src_factor_in})")
+        if isinstance(insn, GemmInsn):
+            text += f" wgt=({insn.wgt_factor_out},{insn.wgt_factor_in})"
+            if insn.reset_reg:
+                text += " reset"
+        else:
+            text += f" imm={insn.imm}" if insn.use_imm else " tensor"
+    else:
+        text = "FINISH"
+    return text + _flags(insn)
+
+
+def isa_table_markdown(config: VTAConfig) -> str:
+    """The field table as Markdown (docs/isa.md is generated from this)."""
+    lines = [f"# VTA ISA for {config.model}", ""]
+    kinds = ((Opcode.LOAD, "LOAD / STORE"), (Opcode.GEMM, "GEMM"), (Opcode.ALU, "ALU"), (Opcode.FINISH, "FINISH"))
+    for opcode, title in kinds:
+        lines += [f"## {title}", "", "| bits | field |", "|---|---|"]
+        lines += [f"| {f.offset + f.width - 1}:{f.offset} | {f.name}{' (signed)' if f.signed else ''} |"
+                  for f in layout(opcode, config)]
+        lines.append("")
+    lines += ["## Micro-op (32 bits)", "", "| bits | field |", "|---|---|"]
+    lines += [f"| {f.offset + f.width - 1}:{f.offset} | {f.name} |" for f in uop_layout(config)]
+    return "\n".join(lines) + "\n"
+

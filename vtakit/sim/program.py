@@ -1,0 +1,137 @@
+"""``Program``: the unit every backend runs, and its file format (DESIGN §3).
+
+A program is self-describing: the full configuration it was built for, its instructions, the
+micro-op image and the byte address it is loaded from, and the DRAM segments (inputs, weights,
+biases) it reads. Running it needs nothing else, which is what lets the test corpus, ``vtakit
+disasm``/``run-program`` and a future FPGA driver share programs as files.
+
+File format (``.vtaprog``): a NumPy ``.npz`` archive (a zip) with
+  ``meta``      UTF-8 JSON: ``{"format": "vtakit-program", "version": 1, "name", "config"
+                (VTA JSON keys), "uop_addr", "dram_size", "segments": [{"name", "addr"}, ...]}``
+  ``insns``     uint8, the instructions encoded with :func:`vtakit.hw.isa.encode` (16 B each)
+  ``uops``      uint8, the micro-ops encoded with :func:`vtakit.hw.isa.encode_uops` (4 B each)
+  ``seg_<i>``   uint8, the bytes of segment i, placed at its ``addr`` in DRAM
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from vtakit.errors import ISAError, ProgramError, ConfigError
+from vtakit.hw import isa
+from vtakit.hw.config import VTAConfig
+
+__all__ = ["Program", "Segment", "FORMAT_NAME", "FORMAT_VERSION"]
+
+FORMAT_NAME = "vtakit-program"
+FORMAT_VERSION = 1
+
+
+@dataclass
+class Segment:
+    """Initial DRAM contents: ``data`` placed at byte address ``addr``."""
+
+    addr: int
+    data: bytes
+    name: str = ""
+
+    @property
+    def end(self) -> int:
+        return self.addr + len(self.data)
+
+
+@dataclass
+class Program:
+    """Instructions, micro-op image and DRAM segments, for one configuration."""
+
+    config: VTAConfig
+    insns: list[isa.Instruction]
+    uops: list[isa.Uop] = field(default_factory=list)
+    uop_addr: int = 0
+    segments: list[Segment] = field(default_factory=list)
+    dram_size: int = 0
+    name: str = ""
+
+    def __post_init__(self) -> None:
+        if self.uop_addr % isa.UOP_BYTES:
+            raise ProgramError(f"uop_addr={self.uop_addr} must be a multiple of {isa.UOP_BYTES} bytes")
+        self.dram_size = max(self.dram_size, self.uop_addr + isa.UOP_BYTES * len(self.uops),
+                             *(s.end for s in self.segments), 0)
+
+    @property
+    def uop_segment(self) -> Segment:
+        """The encoded micro-op image as a DRAM segment."""
+        return Segment(self.uop_addr, isa.encode_uops(self.uops, self.config), "uops")
+
+    def encoded_insns(self) -> bytes:
+        return isa.encode(self.insns, self.config)
+
+    def initial_dram(self, size: int | None = None) -> np.ndarray:
+        """A zeroed DRAM image of ``size`` bytes (default: the program's own) with every segment placed."""
+        size = self.dram_size if size is None else size
+        if size < self.dram_size:
+            raise ProgramError(f"program {self.name!r} needs {self.dram_size} bytes of DRAM, got {size}")
+        dram = np.zeros(size, dtype=np.uint8)
+        for seg in [*self.segments, self.uop_segment]:
+            dram[seg.addr:seg.end] = np.frombuffer(seg.data, dtype=np.uint8)
+        return dram
+
+    def disasm(self) -> str:
+        """The program as assembly text, one instruction per line, then the micro-ops."""
+        lines = [f"; {self.name or 'program'} for {self.config.model}: {len(self.insns)} instructions, "
+                 f"{len(self.uops)} micro-ops at {self.uop_addr:#x}"]
+        lines += [f"{i:5d}  {isa.disasm(insn)}" for i, insn in enumerate(self.insns)]
+        if self.uops:
+            lines.append("; micro-ops (dst, src, wgt)")
+            lines += [f"{i:5d}  uop {u.dst_idx} {u.src_idx} {u.wgt_idx}" for i, u in enumerate(self.uops)]
+        return "\n".join(lines)
+
+    # ------------------------------------------------------------------ files
+    def save(self, path: str | Path) -> None:
+        meta = {"format": FORMAT_NAME, "version": FORMAT_VERSION, "name": self.name,
+                "config": self.config.to_dict(), "uop_addr": self.uop_addr, "dram_size": self.dram_size,
+                "segments": [{"name": s.name, "addr": s.addr} for s in self.segments]}
+        arrays = {"meta": np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8),
+                  "insns": np.frombuffer(self.encoded_insns(), dtype=np.uint8),
+                  "uops": np.frombuffer(isa.encode_uops(self.uops, self.config), dtype=np.uint8)}
+        for i, seg in enumerate(self.segments):
+            arrays[f"seg_{i}"] = np.frombuffer(seg.data, dtype=np.uint8)
+        with open(path, "wb") as f:
+            np.savez_compressed(f, **arrays)
+
+    @classmethod
+    def load(cls, path: str | Path, config: VTAConfig | None = None) -> "Program":
+        """Read a program file; ``config``, when given, must equal the one it was built for."""
+        try:
+            raw = Path(path).read_bytes()
+        except OSError as exc:
+            raise ProgramError(f"cannot read program file {str(path)!r}: {exc.strerror}") from exc
+        try:
+            with np.load(io.BytesIO(raw), allow_pickle=False) as npz:
+                arrays = {k: npz[k] for k in npz.files}
+            meta = json.loads(bytes(arrays["meta"]).decode())
+        except (zipfile.BadZipFile, ValueError, KeyError, UnicodeDecodeError, OSError) as exc:
+            raise ProgramError(f"{str(path)!r} is not a vtakit program file ({FORMAT_NAME} .npz): {exc}") from exc
+        if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME:
+            raise ProgramError(f"{str(path)!r}: format {meta.get('format') if isinstance(meta, dict) else meta!r} "
+                               f"is not {FORMAT_NAME!r}")
+        if meta.get("version") != FORMAT_VERSION:
+            raise ProgramError(f"{str(path)!r}: version {meta.get('version')!r} unsupported, expected {FORMAT_VERSION}")
+        try:
+            file_config = VTAConfig.from_dict(meta["config"])
+            if config is not None and config != file_config:
+                raise ProgramError(f"{str(path)!r} was built for {file_config.model} ({file_config}), "
+                                   f"not the requested {config.model} ({config})")
+            segments = [Segment(int(s["addr"]), bytes(arrays[f"seg_{i}"]), str(s["name"]))
+                        for i, s in enumerate(meta["segments"])]
+            return cls(config=file_config, insns=isa.decode(bytes(arrays["insns"]), file_config),
+                       uops=isa.decode_uops(bytes(arrays["uops"]), file_config), uop_addr=int(meta["uop_addr"]),
+                       segments=segments, dram_size=int(meta["dram_size"]), name=str(meta.get("name", "")))
+        except (KeyError, TypeError, ValueError, ISAError, ConfigError) as exc:
+            raise ProgramError(f"{str(path)!r} is malformed: {type(exc).__name__}: {exc}") from exc
