@@ -1,0 +1,85 @@
+"""Readable text for the loop IR: what ``vtakit.lower`` prints and error messages quote."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from vtakit.compiler import ir
+
+__all__ = ["expr_str", "stmt_str", "func_str"]
+
+_FUNCTION_STYLE = (ir.Min, ir.Max, ir.FloorMod)
+
+
+def expr_str(e: Any) -> str:
+    if isinstance(e, ir.IntImm):
+        return str(e.value) if e.dtype in ("int32", "bool") else f"{e.dtype}({e.value})"
+    if isinstance(e, ir.FloatImm):
+        return f"{e.value!r}f" if e.dtype == "float32" else f"{e.dtype}({e.value!r})"
+    if isinstance(e, ir.Var):
+        return e.name
+    if isinstance(e, _FUNCTION_STYLE):
+        return f"{e.symbol}({expr_str(e.a)}, {expr_str(e.b)})"
+    if isinstance(e, ir.BinaryOp):
+        return f"({expr_str(e.a)} {e.symbol} {expr_str(e.b)})"
+    if isinstance(e, ir.Not):
+        return f"!{expr_str(e.a)}"
+    if isinstance(e, ir.Select):
+        return f"select({expr_str(e.cond)}, {expr_str(e.true_value)}, {expr_str(e.false_value)})"
+    if isinstance(e, ir.Cast):
+        return f"{e.dtype}({expr_str(e.value)})"
+    if isinstance(e, ir.Call):
+        return f"{e.op}({', '.join(expr_str(a) for a in e.args)})"
+    if isinstance(e, ir.Let):
+        return f"(let {e.var.name} = {expr_str(e.value)} in {expr_str(e.body)})"
+    if isinstance(e, ir.Ramp):
+        return f"ramp({expr_str(e.base)}, {expr_str(e.stride)}, {e.lanes})"
+    if isinstance(e, ir.Broadcast):
+        return f"x{e.lanes}({expr_str(e.value)})"
+    if isinstance(e, ir.BufferLoad):
+        return f"{e.buffer.name}[{', '.join(expr_str(i) for i in e.indices)}]"
+    if isinstance(e, ir.Buffer):
+        return e.name
+    return repr(e) if not isinstance(e, str) else repr(e)
+
+
+def stmt_str(s: ir.Stmt, indent: int = 0) -> str:
+    return "\n".join(_stmt_lines(s, indent))
+
+
+def _stmt_lines(s: ir.Stmt, depth: int) -> list[str]:
+    pad = "  " * depth
+    if isinstance(s, ir.SeqStmt):
+        return [line for child in s.stmts for line in _stmt_lines(child, depth)]
+    if isinstance(s, ir.For):
+        kind = "" if s.kind is ir.ForKind.SERIAL else f"{s.kind.value} "
+        tag = f" \"{s.thread_tag}\"" if s.thread_tag else ""
+        head = (f"{pad}for {kind}({s.loop_var.name}, {expr_str(s.min)}, {expr_str(s.extent)}){tag}:")
+        return [head, *_stmt_lines(s.body, depth + 1)]
+    if isinstance(s, ir.Allocate):
+        b = s.buffer
+        shape = ", ".join(expr_str(x) for x in b.shape)
+        return [f"{pad}allocate {b.name}[{b.dtype} * ({shape})] in {b.scope}", *_stmt_lines(s.body, depth)]
+    if isinstance(s, ir.BufferStore):
+        idx = ", ".join(expr_str(i) for i in s.indices)
+        return [f"{pad}{s.buffer.name}[{idx}] = {expr_str(s.value)}"]
+    if isinstance(s, ir.IfThenElse):
+        lines = [f"{pad}if {expr_str(s.cond)}:", *_stmt_lines(s.then_case, depth + 1)]
+        if s.else_case is not None:
+            lines += [f"{pad}else:", *_stmt_lines(s.else_case, depth + 1)]
+        return lines
+    if isinstance(s, ir.AttrStmt):
+        node = expr_str(s.node) if isinstance(s.node, (ir.PrimExpr, ir.Buffer)) else repr(s.node)
+        value = expr_str(s.value) if isinstance(s.value, ir.PrimExpr) else repr(s.value)
+        return [f"{pad}// attr [{node}] {s.key} = {value}", *_stmt_lines(s.body, depth)]
+    if isinstance(s, ir.Evaluate):
+        return [f"{pad}{expr_str(s.value)}"]
+    if isinstance(s, ir.LetStmt):
+        return [f"{pad}let {s.var.name} = {expr_str(s.value)}", *_stmt_lines(s.body, depth)]
+    raise TypeError(f"not a statement: {s!r}")
+
+
+def func_str(f: ir.PrimFunc) -> str:
+    params = ", ".join(f"{b.name}: Buffer({b.dtype}, [{', '.join(expr_str(x) for x in b.shape)}])"
+                       for b in f.params)
+    return f"primfn {f.name}({params}) {{\n{stmt_str(f.body, 1)}\n}}"
