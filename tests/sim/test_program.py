@@ -1,0 +1,109 @@
+"""Program: DRAM image assembly, disassembly, and the file format incl. malformed files."""
+
+import json
+import zipfile
+
+import numpy as np
+import pytest
+
+from vtakit.errors import ProgramError
+from vtakit.hw.config import VTAConfig
+from vtakit.hw.isa import AluInsn, AluOp, FinishInsn, GemmInsn, MemId, MemInsn, Opcode, Uop
+from vtakit.sim.program import Program, Segment
+
+
+def _program(config=VTAConfig.small()):
+    insns = [MemInsn(opcode=Opcode.LOAD, memory_type=MemId.UOP, dram_base=64, x_size=2, x_stride=2),
+             GemmInsn(reset_reg=True, uop_end=2),
+             AluInsn(alu_opcode=AluOp.SHR, use_imm=True, imm=-3, uop_end=2),
+             FinishInsn()]
+    return Program(config, insns, uops=[Uop(0, 1, 2), Uop(1, 0, 3)], uop_addr=256,
+                   segments=[Segment(0, bytes(range(32)), "a"), Segment(100, b"\x05\x06", "b")], name="tiny")
+
+
+def test_dram_image_places_everything():
+    p = _program()
+    assert p.dram_size == 256 + 8
+    dram = p.initial_dram()
+    assert dram.dtype == np.uint8 and dram.size == 264
+    assert bytes(dram[:32]) == bytes(range(32)) and bytes(dram[100:102]) == b"\x05\x06"
+    assert bytes(dram[256:264]) == p.uop_segment.data
+    assert p.initial_dram(1024).size == 1024
+    with pytest.raises(ProgramError, match="needs 264 bytes of DRAM, got 100"):
+        p.initial_dram(100)
+
+
+def test_save_load_round_trip(tmp_path):
+    p = _program()
+    path = tmp_path / "p.vtaprog"
+    p.save(path)
+    q = Program.load(path)
+    assert (q.config, q.insns, q.uops, q.uop_addr, q.dram_size, q.name) == \
+        (p.config, p.insns, p.uops, p.uop_addr, p.dram_size, p.name)
+    assert [(s.addr, s.data, s.name) for s in q.segments] == [(s.addr, s.data, s.name) for s in p.segments]
+    assert Program.load(path, VTAConfig.small()).insns == p.insns
+    with pytest.raises(ProgramError, match="was built for 1x4_i8w8a32_10_9_10_11"):
+        Program.load(path, VTAConfig())
+
+
+def test_disasm_lists_instructions_and_uops():
+    text = _program().disasm()
+    assert "4 instructions, 2 micro-ops at 0x100" in text
+    assert "    2  ALU SHR uop=[0,2) iter=(1,1) dst=(0,0) src=(0,0) imm=-3" in text
+    assert "    1  uop 1 0 3" in text
+
+
+def _rewrite_meta(path, out, change):
+    with zipfile.ZipFile(path) as zin, zipfile.ZipFile(out, "w") as zout:
+        for item in zin.namelist():
+            data = zin.read(item)
+            if item == "meta.npy":
+                import io
+                arr = np.load(io.BytesIO(data))
+                meta = json.loads(bytes(arr).decode())
+                change(meta)
+                buf = io.BytesIO()
+                np.save(buf, np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8))
+                data = buf.getvalue()
+            zout.writestr(item, data)
+
+
+@pytest.mark.parametrize("change, match", [
+    (lambda m: m.update(format="other"), "format 'other' is not 'vtakit-program'"),
+    (lambda m: m.update(version=99), "version 99 unsupported"),
+    (lambda m: m["config"].update(LOG_BLOK=3), r"malformed: ConfigError: unknown configuration key"),
+    (lambda m: m.pop("uop_addr"), r"malformed: KeyError"),
+])
+def test_malformed_meta(tmp_path, change, match):
+    good = tmp_path / "good.vtaprog"
+    _program().save(good)
+    bad = tmp_path / "bad.vtaprog"
+    _rewrite_meta(good, bad, change)
+    with pytest.raises(ProgramError, match=match):
+        Program.load(bad)
+
+
+def test_not_a_program_file(tmp_path):
+    with pytest.raises(ProgramError, match="cannot read program file"):
+        Program.load(tmp_path / "missing.vtaprog")
+    junk = tmp_path / "junk.vtaprog"
+    junk.write_bytes(b"not a zip at all")
+    with pytest.raises(ProgramError, match="is not a vtakit program file"):
+        Program.load(junk)
+
+
+def test_corrupt_instruction_stream(tmp_path):
+    good = tmp_path / "good.vtaprog"
+    _program().save(good)
+    arrays = dict(np.load(good))
+    arrays["insns"] = arrays["insns"][:-3]
+    bad = tmp_path / "bad.vtaprog"
+    with open(bad, "wb") as f:
+        np.savez(f, **arrays)
+    with pytest.raises(ProgramError, match="malformed: ISAError: instruction stream of 61 bytes"):
+        Program.load(bad)
+
+
+def test_unaligned_uop_addr():
+    with pytest.raises(ProgramError, match="uop_addr=6 must be a multiple of 4"):
+        Program(VTAConfig.small(), [FinishInsn()], uops=[Uop(0)], uop_addr=6)
