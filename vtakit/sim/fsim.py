@@ -1,0 +1,285 @@
+"""The functional simulator: bit-exact data, no time (DESIGN §2.3, backend ``fsim``).
+
+It runs a program the way the hardware's four modules would, as a bounded Kahn network: fetch
+dispatches instructions in program order into per-module command queues of CMD_QUEUE_DEPTH
+entries (stalling when the target queue is full; an entry leaves its queue when the module takes
+it as its current instruction); each module then waits for its pops, executes, and posts its
+pushes into token queues of TOKEN_QUEUE_DEPTH tokens (a push to a full queue stalls the module).
+Pops are taken in flag order (pop_prev, then pop_next) and pushes posted in flag order
+(push_prev, then push_next), one at a time, as VTA's HLS modules do. With every queue bounded
+and each queue having one producer and one consumer, the final state and whether the program
+deadlocks do not depend on the order modules are stepped in; ``simulate(..., rng=...)`` steps
+them in a random order to demonstrate it.
+
+The data effect of each instruction is :class:`vtakit.sim.machine.Machine`'s; this module adds
+the scheduler and the program-level checks:
+
+* statically, before anything runs: every instruction legal for its module
+  (:func:`~vtakit.sim.machine.validate_instruction`), exactly one FINISH and it is last, and as
+  many pushes as pops on every token queue (:class:`ProgramError`);
+* while running: deadlock (:class:`DeadlockError`, listing every blocked module, its instruction
+  and the queue it waits on), data races between modules (:class:`RaceError`, from
+  :class:`vtakit.sim.hb.RaceDetector`), the machine's range and uninitialised-read checks
+  (:class:`MemoryAccessError`), and at FINISH that every instruction of every module happens
+  before it (:class:`ProgramError`).
+
+The fetch model reads ``launch.insns`` (the decoded stream the runtime also encoded at
+``insn_addr``); instruction bytes in DRAM are not re-read.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from vtakit.errors import DeadlockError, ProgramError
+from vtakit.hw import isa
+from vtakit.hw.config import VTAConfig
+from vtakit.hw.isa import FinishInsn, Instruction, Stage
+from vtakit.sim.backend import Launch
+from vtakit.sim.hb import MODULES, RaceDetector
+from vtakit.sim.machine import POP_QUEUES, PUSH_QUEUES, QUEUE_NAMES, Machine, describe, validate_instruction
+from vtakit.sim.stats import RunStats
+
+__all__ = ["execute", "simulate", "check_program", "FsimRun"]
+
+_STAGES = (Stage.LOAD, Stage.COMPUTE, Stage.STORE)
+_COMPUTE = 1
+# what a module's current instruction is doing
+_POPPING, _PUSHING = 0, 1
+
+
+@dataclass(frozen=True)
+class _Decoded:
+    """Per-instruction routing, fixed before the run."""
+
+    module: int                  # index into MODULES
+    pops: tuple[int, ...]        # token queues, in the order popped
+    pushes: tuple[int, ...]      # token queues, in the order pushed
+
+
+def check_program(insns: list[Instruction], config: VTAConfig) -> list[_Decoded]:
+    """The static checks (legality, FINISH rules, token balance); returns each instruction's routing."""
+    decoded = []
+    pushes = [0] * len(QUEUE_NAMES)
+    pops = [0] * len(QUEUE_NAMES)
+    finishes = []
+    for index, insn in enumerate(insns):
+        validate_instruction(insn, config, index)
+        stage = isa.stage_of(insn)
+        entry = _Decoded(_STAGES.index(stage),
+                         tuple(q for flag, q in POP_QUEUES[stage] if getattr(insn, flag)),
+                         tuple(q for flag, q in PUSH_QUEUES[stage] if getattr(insn, flag)))
+        for q in entry.pops:
+            pops[q] += 1
+        for q in entry.pushes:
+            pushes[q] += 1
+        if isinstance(insn, FinishInsn):
+            finishes.append(index)
+        decoded.append(entry)
+    if not finishes:
+        raise ProgramError(f"program of {len(insns)} instructions has no FINISH; expected exactly one FINISH "
+                           "as the last instruction")
+    if len(finishes) > 1:
+        raise ProgramError(f"program has {len(finishes)} FINISH instructions (at {finishes}); expected exactly one")
+    if finishes[0] != len(insns) - 1:
+        raise ProgramError(f"FINISH is instruction {finishes[0]} but the program has {len(insns)} instructions; "
+                           "FINISH must be the last instruction")
+    unbalanced = [f"{QUEUE_NAMES[q]}: {pushes[q]} pushes, {pops[q]} pops" for q in range(len(QUEUE_NAMES))
+                  if pushes[q] != pops[q]]
+    if unbalanced:
+        raise ProgramError(f"unbalanced dependency tokens ({'; '.join(unbalanced)}); every queue needs as many "
+                           "pushes as pops")
+    return decoded
+
+
+@dataclass
+class _Unit:
+    """One module's runtime state."""
+
+    module: int
+    commands: deque = field(default_factory=deque)   # global instruction indices
+    current: int = -1                                # instruction in progress, -1 when idle
+    phase: int = _POPPING
+    step: int = 0                                    # pops taken / pushes posted so far
+    executed: list[int] = field(default_factory=list)  # global indices, in the module's order
+
+
+class _Simulator:
+    def __init__(self, config: VTAConfig, insns: list[Instruction], dram: np.ndarray, check_races: bool) -> None:
+        self.config = config
+        self.insns = insns
+        self.decoded = check_program(insns, config)
+        self.units = [_Unit(m) for m in range(len(MODULES))]
+        self.hb = RaceDetector(config, self._describe_epoch)
+        self.machine = Machine(config, dram, self.hb if check_races else None)
+        self.tokens: list[deque] = [deque() for _ in QUEUE_NAMES]
+        self.totals = [sum(1 for d in self.decoded if d.module == m) for m in range(len(MODULES))]
+        self.fetched = 0
+        self.finished = False
+        self.stalls: set[tuple[str, str, int]] = set()   # (kind, queue, instruction) seen blocked on a full queue
+
+    def _describe_epoch(self, module: int, epoch: int) -> str:
+        index = self.units[module].executed[epoch - 1]
+        return describe(index, self.insns[index])
+
+    # ------------------------------------------------------------------ stepping
+    def fetch(self, budget: int) -> int:
+        """Dispatch up to ``budget`` instructions; returns how many."""
+        done = 0
+        depth = self.config.cmd_queue_depth
+        while done < budget and self.fetched < len(self.insns):
+            unit = self.units[self.decoded[self.fetched].module]
+            if len(unit.commands) >= depth:
+                self.stalls.add(("fetch", MODULES[unit.module], self.fetched))
+                break
+            unit.commands.append(self.fetched)
+            self.fetched += 1
+            done += 1
+        return done
+
+    def advance(self, unit: _Unit, budget: int) -> int:
+        """Let ``unit`` take up to ``budget`` actions (start, pop, execute, push); returns how many."""
+        done = 0
+        tokens = self.tokens
+        depth = self.config.token_queue_depth
+        hb = self.hb
+        m = unit.module
+        while done < budget and not self.finished:
+            if unit.current < 0:
+                if not unit.commands:
+                    break
+                unit.current = unit.commands.popleft()
+                unit.phase, unit.step = _POPPING, 0
+                hb.begin(m)
+                unit.executed.append(unit.current)
+                done += 1
+                continue
+            decoded = self.decoded[unit.current]
+            if unit.phase == _POPPING:
+                if unit.step < len(decoded.pops):
+                    queue = tokens[decoded.pops[unit.step]]
+                    if not queue:
+                        break
+                    hb.join(m, queue.popleft())
+                    unit.step += 1
+                else:
+                    self._execute(unit)
+                    unit.phase, unit.step = _PUSHING, 0
+                done += 1
+                continue
+            if unit.step < len(decoded.pushes):
+                queue = tokens[decoded.pushes[unit.step]]
+                if len(queue) >= depth:
+                    self.stalls.add(("push", QUEUE_NAMES[decoded.pushes[unit.step]], unit.current))
+                    break
+                queue.append(hb.snapshot(m))
+                unit.step += 1
+            else:
+                if isinstance(self.insns[unit.current], FinishInsn):
+                    self.finished = True
+                unit.current = -1
+            done += 1
+        return done
+
+    def _execute(self, unit: _Unit) -> None:
+        index = unit.current
+        insn = self.insns[index]
+        self.hb.module = unit.module
+        if isinstance(insn, FinishInsn):
+            self._check_finish(index)
+        else:
+            self.machine.apply(insn, index)
+
+    def _check_finish(self, index: int) -> None:
+        for m, unit in enumerate(self.units):
+            if m == _COMPUTE or self.totals[m] == 0:
+                continue
+            clock = self.hb.clocks[_COMPUTE][m]
+            if clock < self.totals[m]:
+                pending = [i for i, d in enumerate(self.decoded) if d.module == m][clock]
+                raise ProgramError(
+                    f"FINISH (instruction {index}) does not wait for {describe(pending, self.insns[pending])}: "
+                    f"only {clock} of the {self.totals[m]} {MODULES[m]} instructions happen before it; end the "
+                    f"program with a {MODULES[m]}->compute token popped by FINISH (VTA's Synchronize)")
+
+    # ------------------------------------------------------------------ driving
+    def run(self, rng: random.Random | None) -> None:
+        everything = 1 << 62
+        steppers = [self.fetch] + [lambda budget, u=u: self.advance(u, budget) for u in self.units]
+        while not self.finished:
+            if rng is None:
+                progress = sum(step(everything) for step in steppers)
+            else:
+                order = rng.sample(range(len(steppers)), len(steppers))
+                progress = 0
+                for k in order:  # one action by the first stepper, in random order, that can act
+                    progress = steppers[k](rng.randint(1, 3))
+                    if progress:
+                        break
+            if not progress:
+                raise DeadlockError(self._deadlock_report())
+
+    def _deadlock_report(self) -> str:
+        lines = []
+        for m, unit in enumerate(self.units):
+            if unit.current >= 0:
+                decoded = self.decoded[unit.current]
+                what = describe(unit.current, self.insns[unit.current])
+                if unit.phase == _POPPING:
+                    queue = QUEUE_NAMES[decoded.pops[unit.step]]
+                    lines.append(f"  {MODULES[m]}: {what} waits to pop a token from {queue} (empty)")
+                else:
+                    queue = QUEUE_NAMES[decoded.pushes[unit.step]]
+                    lines.append(f"  {MODULES[m]}: {what} waits to push a token to {queue} "
+                                 f"(full, {self.config.token_queue_depth} tokens)")
+            elif len(unit.executed) < self.totals[m]:
+                lines.append(f"  {MODULES[m]}: idle, its next instruction is not fetched yet")
+        if self.fetched < len(self.insns):
+            index = self.fetched
+            target = MODULES[self.decoded[index].module]
+            lines.append(f"  fetch: {describe(index, self.insns[index])} waits for room in the {target} command "
+                         f"queue (full, {self.config.cmd_queue_depth} entries)")
+        return "deadlock: no module can make progress and FINISH has not run:\n" + "\n".join(lines)
+
+
+@dataclass
+class FsimRun:
+    """What :func:`simulate` returns: the final machine state, the stats, and where queues filled up.
+
+    ``fetch_stalls`` counts instructions fetch had to hold back because their module's command
+    queue was full, per module; ``push_stalls`` counts instructions whose push found its token
+    queue full, per queue. Both depend on the stepping order (the data never does).
+    """
+
+    machine: Machine
+    stats: RunStats
+    fetch_stalls: dict[str, int]
+    push_stalls: dict[str, int]
+
+
+def simulate(config: VTAConfig, insns: list[Instruction], dram: np.ndarray, *, rng: random.Random | None = None,
+             check_races: bool = True) -> FsimRun:
+    """Run ``insns`` on ``dram`` (uint8, mutated in place).
+
+    By default fetch and the modules are stepped in a fixed order, each as far as it can go;
+    ``rng`` steps them in a random order, one to three actions at a time, instead; results must
+    not change. ``check_races=False`` skips the happens-before race checks (every other check stays).
+    """
+    start = time.perf_counter()
+    sim = _Simulator(config, list(insns), dram, check_races)
+    sim.run(rng)
+    stats = RunStats(backend="fsim", counters=dict(sim.machine.counters),
+                     sim_seconds=time.perf_counter() - start)
+    fetch_stalls = {name: sum(1 for kind, q, _ in sim.stalls if kind == "fetch" and q == name) for name in MODULES}
+    push_stalls = {name: sum(1 for kind, q, _ in sim.stalls if kind == "push" and q == name) for name in QUEUE_NAMES}
+    return FsimRun(sim.machine, stats, fetch_stalls, push_stalls)
+
+
+def execute(launch: Launch) -> RunStats:
+    """The ``fsim`` backend entry point (see :mod:`vtakit.sim.backend`)."""
+    return simulate(launch.config, launch.insns, launch.dram).stats

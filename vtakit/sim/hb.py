@@ -1,0 +1,141 @@
+"""Happens-before tracking and data-race detection for the three VTA modules (DESIGN §2.3).
+
+The order a program guarantees is program order within each module plus "the k-th push to a
+token queue happens before the k-th pop from it"; stalls on full queues order nothing. This is
+tracked with vector clocks: module m's clock counts its own instructions (the epoch of its
+current instruction) and learns the others' epochs from the clock snapshots tokens carry.
+
+:class:`RaceDetector` is an :class:`vtakit.sim.machine.AccessObserver`. For every shared location
+(INP, WGT, OUT entries; DRAM in granules of the largest size dividing every element) it keeps,
+per module, the epoch of that module's latest read and latest write. An access by module m is a
+race when another module's latest conflicting access (a write, or any access if m writes) is not
+covered by m's clock. Keeping only the latest epoch per module suffices because each module's
+accesses are totally ordered by program order. Host-written initial DRAM contents precede
+everything, so they need no record.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import numpy as np
+
+from vtakit.errors import RaceError
+from vtakit.hw.config import VTAConfig
+from vtakit.sim.machine import DramRows
+
+__all__ = ["RaceDetector", "MODULES"]
+
+MODULES = ("load", "compute", "store")
+
+
+class _Shadow:
+    """Per-location epochs of one module's latest reads and writes in one address space."""
+
+    __slots__ = ("read", "write", "last_read", "last_write")
+
+    def __init__(self, size: int) -> None:
+        self.read = np.zeros(size, dtype=np.int32)
+        self.write = np.zeros(size, dtype=np.int32)
+        self.last_read = 0   # the largest epoch recorded in ``read`` (epochs only grow)
+        self.last_write = 0
+
+    def grow(self, size: int) -> None:
+        if size > len(self.read):
+            size = max(size, 2 * len(self.read))
+            self.read = np.concatenate([self.read, np.zeros(size - len(self.read), dtype=np.int32)])
+            self.write = np.concatenate([self.write, np.zeros(size - len(self.write), dtype=np.int32)])
+
+
+class RaceDetector:
+    """Vector clocks for the load/compute/store modules and race checks on their shared accesses.
+
+    The scheduler calls :meth:`begin` when a module starts an instruction, :meth:`snapshot` to
+    put a clock on a pushed token and :meth:`join` when a module pops one; in between, the
+    machine reports the instruction's accesses through :meth:`sram` and :meth:`dram`.
+    ``describe(module, epoch)`` names the instruction a module ran at an epoch, for messages.
+    """
+
+    def __init__(self, config: VTAConfig, describe: Callable[[int, int], str]) -> None:
+        self.clocks = [[0, 0, 0] for _ in MODULES]
+        self.module = 0
+        self._describe = describe
+        depths = {"inp": config.inp_depth, "wgt": config.wgt_depth, "out": config.out_depth}
+        self._sram = {space: [_Shadow(depth) for _ in MODULES] for space, depth in depths.items()}
+        sizes = (config.uop_elem_bytes, config.inp_elem_bytes, config.wgt_elem_bytes, config.acc_elem_bytes,
+                 config.acc8_elem_bytes, config.out_elem_bytes)
+        self.granule = math.gcd(*sizes)   # every DRAM element, hence every DMA row, is granule-aligned
+        self._dram = [_Shadow(0) for _ in MODULES]
+
+    # ------------------------------------------------------------------ clocks
+    def begin(self, module: int) -> int:
+        """Module ``module`` starts its next instruction; returns that instruction's epoch (1-based)."""
+        self.module = module
+        self.clocks[module][module] += 1
+        return self.clocks[module][module]
+
+    def snapshot(self, module: int) -> tuple[int, int, int]:
+        clock = self.clocks[module]
+        return clock[0], clock[1], clock[2]
+
+    def join(self, module: int, stamp: tuple[int, int, int]) -> None:
+        clock = self.clocks[module]
+        for k in range(len(MODULES)):
+            if stamp[k] > clock[k]:
+                clock[k] = stamp[k]
+
+    def happened_before(self, module: int, epoch: int, observer: int) -> bool:
+        """Whether ``module``'s instruction at ``epoch`` happens before ``observer``'s current one."""
+        return self.clocks[observer][module] >= epoch
+
+    # ------------------------------------------------------------------ accesses (AccessObserver)
+    def sram(self, space: str, write: bool, index: slice | np.ndarray) -> None:
+        self._access(self._sram[space], write, index, lambda i: f"{space.upper()} entry {i}")
+
+    def dram(self, write: bool, rows: DramRows) -> None:
+        if rows.rows == 0 or rows.row_bytes == 0:
+            return
+        g = self.granule
+        start, row, stride = rows.start // g, rows.row_bytes // g, rows.stride // g
+        end = start + (rows.rows - 1) * stride + row
+        for shadow in self._dram:
+            shadow.grow(end)
+        if rows.rows == 1 or stride == row:
+            index: slice | np.ndarray = slice(start, start + rows.rows * row)
+        else:
+            index = (start + stride * np.arange(rows.rows)[:, None] + np.arange(row)).ravel()
+        self._access(self._dram, write, index,
+                     lambda i: f"DRAM bytes [{i * g:#x}, {(i + 1) * g:#x})")
+
+    def _access(self, shadows: list[_Shadow], write: bool, index: slice | np.ndarray,
+                name: Callable[[int], str]) -> None:
+        me = self.module
+        clock = self.clocks[me]
+        for other, shadow in enumerate(shadows):
+            if other == me:
+                continue
+            seen = clock[other]
+            checks = [("writes", shadow.write, shadow.last_write)]
+            if write:
+                checks.append(("reads", shadow.read, shadow.last_read))
+            for verb, epochs, last in checks:
+                if last <= seen:
+                    continue  # everything that module did so far happens before this access
+                late = epochs[index] > seen
+                if late.any():
+                    pos = int(np.flatnonzero(late)[0])
+                    entry = index.start + pos if isinstance(index, slice) else int(index[pos])
+                    raise RaceError(
+                        f"data race on {name(entry)}: {self._describe(me, clock[me])} "
+                        f"{'writes' if write else 'reads'} it, and {self._describe(other, int(epochs[index][pos]))} "
+                        f"{verb} it, with no happens-before order between them (no chain of token pushes and pops "
+                        f"orders {MODULES[other]} before {MODULES[me]} here)")
+        mine = shadows[me]
+        epoch = clock[me]
+        if write:
+            mine.write[index] = epoch
+            mine.last_write = epoch
+        else:
+            mine.read[index] = epoch
+            mine.last_read = epoch
