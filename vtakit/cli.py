@@ -1,0 +1,213 @@
+"""The ``vtakit`` command (DESIGN §5): tvmc-like verbs over the whole kit.
+
+Each verb is one ``_add_<verb>`` function that registers its sub-parser and one ``cmd_<verb>``
+function that runs it; adding a verb (``verilog``, ``bench conv2d``, ...) means adding such a pair
+and one line in :func:`build_parser`. Errors from vtakit (``VtakitError``) and unreadable or
+unwritable files end the command with a one-line message on stderr and exit status 1; usage
+errors exit with argparse's status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from vtakit import __version__
+from vtakit.errors import VtakitError
+from vtakit.hw.config import VTAConfig
+from vtakit.sim.backend import BACKENDS
+
+__all__ = ["main", "build_parser"]
+
+
+# ---------------------------------------------------------------------------- shared options
+def _config_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", metavar="FILE", type=Path,
+                        help="VTA configuration JSON (vta_config.json keys); default: VTA's 1x16x16 Pynq config")
+
+
+def _json_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+
+
+def _backend_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--backend", default="fsim", metavar="B",
+                        help=f"simulator to run on: one of {', '.join(sorted(BACKENDS))} (default: fsim)")
+
+
+def _load_config(args: argparse.Namespace) -> VTAConfig | None:
+    return None if args.config is None else VTAConfig.from_json(args.config)
+
+
+def _print_table(rows: Sequence[tuple[str, Any]]) -> None:
+    width = max(len(k) for k, _ in rows)
+    for key, value in rows:
+        print(f"{key:<{width}}  {value}")
+
+
+# ---------------------------------------------------------------------------- info
+def _add_info(verbs: argparse._SubParsersAction) -> None:
+    p = verbs.add_parser("info", help="show the accelerator configuration and the available backends",
+                         description="Print the VTA configuration (keys and derived sizes) and the backends.")
+    _config_option(p)
+    _json_option(p)
+    p.set_defaults(func=cmd_info)
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    config = _load_config(args) or VTAConfig()
+    info = {"version": __version__, **config.summary(), "backends": sorted(BACKENDS)}
+    if args.json:
+        print(json.dumps(info, indent=2))
+    else:
+        _print_table([(k, ", ".join(v) if isinstance(v, list) else v) for k, v in info.items()])
+    return 0
+
+
+# ---------------------------------------------------------------------------- disasm
+def _add_disasm(verbs: argparse._SubParsersAction) -> None:
+    p = verbs.add_parser("disasm", help="print a program file as assembly",
+                         description="Disassemble a .vtaprog program file (instructions, then micro-ops).")
+    p.add_argument("file", type=Path, metavar="FILE", help="program file (.vtaprog)")
+    _config_option(p)
+    p.set_defaults(func=cmd_disasm)
+
+
+def cmd_disasm(args: argparse.Namespace) -> int:
+    from vtakit.sim.program import Program
+
+    print(Program.load(args.file, _load_config(args)).disasm())
+    return 0
+
+
+# ---------------------------------------------------------------------------- run-program
+def _add_run_program(verbs: argparse._SubParsersAction) -> None:
+    p = verbs.add_parser("run-program", help="run a program file on a backend",
+                         description="Run a .vtaprog program file on a fresh device and report its statistics "
+                                     "and a SHA-256 of its final DRAM image (equal across correct backends).")
+    p.add_argument("file", type=Path, metavar="FILE", help="program file (.vtaprog)")
+    _backend_option(p)
+    _config_option(p)
+    _json_option(p)
+    p.add_argument("--trace", metavar="PATH", type=Path, help="write a waveform (.vcd, rtl) or timeline (.json, cycle)")
+    p.set_defaults(func=cmd_run_program)
+
+
+def cmd_run_program(args: argparse.Namespace) -> int:
+    from vtakit.runtime.replay import run_fresh
+    from vtakit.sim.program import Program
+
+    program = Program.load(args.file, _load_config(args))
+    stats, dram = run_fresh(program, args.backend, trace=args.trace)
+    digest = hashlib.sha256(dram.tobytes()).hexdigest()
+    if args.json:
+        print(json.dumps({"program": program.name, "instructions": len(program.insns), **stats.to_dict(),
+                          "dram_sha256": digest}, indent=2))
+    else:
+        rows = [("program", program.name or str(args.file)), ("instructions", len(program.insns)),
+                ("backend", args.backend), ("cycles", stats.cycles), ("sim seconds", f"{stats.sim_seconds:.4f}")]
+        rows += list(stats.counters.items()) + [("dram sha256", digest)]
+        _print_table(rows)
+    return 0
+
+
+# ---------------------------------------------------------------------------- random-program
+def _add_random_program(verbs: argparse._SubParsersAction) -> None:
+    p = verbs.add_parser("random-program", help="write a random valid program (for differential testing)",
+                         description="Generate a seeded random program that the functional simulator accepts "
+                                     "and save it; replay it with `vtakit run-program`.")
+    p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    p.add_argument("--max-insns", type=int, default=200, help="instruction cap (default 200)")
+    p.add_argument("--vthreads", type=int, choices=(1, 2, 3), help="virtual threads (default: random 1..3)")
+    p.add_argument("-o", "--output", type=Path, required=True, metavar="FILE", help="program file to write")
+    _config_option(p)
+    p.set_defaults(func=cmd_random_program)
+
+
+def cmd_random_program(args: argparse.Namespace) -> int:
+    from vtakit.runtime.random_program import random_program
+
+    program = random_program(_load_config(args), args.seed, max_insns=args.max_insns, vthreads=args.vthreads)
+    program.save(args.output)
+    print(f"wrote {args.output}: {program.name}, {len(program.insns)} instructions, {len(program.uops)} micro-ops")
+    return 0
+
+
+# ---------------------------------------------------------------------------- bench
+def _add_bench(verbs: argparse._SubParsersAction) -> None:
+    p = verbs.add_parser("bench", help="run a built-in workload and report its performance",
+                         description="Built-in workloads, checked against numpy.")
+    workloads = p.add_subparsers(dest="workload", required=True, metavar="WORKLOAD")
+    _add_bench_gemm(workloads)
+
+
+def _add_bench_gemm(workloads: argparse._SubParsersAction) -> None:
+    p = workloads.add_parser("gemm", help="blocked, double-buffered int8 GEMM",
+                             description="C = clip((A . W^T) >> shift, -128, 127) for int8 A (M x K) and W (N x K), "
+                                         "built with ProgramBuilder, run on a backend and checked against numpy.")
+    p.add_argument("--m", type=int, default=256, help="rows of A and C (the batch dimension; default 256)")
+    p.add_argument("--n", type=int, default=256, help="output channels (default 256)")
+    p.add_argument("--k", type=int, default=256, help="input channels (default 256)")
+    p.add_argument("--vthreads", type=int, default=2, help="virtual threads / SRAM buffer copies (default 2)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    _backend_option(p)
+    _config_option(p)
+    _json_option(p)
+    p.set_defaults(func=cmd_bench_gemm)
+
+
+def cmd_bench_gemm(args: argparse.Namespace) -> int:
+    from vtakit.runtime.blocked_gemm import bench_gemm
+
+    config = _load_config(args) or VTAConfig()
+    result = bench_gemm(args.m, args.n, args.k, config=config, backend=args.backend, vthreads=args.vthreads,
+                        seed=args.seed)
+    if args.json:
+        print(json.dumps(result.to_dict()))
+    else:
+        print(f"GEMM {args.m}x{args.n}x{args.k} int8 on {args.backend} ({config.model}, {args.vthreads} virtual "
+              f"thread{'s' if args.vthreads != 1 else ''})")
+        util = "n/a (no timing)" if result.utilization is None else f"{result.utilization:.1%}"
+        _print_table([("correct", "yes" if result.correct else "NO (differs from numpy)"),
+                      ("cycles", result.cycles), ("ideal cycles", result.ideal_cycles),
+                      ("utilization", util), ("sim seconds", f"{result.sim_seconds:.3f}")])
+    return 0 if result.correct else 1
+
+
+# ---------------------------------------------------------------------------- entry point
+_VERBS: list[Callable[[argparse._SubParsersAction], None]] = [
+    _add_info, _add_disasm, _add_run_program, _add_random_program, _add_bench,
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="vtakit", description="vtakit: a VTA-style accelerator co-design kit.")
+    parser.add_argument("--version", action="version", version=f"vtakit {__version__}")
+    verbs = parser.add_subparsers(dest="verb", required=True, metavar="COMMAND")
+    for add in _VERBS:
+        add(verbs)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except VtakitError as exc:
+        print(f"vtakit: error: {exc}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:  # output piped into e.g. `head`: stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    except OSError as exc:
+        print(f"vtakit: error: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

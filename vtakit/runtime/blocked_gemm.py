@@ -1,0 +1,207 @@
+"""A blocked, double-buffered int8 GEMM written directly with ``ProgramBuilder``.
+
+This is the hand-scheduled workload behind ``vtakit bench gemm`` and the simulator benchmarks,
+in the spirit of VTA's ``blocked_gemm_test``: ``C = clip((A . W^T) >> shift, -128, 127)`` with A of
+shape (M, K) (M = batch rows), W of shape (N, K) (N output channels, stored [out][in] as VTA's
+weights) and int8 C. Output tiles of ``tm x tn`` tensor blocks accumulate over K in chunks of ``tk``
+blocks; ``vthreads`` copies of every SRAM buffer are used round-robin with the double-buffer token
+protocol (:class:`BufferChannel`), so the loads of one virtual thread overlap the GEMMs of another
+and stores overlap the next tile's compute. The requantisation (SHR, MAX, MIN by immediates) runs
+on the vector ALU before the store.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from vtakit.errors import AllocationError, ConfigError
+from vtakit.hw.config import ITER_BITS, VTAConfig
+from vtakit.hw.isa import AluOp, MemId, Stage, Uop
+from vtakit.runtime.builder import ProgramBuilder
+from vtakit.runtime.device import Device, DeviceArray
+from vtakit.runtime.pipeline import BufferChannel
+from vtakit.sim.program import Program
+
+__all__ = ["GemmTiling", "GemmBenchResult", "plan_gemm", "requant_shift", "pack_inp", "pack_wgt",
+           "unpack_out", "reference_gemm", "build_gemm", "gemm_program", "bench_gemm", "MAX_BENCH_DRAM"]
+
+MAX_BENCH_DRAM = 1 << 30
+_FIELD_MAX = (1 << 16) - 1          # y_size, x_size and x_stride are 16-bit fields
+_ITER_MAX = (1 << ITER_BITS) - 1
+
+
+@dataclass(frozen=True)
+class GemmTiling:
+    """Tile sizes in tensor blocks: tm batch blocks x tn output blocks, reducing tk input blocks."""
+
+    tm: int
+    tn: int
+    tk: int
+
+
+@dataclass
+class GemmBenchResult:
+    """What ``vtakit bench gemm`` reports (``--json`` prints exactly these keys)."""
+
+    correct: bool
+    cycles: int | None
+    ideal_cycles: int
+    utilization: float | None
+    sim_seconds: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _largest_divisor(n: int, limit: int) -> int:
+    return max(d for d in range(1, min(n, max(limit, 1)) + 1) if n % d == 0)
+
+
+def _blocks(config: VTAConfig, m: int, n: int, k: int) -> tuple[int, int, int]:
+    for name, value, block, what in (("M", m, config.batch, "BATCH"), ("N", n, config.block_out, "BLOCK_OUT"),
+                                     ("K", k, config.block_in, "BLOCK_IN")):
+        if not isinstance(value, (int, np.integer)) or value <= 0:
+            raise ConfigError(f"GEMM size {name}={value!r} must be a positive integer")
+        if value % block:
+            raise ConfigError(f"GEMM size {name}={value} is not a multiple of {what}={block} of {config.model}")
+    mb, nb, kb = m // config.batch, n // config.block_out, k // config.block_in
+    if kb > _FIELD_MAX or nb > _FIELD_MAX:
+        raise ConfigError(f"GEMM too large: K/BLOCK_IN={kb} and N/BLOCK_OUT={nb} must be at most {_FIELD_MAX} "
+                          "(16-bit DMA stride field)")
+    return mb, nb, kb
+
+
+def plan_gemm(config: VTAConfig, m: int, n: int, k: int, vthreads: int = 1) -> GemmTiling:
+    """The largest tiles that fit one virtual thread's share of every SRAM."""
+    if not 1 <= vthreads <= 8:
+        raise ConfigError(f"vthreads={vthreads} must be between 1 and 8")
+    mb, nb, kb = _blocks(config, m, n, k)
+    inp_cap, wgt_cap = config.inp_depth // vthreads, config.wgt_depth // vthreads
+    acc_cap = config.acc_depth // vthreads
+    uop_cap = (config.uop_depth - vthreads) // (vthreads * vthreads)
+    if min(inp_cap, wgt_cap, acc_cap, uop_cap) < 1:
+        raise ConfigError(f"vthreads={vthreads} leaves less than one SRAM entry per thread on {config.model}")
+    tk = _largest_divisor(kb, min(inp_cap, wgt_cap, uop_cap))
+    tn = _largest_divisor(nb, min(wgt_cap // tk, acc_cap, _ITER_MAX))
+    tm = _largest_divisor(mb, min(inp_cap // tk, acc_cap // tn, _ITER_MAX))
+    return GemmTiling(tm, tn, tk)
+
+
+def requant_shift(k: int) -> int:
+    """A right shift that keeps typical int8 x int8 dot products of length k near the int8 range."""
+    return 6 + math.ceil(math.log2(k) / 2)
+
+
+# ---------------------------------------------------------------------------- layouts
+def pack_inp(a: np.ndarray, config: VTAConfig) -> np.ndarray:
+    """(M, K) -> (M/BATCH, K/BLOCK_IN, BATCH, BLOCK_IN): one INP element per [mo, ko]."""
+    m, k = a.shape
+    return a.reshape(m // config.batch, config.batch, k // config.block_in, config.block_in).transpose(0, 2, 1, 3)
+
+
+def pack_wgt(w: np.ndarray, config: VTAConfig) -> np.ndarray:
+    """(N, K) -> (N/BLOCK_OUT, K/BLOCK_IN, BLOCK_OUT, BLOCK_IN): one WGT element per [no, ko]."""
+    n, k = w.shape
+    return w.reshape(n // config.block_out, config.block_out, k // config.block_in,
+                     config.block_in).transpose(0, 2, 1, 3)
+
+
+def unpack_out(c: np.ndarray, config: VTAConfig) -> np.ndarray:
+    """(M/BATCH, N/BLOCK_OUT, BATCH, BLOCK_OUT) -> (M, N)."""
+    mb, nb, b, bo = c.shape
+    return c.transpose(0, 2, 1, 3).reshape(mb * b, nb * bo)
+
+
+def reference_gemm(a: np.ndarray, w: np.ndarray, shift: int) -> np.ndarray:
+    """numpy golden model: int32 GEMM (wrapping), arithmetic shift, clip, int8."""
+    acc = a.astype(np.int32) @ w.astype(np.int32).T
+    return np.clip(acc >> shift, -128, 127).astype(np.int8)
+
+
+# ---------------------------------------------------------------------------- program
+def build_gemm(builder: ProgramBuilder, a: Any, w: Any, c: Any, m: int, n: int, k: int, *,
+               vthreads: int = 1, shift: int | None = None, tiling: GemmTiling | None = None) -> None:
+    """Emit the blocked GEMM into ``builder``; ``a``/``w``/``c`` are packed DRAM arrays."""
+    config = builder.config
+    mb, nb, kb = _blocks(config, m, n, k)
+    t = tiling or plan_gemm(config, m, n, k, vthreads)
+    shift = requant_shift(k) if shift is None else shift
+    inp_part, wgt_part = config.inp_depth // vthreads, config.wgt_depth // vthreads
+    acc_part = config.acc_depth // vthreads
+    tiles = [(mo, no) for mo in range(0, mb, t.tm) for no in range(0, nb, t.tn)]
+    chunks = kb // t.tk
+    units = len(tiles) * chunks
+    loads = BufferChannel(builder, Stage.LOAD, Stage.COMPUTE, units, vthreads)
+    outs = BufferChannel(builder, Stage.COMPUTE, Stage.STORE, len(tiles), vthreads)
+    tile_loop = dict(iter_out=t.tm, iter_in=t.tn, dst_factor=(t.tn, 1))
+
+    def load(unit: int) -> None:
+        (mo, no), ko = tiles[unit // chunks], (unit % chunks) * t.tk
+        buf = loads.buffer(unit)
+        loads.acquire(unit)
+        builder.load_2d(MemId.INP, buf * inp_part, a, t.tm, t.tk, kb, offset=mo * kb + ko)
+        builder.load_2d(MemId.WGT, buf * wgt_part, w, t.tn, t.tk, kb, offset=no * kb + ko)
+        loads.produced(unit)
+
+    for unit in range(min(vthreads, units)):
+        load(unit)
+    for unit in range(units):
+        tile, chunk = divmod(unit, chunks)
+        (mo, no), buf, acc = tiles[tile], loads.buffer(unit), outs.buffer(tile) * acc_part
+        loads.consume(unit)
+        if chunk == 0:
+            outs.acquire(tile)
+            builder.gemm([Uop(acc)], reset=True, **tile_loop)
+        builder.gemm([Uop(acc, buf * inp_part + kk, buf * wgt_part + kk) for kk in range(t.tk)],
+                     iter_out=t.tm, iter_in=t.tn, dst_factor=(t.tn, 1), src_factor=(t.tk, 0),
+                     wgt_factor=(0, t.tk))
+        loads.release(unit)
+        if unit + vthreads < units:
+            load(unit + vthreads)
+        if chunk == chunks - 1:
+            for op, imm in ((AluOp.SHR, shift), (AluOp.MAX, -128), (AluOp.MIN, 127)):
+                builder.alu(op, [Uop(acc)], imm=imm, **tile_loop)
+            outs.produced(tile)
+            outs.consume(tile)
+            builder.store_2d(acc, c, t.tm, t.tn, nb, offset=mo * nb + no)
+            outs.release(tile)
+
+
+def bench_gemm(m: int = 256, n: int = 256, k: int = 256, *, config: VTAConfig | None = None,
+               backend: str = "fsim", vthreads: int = 2, seed: int = 0) -> GemmBenchResult:
+    """Build the blocked GEMM on a fresh device, run it, check it against numpy."""
+    config = VTAConfig() if config is None else config
+    tiling = plan_gemm(config, m, n, k, vthreads)
+    need = m * k + n * k + m * n + 4 * config.uop_depth
+    if need > MAX_BENCH_DRAM:
+        raise AllocationError(f"GEMM {m}x{n}x{k} needs about {need} bytes of device DRAM, more than the "
+                              f"{MAX_BENCH_DRAM} byte limit of the benchmark")
+    device = Device(config, backend, dram_size=need + (8 << 20))
+    rng = np.random.default_rng(seed)
+    a_host = rng.integers(-128, 128, size=(m, k), dtype=np.int8)
+    w_host = rng.integers(-128, 128, size=(n, k), dtype=np.int8)
+    a = device.array(pack_inp(a_host, config), name="A")
+    w = device.array(pack_wgt(w_host, config), name="W")
+    c = device.empty((m // config.batch, n // config.block_out, config.batch, config.block_out), np.int8, name="C")
+    builder = ProgramBuilder(config, device, name=f"gemm_{m}x{n}x{k}_vt{vthreads}")
+    build_gemm(builder, a, w, c, m, n, k, vthreads=vthreads, tiling=tiling)
+    program = builder.finish()
+    stats = device.run(program)
+    correct = bool(np.array_equal(unpack_out(c.numpy(), config), reference_gemm(a_host, w_host, requant_shift(k))))
+    return GemmBenchResult(correct, stats.cycles, stats.ideal_cycles, stats.utilization, stats.sim_seconds)
+
+
+def gemm_program(config: VTAConfig, m: int, n: int, k: int, *, vthreads: int = 1, seed: int = 0) -> Program:
+    """A self-contained GEMM program (random A and W as segments) for corpora and differential tests."""
+    builder = ProgramBuilder(config, name=f"gemm_{m}x{n}x{k}_vt{vthreads}")
+    rng = np.random.default_rng(seed)
+    a = builder.array(pack_inp(rng.integers(-128, 128, size=(m, k), dtype=np.int8), config), name="A")
+    w = builder.array(pack_wgt(rng.integers(-128, 128, size=(n, k), dtype=np.int8), config), name="W")
+    c = builder.empty((m // config.batch, n // config.block_out, config.batch, config.block_out), np.int8, name="C")
+    build_gemm(builder, a, w, c, m, n, k, vthreads=vthreads)
+    return builder.finish()
+

@@ -1,0 +1,229 @@
+"""``Device``: one accelerator with its DRAM, as the host sees it (DESIGN §3).
+
+This is VTA's driver API (``VTAMemAlloc``, ``VTAMemCopyFromHost``, ``VTADeviceRun``) in Python:
+a DRAM image the simulators execute in place, an allocator handing out physical addresses,
+device arrays that copy host data in and out, and ``run`` that places a program (instruction
+stream, micro-op image, data segments) and launches it on a pluggable backend.
+"""
+
+from __future__ import annotations
+
+import time
+import weakref
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from vtakit.errors import AllocationError, ProgramError, VtakitError
+from vtakit.hw import isa
+from vtakit.hw.config import VTAConfig
+from vtakit.runtime.allocator import Allocator
+from vtakit.sim.backend import BACKENDS, Launch, get_backend
+from vtakit.sim.program import Program
+from vtakit.sim.stats import RunStats
+
+__all__ = ["Device", "DeviceArray", "DEFAULT_DRAM_SIZE", "default_alignment"]
+
+DEFAULT_DRAM_SIZE = 32 << 20   # VTA's driver caps one CMA buffer at 32 MiB (VTA_MAX_XFER)
+_MIN_ALIGNMENT = 64
+
+
+def default_alignment(config: VTAConfig) -> int:
+    """An alignment that suits every element size of ``config`` (they are all powers of two)."""
+    return max(_MIN_ALIGNMENT, config.inp_elem_bytes, config.wgt_elem_bytes, config.acc_elem_bytes,
+               config.out_elem_bytes, config.uop_elem_bytes)
+
+
+class DeviceArray:
+    """An n-dimensional array in device DRAM at physical address ``phys_addr``."""
+
+    def __init__(self, device: "Device", phys_addr: int, shape: tuple[int, ...], dtype: np.dtype,
+                 name: str = "") -> None:
+        self.device = device
+        self.phys_addr = phys_addr
+        self.shape = shape
+        self.dtype = dtype
+        self.name = name
+        self._finalizer = weakref.finalize(self, device._allocator.free, phys_addr)
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+
+    @property
+    def freed(self) -> bool:
+        return not self._finalizer.alive
+
+    def _check_live(self) -> None:
+        if self.freed:
+            raise AllocationError(f"device array {self.name or ''} at {self.phys_addr:#x} was freed")
+
+    def _bytes(self) -> np.ndarray:
+        return self.device.dram[self.phys_addr:self.phys_addr + self.nbytes]
+
+    def numpy(self) -> np.ndarray:
+        """A host copy of the array's current device contents."""
+        self._check_live()
+        return self._bytes().view(self.dtype).reshape(self.shape).copy()
+
+    def copyfrom(self, data: Any) -> "DeviceArray":
+        """Copy host data (same shape; converted to this dtype) into the device array."""
+        self._check_live()
+        host = np.asarray(data)
+        if host.shape != self.shape:
+            raise VtakitError(f"cannot copy an array of shape {host.shape} into device array "
+                              f"{self.name or hex(self.phys_addr)} of shape {self.shape}")
+        self._bytes()[:] = np.ascontiguousarray(host, dtype=self.dtype).reshape(-1).view(np.uint8)
+        return self
+
+    def free(self) -> None:
+        """Return the memory to the device; a second free is an ``AllocationError``."""
+        if self.freed:
+            raise AllocationError(f"double free of device array {self.name or ''} at {self.phys_addr:#x}")
+        self._finalizer()
+
+    def __repr__(self) -> str:
+        state = " freed" if self.freed else ""
+        return (f"DeviceArray({self.name + ' ' if self.name else ''}{self.shape} {self.dtype} "
+                f"@ {self.phys_addr:#x}{state})")
+
+
+class Device:
+    """An accelerator instance: configuration, DRAM image, allocator and a backend to run on."""
+
+    def __init__(self, config: VTAConfig | None = None, backend: str = "fsim",
+                 dram_size: int = DEFAULT_DRAM_SIZE) -> None:
+        self.config = VTAConfig() if config is None else config
+        if not isinstance(self.config, VTAConfig):
+            raise VtakitError(f"config must be a VTAConfig, got {type(self.config).__name__}")
+        if backend not in BACKENDS:
+            raise VtakitError(f"unknown backend {backend!r}; expected one of {sorted(BACKENDS)}")
+        self.backend = backend
+        self.alignment = default_alignment(self.config)
+        self._allocator = Allocator(dram_size, self.alignment)
+        self.dram = np.zeros(dram_size, dtype=np.uint8)
+
+    @property
+    def dram_size(self) -> int:
+        return self.dram.size
+
+    @property
+    def allocator(self) -> Allocator:
+        return self._allocator
+
+    # ------------------------------------------------------------------ memory
+    def empty(self, shape: int | Sequence[int], dtype: Any = np.int8, *, alignment: int | None = None,
+              name: str = "") -> DeviceArray:
+        """An uninitialised device array."""
+        shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(int(s) for s in shape)
+        if any(s < 0 for s in shape):
+            raise AllocationError(f"array shape {shape} has a negative dimension")
+        dtype = np.dtype(dtype)
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        addr = self._allocator.alloc(nbytes, alignment)
+        return DeviceArray(self, addr, shape, dtype, name)
+
+    def array(self, data: Any, dtype: Any = None, *, alignment: int | None = None, name: str = "") -> DeviceArray:
+        """A device array holding a copy of ``data``."""
+        host = np.asarray(data, dtype=dtype)
+        return self.empty(host.shape, host.dtype, alignment=alignment, name=name).copyfrom(host)
+
+    def free(self, array: DeviceArray) -> None:
+        if array.device is not self:
+            raise AllocationError(f"{array!r} belongs to another device")
+        array.free()
+
+    def read(self, addr: int, nbytes: int) -> np.ndarray:
+        """A copy of ``nbytes`` DRAM bytes at ``addr``."""
+        self._check_range(addr, nbytes)
+        return self.dram[addr:addr + nbytes].copy()
+
+    def write(self, addr: int, data: bytes | np.ndarray) -> None:
+        """Write raw bytes into DRAM at ``addr``."""
+        raw = np.frombuffer(bytes(data), dtype=np.uint8) if isinstance(data, (bytes, bytearray)) \
+            else np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+        self._check_range(addr, raw.size)
+        self.dram[addr:addr + raw.size] = raw
+
+    def _check_range(self, addr: int, nbytes: int) -> None:
+        if addr < 0 or nbytes < 0 or addr + nbytes > self.dram_size:
+            raise AllocationError(f"DRAM range [{addr:#x}, {addr + nbytes:#x}) is outside the device's "
+                                  f"{self.dram_size:#x} bytes")
+
+    # ------------------------------------------------------------------ programs
+    def _as_program(self, program: Program | Sequence[isa.Instruction] | bytes) -> Program:
+        if isinstance(program, Program):
+            if program.config != self.config:
+                raise ProgramError(f"program {program.name!r} was built for {program.config.model}, this device "
+                                   f"is {self.config.model} ({program.config} != {self.config})")
+            return program
+        if isinstance(program, (bytes, bytearray, memoryview)):
+            return Program(self.config, isa.decode(bytes(program), self.config))
+        if isinstance(program, (list, tuple)):
+            return Program(self.config, list(program))
+        raise ProgramError(f"cannot run a {type(program).__name__}; expected a Program, a list of "
+                           "instructions or an encoded instruction stream (bytes)")
+
+    def _is_resident(self, program: Program) -> bool:
+        """True when the program has no DRAM image of its own, or every segment and the micro-op
+        image lie in live buffers of this device.
+
+        Such a program was built against this device, so its data live in its arrays and the
+        arrays' current contents (not the segment snapshots) are the input.
+        """
+        regions = [(s.addr, len(s.data)) for s in program.segments]
+        if program.uops:
+            regions.append((program.uop_addr, isa.UOP_BYTES * len(program.uops)))
+        if not regions:
+            return program.dram_size == 0
+        return all(self._allocator.owner(addr, n) is not None for addr, n in regions)
+
+    def _place(self, program: Program) -> list[int]:
+        """Put the program's DRAM image in place; return the temporary blocks to free after the run."""
+        if self._is_resident(program):
+            if program.uops:
+                self.write(program.uop_addr, program.uop_segment.data)
+            return []
+        if program.dram_size > self.dram_size:
+            raise AllocationError(f"program {program.name!r} needs {program.dram_size} bytes of DRAM, the device "
+                                  f"has {self.dram_size}")
+        try:
+            self._allocator.reserve(0, program.dram_size)
+        except AllocationError as exc:
+            raise AllocationError(f"program {program.name!r} brings its own DRAM layout [0, {program.dram_size:#x}) "
+                                  f"but this device has buffers there; run it on a fresh Device ({exc})") from exc
+        self.dram[:program.dram_size] = program.initial_dram()
+        return [0]
+
+    def run(self, program: Program | Sequence[isa.Instruction] | bytes, trace: str | Path | None = None) -> RunStats:
+        """Place ``program`` in DRAM, run it on this device's backend and return its statistics.
+
+        A program built against this device (``ProgramBuilder(config, device)``) runs on the
+        device's arrays as they are now; any other program is placed at the addresses it was
+        built for, which must be free.
+        """
+        program = self._as_program(program)
+        execute = get_backend(self.backend)
+        temporary = self._place(program)
+        try:
+            code = program.encoded_insns()
+            insn_addr = self._allocator.alloc(len(code))
+            temporary.append(insn_addr)
+            self.dram[insn_addr:insn_addr + len(code)] = np.frombuffer(code, dtype=np.uint8)
+            launch = Launch(self.config, list(program.insns), self.dram, insn_addr,
+                            None if trace is None else Path(trace))
+            start = time.perf_counter()
+            stats = execute(launch)
+            elapsed = time.perf_counter() - start
+        finally:
+            for addr in temporary:
+                self._allocator.free(addr)
+        if not stats.sim_seconds:
+            stats.sim_seconds = elapsed
+        return stats
+
+    def __repr__(self) -> str:
+        return (f"Device({self.config.model}, backend={self.backend!r}, dram={self.dram_size} bytes, "
+                f"{self._allocator.used} used)")
+
