@@ -16,6 +16,7 @@ vectors append lanes (``float32x8``).
 from __future__ import annotations
 
 import enum
+import numbers
 from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Iterator, Sequence
 
@@ -24,11 +25,11 @@ from vtakit.errors import CompileError
 __all__ = [
     "PrimExpr", "IntImm", "FloatImm", "Var", "BinaryOp", "Add", "Sub", "Mul", "Div", "Mod", "FloorDiv",
     "FloorMod", "Min", "Max", "EQ", "NE", "LT", "LE", "GT", "GE", "And", "Or", "Not", "Select", "Cast",
-    "Call", "Let", "Ramp", "Broadcast", "BufferLoad", "Buffer",
+    "Call", "Let", "Ramp", "Broadcast", "BufferLoad", "Buffer", "ProducerLoad", "Reduce",
     "Stmt", "ForKind", "For", "Allocate", "BufferStore", "IfThenElse", "AttrStmt", "Evaluate", "SeqStmt",
     "LetStmt", "PrimFunc",
     "const", "convert", "seq", "lanes_of", "element_of", "with_lanes", "is_float", "is_int",
-    "children", "walk", "structural_equal", "IRMutator",
+    "children", "walk", "structural_equal", "IRMutator", "substitute", "uses_var",
 ]
 
 
@@ -310,6 +311,38 @@ class BufferLoad(PrimExpr):
             self.dtype = with_lanes(self.buffer.dtype, lanes)
 
 
+@dataclass(eq=False, repr=False)
+class ProducerLoad(PrimExpr):
+    """A read of a tensor-expression tensor (``A[i, j]`` in ``te.compute``); lowering turns it into
+    a :class:`BufferLoad`. ``producer`` is a ``te.Tensor`` (anything with ``name`` and ``dtype``)."""
+
+    producer: Any
+    indices: tuple[PrimExpr, ...]
+    dtype: str = ""
+
+    def __post_init__(self) -> None:
+        self.dtype = self.dtype or self.producer.dtype
+
+
+@dataclass(eq=False, repr=False)
+class Reduce(PrimExpr):
+    """A commutative reduction of ``source`` over the iteration variables ``axis`` (``te.sum`` etc.).
+
+    ``combiner`` is a ``te.CommReducer``; ``condition`` masks iterations out; ``init`` optionally
+    replaces the combiner's identity as the start value.
+    """
+
+    combiner: Any
+    source: PrimExpr
+    axis: tuple[Any, ...]
+    condition: PrimExpr
+    init: PrimExpr | None = None
+    dtype: str = ""
+
+    def __post_init__(self) -> None:
+        self.dtype = self.dtype or self.source.dtype
+
+
 def const(value: int | float | bool, dtype: str | None = None) -> PrimExpr:
     """A constant; the dtype defaults to int32, float32 or bool from the Python type."""
     if dtype is None:
@@ -322,9 +355,17 @@ def const(value: int | float | bool, dtype: str | None = None) -> PrimExpr:
 
 
 def convert(value: Any, dtype: str | None = None) -> PrimExpr:
-    """A Python number or an expression, as an expression."""
+    """A Python number or an expression, as an expression.
+
+    Objects with an ``as_expr()`` method (``te.IterVar``) convert through it.
+    """
     if isinstance(value, PrimExpr):
         return value
+    as_expr = getattr(value, "as_expr", None)
+    if as_expr is not None:
+        return as_expr()
+    if isinstance(value, numbers.Number) and not isinstance(value, (bool, int, float, complex)):
+        value = value.item() if hasattr(value, "item") else float(value)  # numpy scalars
     if isinstance(value, (bool, int, float)):
         if dtype is not None and not isinstance(value, bool) and isinstance(value, float) and is_int(dtype):
             dtype = "float32"
@@ -540,3 +581,38 @@ class IRMutator:
         if isinstance(node, PrimExpr) and "dtype" in kwargs and not isinstance(node, (Cast, Call, IntImm, FloatImm)):
             kwargs["dtype"] = ""  # recomputed from the new operands
         return type(node)(**kwargs)
+
+
+class _Substituter(IRMutator):
+    def __init__(self, vmap: dict[Var, Any], bmap: dict[Buffer, Buffer] | None) -> None:
+        self.vmap = vmap
+        self.bmap = bmap or {}
+
+    def visit_Var(self, node: Var) -> Any:
+        return self.vmap.get(node, node)
+
+    def visit_Buffer(self, node: Buffer) -> Any:
+        return self.bmap.get(node, node)
+
+
+def substitute(node: Any, vmap: dict[Var, Any], bmap: dict[Buffer, Buffer] | None = None) -> Any:
+    """``node`` with variables replaced by ``vmap`` (values are expressions or numbers) and
+    buffers by ``bmap``."""
+    if not vmap and not bmap:
+        return node
+    return _Substituter({k: convert(v) if not isinstance(v, Var) else v for k, v in vmap.items()},
+                        bmap).visit(node)
+
+
+def uses_var(node: Any, pred: Callable[[Var], bool] | set | dict) -> bool:
+    """Whether any variable under ``node`` satisfies ``pred`` (or is in the given set/dict)."""
+    test = pred if callable(pred) else (lambda v: v in pred)  # noqa: E731
+    found = False
+
+    def visit(n: Any) -> None:
+        nonlocal found
+        if isinstance(n, Var) and test(n):
+            found = True
+
+    walk(node, visit)
+    return found

@@ -38,6 +38,12 @@ def expr_str(e: Any) -> str:
         return f"x{e.lanes}({expr_str(e.value)})"
     if isinstance(e, ir.BufferLoad):
         return f"{e.buffer.name}[{', '.join(expr_str(i) for i in e.indices)}]"
+    if isinstance(e, ir.ProducerLoad):
+        return f"{e.producer.name}[{', '.join(expr_str(i) for i in e.indices)}]"
+    if isinstance(e, ir.Reduce):
+        axes = ", ".join(f"{iv.var.name}:[{expr_str(iv.dom.min)}, {expr_str(iv.dom.extent)})" for iv in e.axis)
+        cond = "" if isinstance(e.condition, ir.IntImm) and e.condition.value else f", where={expr_str(e.condition)}"
+        return f"{e.combiner.name}({expr_str(e.source)}, axis=[{axes}]{cond})"
     if isinstance(e, ir.Buffer):
         return e.name
     return repr(e) if not isinstance(e, str) else repr(e)

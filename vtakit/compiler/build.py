@@ -1,0 +1,80 @@
+"""``vtakit.build``: compile a schedule for a target, dispatching to builders registered by name.
+
+A target builder is ``builder(sch, args, name, config) -> module``; it lowers the schedule itself
+(usually inside its own :class:`~vtakit.compiler.transform.PassContext`, to add passes and memory
+scopes) and returns a callable module. ``sch`` may also be an already lowered ``PrimFunc``.
+The llvm, nvptx and vta backends register themselves when their modules are imported; the
+builtin ``"interpreter"`` target runs the reference interpreter.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, Callable, Sequence
+
+from vtakit.compiler import ir
+from vtakit.errors import CompileError
+
+__all__ = ["register_target", "registered_targets", "build", "InterpreterModule"]
+
+TargetBuilder = Callable[[Any, Sequence[Any], str, Any], Any]
+
+_TARGETS: dict[str, TargetBuilder] = {}
+# modules that register a target when imported (so `build(..., target="llvm")` works without imports)
+_LAZY: dict[str, str] = {
+    "llvm": "vtakit.compiler.backend.llvm",
+    "nvptx": "vtakit.compiler.backend.nvptx",
+    "vta": "vtakit.compiler.backend.vta",
+}
+
+
+def register_target(name: str, builder: TargetBuilder, override: bool = False) -> None:
+    """Make ``build(..., target=name)`` call ``builder``."""
+    if name in _TARGETS and not override and _TARGETS[name] is not builder:
+        raise CompileError(f"target {name!r} is already registered; pass override=True to replace it")
+    _TARGETS[name] = builder
+
+
+def registered_targets() -> list[str]:
+    return sorted(_TARGETS)
+
+
+def _lookup(target: str) -> TargetBuilder:
+    kind = target.split()[0] if isinstance(target, str) and target.strip() else target
+    if kind not in _TARGETS and kind in _LAZY:
+        try:
+            importlib.import_module(_LAZY[kind])
+        except ImportError as exc:
+            raise CompileError(f"target {kind!r} is not available: {exc}") from exc
+    if kind not in _TARGETS:
+        raise CompileError(f"unknown target {target!r}; registered targets: {registered_targets()}")
+    return _TARGETS[kind]
+
+
+def build(s: Any, args: Sequence[Any] | None = None, target: str = "llvm", name: str = "main",
+          config: Any = None) -> Any:
+    """Compile schedule ``s`` (or a lowered PrimFunc) with parameters ``args`` for ``target``."""
+    return _lookup(target)(s, list(args) if args is not None else [], name, config)
+
+
+class InterpreterModule:
+    """A built module that runs the lowered function in the reference interpreter."""
+
+    def __init__(self, func: ir.PrimFunc) -> None:
+        from vtakit.compiler.interpreter import Interpreter  # noqa: PLC0415
+
+        self.func = func
+        self._run = Interpreter(func)
+
+    def __call__(self, *arrays: Any) -> None:
+        self._run(*arrays)
+
+
+def _interpreter_builder(s: Any, args: Sequence[Any], name: str, config: Any) -> InterpreterModule:
+    from vtakit.compiler.lower import lower  # noqa: PLC0415
+
+    func = s if isinstance(s, ir.PrimFunc) else lower(s, args, name=name)
+    return InterpreterModule(func)
+
+
+register_target("interpreter", _interpreter_builder)

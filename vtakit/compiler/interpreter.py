@@ -1,0 +1,514 @@
+"""Reference interpreter: executes any loop-IR function on numpy arrays.
+
+It is the executable meaning of the IR, so every pass and backend can be checked against it.
+Integer arithmetic is bit-exact for the dtype (two's-complement wrap-around), ``Div``/``Mod``
+truncate, ``FloorDiv``/``FloorMod`` floor; floats compute in their own width (float32 stays
+float32); vectors (``Ramp``/``Broadcast``, vector loads and stores) are numpy arrays. Fresh
+allocations are filled with a poison pattern (NaN for floats), so reads of uninitialised memory
+show up in results. Out-of-range accesses raise :class:`~vtakit.errors.MemoryAccessError`.
+
+Target intrinsics are supplied as ``intrinsics={"op": fn}``; ``fn`` receives the evaluated
+arguments (ints, floats, numpy arrays, strings, and :class:`Pointer` for ``tvm_access_ptr``).
+Thread-binding loops run serially (one iteration per thread); a loop re-binding a thread variable
+that is already bound runs its body once, for the current thread.
+
+Works on IR before and after storage flattening: an access with one index per dimension uses the
+buffer's strides and ``elem_offset``; a single index into a multi-dimensional buffer is a flat
+element offset.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from vtakit.compiler import ir
+from vtakit.errors import CompileError, MemoryAccessError
+
+__all__ = ["Pointer", "Interpreter", "run"]
+
+Env = dict
+ExprFn = Callable[[Env], Any]
+StmtFn = Callable[[Env], None]
+
+
+@dataclass
+class Pointer:
+    """The value of ``tvm_access_ptr``: a window of a buffer's storage, in elements."""
+
+    array: np.ndarray
+    data: ir.Var
+    offset: int
+    extent: int
+    mask: int
+
+    def view(self) -> np.ndarray:
+        return self.array[self.offset:self.offset + self.extent]
+
+
+def _np_dtype(dtype: str) -> np.dtype:
+    base = ir.element_of(dtype)
+    return np.dtype(np.bool_) if base == "bool" else np.dtype(base)
+
+
+def _wrapper(dtype: str) -> Callable[[int], int]:
+    base = ir.element_of(dtype)
+    if base == "bool":
+        return lambda x: int(bool(x))
+    bits = int(base.lstrip("uint"))
+    mask = (1 << bits) - 1
+    lo = -(1 << (bits - 1)) if base.startswith("int") else 0
+    hi = lo + mask
+
+    def wrap(x: int) -> int:
+        return x if lo <= x <= hi else ((x - lo) & mask) + lo
+
+    return wrap
+
+
+def _poison(dtype: str, size: int) -> np.ndarray:
+    npd = _np_dtype(dtype)
+    if npd.kind == "f":
+        return np.full(size, np.nan, dtype=npd)
+    if npd.kind == "b":
+        return np.ones(size, dtype=npd)
+    return np.full(size, 0x5A5A5A5A5A5A5A5A, dtype=np.uint64).astype(npd)
+
+
+def _trunc_div(a: int, b: int) -> int:
+    q = abs(a) // abs(b)
+    return q if (a >= 0) == (b > 0) else -q
+
+
+_FLOAT_FNS: dict[str, Callable[[Any], Any]] = {
+    "exp": np.exp, "exp2": np.exp2, "log": np.log, "log2": np.log2, "log10": np.log10, "sqrt": np.sqrt,
+    "tanh": np.tanh, "floor": np.floor, "ceil": np.ceil, "round": np.rint, "trunc": np.trunc, "sin": np.sin,
+    "cos": np.cos, "abs": np.abs,
+}
+
+
+class Interpreter:
+    """Compiles a :class:`~vtakit.compiler.ir.PrimFunc` into Python closures and runs it."""
+
+    def __init__(self, func: ir.PrimFunc, intrinsics: Mapping[str, Callable[..., Any]] | None = None) -> None:
+        self.func = func
+        self.intrinsics = dict(intrinsics or {})
+        self._body = self.stmt(func.body)
+
+    def __call__(self, *arrays: np.ndarray) -> None:
+        params = self.func.params
+        if len(arrays) != len(params):
+            raise CompileError(f"{self.func.name} takes {len(params)} arrays ({', '.join(p.name for p in params)}), "
+                               f"got {len(arrays)}")
+        env: Env = {}
+        for k, (buf, arr) in enumerate(zip(params, arrays)):
+            shape = tuple(int(s.value) if isinstance(s, ir.IntImm) else -1 for s in buf.shape)
+            if not isinstance(arr, np.ndarray) or arr.dtype != _np_dtype(buf.dtype) or arr.shape != shape:
+                got = f"{arr.shape} {arr.dtype}" if isinstance(arr, np.ndarray) else type(arr).__name__
+                raise CompileError(f"argument {k} ({buf.name}): expected an array of shape {shape} and dtype "
+                                   f"{buf.dtype}, got {got}")
+            if not arr.flags.c_contiguous:
+                raise CompileError(f"argument {k} ({buf.name}) must be C-contiguous")
+            env[buf.data] = arr.reshape(-1)
+        with np.errstate(all="ignore"):
+            self._body(env)
+
+    # ------------------------------------------------------------------ expressions
+    def expr(self, e: ir.PrimExpr) -> ExprFn:
+        method = getattr(self, f"_e_{type(e).__name__}", None)
+        if method is None:
+            if isinstance(e, (ir.ProducerLoad, ir.Reduce)):
+                raise CompileError(f"cannot interpret {type(e).__name__} {e}: lower the schedule first")
+            raise CompileError(f"the interpreter does not support {type(e).__name__} ({e})")
+        return method(e)
+
+    def _e_IntImm(self, e: ir.IntImm) -> ExprFn:
+        v = e.value
+        if ir.lanes_of(e.dtype) > 1:
+            raise CompileError(f"vector immediate {e}")
+        return lambda env: v
+
+    def _e_FloatImm(self, e: ir.FloatImm) -> ExprFn:
+        v = _np_dtype(e.dtype).type(e.value)
+        return lambda env: v
+
+    def _e_Var(self, e: ir.Var) -> ExprFn:
+        def load(env: Env) -> Any:
+            try:
+                return env[e]
+            except KeyError:
+                raise CompileError(f"variable {e.name} is used outside its scope") from None
+
+        return load
+
+    def _binary(self, e: ir.BinaryOp, scalar_int: Callable, other: Callable) -> ExprFn:
+        fa, fb = self.expr(e.a), self.expr(e.b)
+        if ir.is_int(e.dtype) and ir.lanes_of(e.dtype) == 1:
+            wrap = _wrapper(e.dtype)
+            return lambda env: wrap(scalar_int(fa(env), fb(env)))
+        return lambda env: other(fa(env), fb(env))
+
+    def _e_Add(self, e: ir.Add) -> ExprFn:
+        return self._binary(e, lambda a, b: a + b, lambda a, b: a + b)
+
+    def _e_Sub(self, e: ir.Sub) -> ExprFn:
+        return self._binary(e, lambda a, b: a - b, lambda a, b: a - b)
+
+    def _e_Mul(self, e: ir.Mul) -> ExprFn:
+        return self._binary(e, lambda a, b: a * b, lambda a, b: a * b)
+
+    def _check_zero(self, e: ir.PrimExpr, b: Any) -> None:
+        if np.any(b == 0):
+            raise CompileError(f"integer division by zero in {e}")
+
+    def _e_Div(self, e: ir.Div) -> ExprFn:
+        if ir.is_float(e.dtype):
+            return self._binary(e, None, lambda a, b: a / b)  # type: ignore[arg-type]
+
+        def scalar(a: int, b: int) -> int:
+            self._check_zero(e, b)
+            return _trunc_div(a, b)
+
+        def vector(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+            self._check_zero(e, b)
+            q = np.abs(a) // np.abs(b)
+            return np.where((a >= 0) == (b > 0), q, -q).astype(a.dtype)
+
+        return self._binary(e, scalar, vector)
+
+    def _e_Mod(self, e: ir.Mod) -> ExprFn:
+        if ir.is_float(e.dtype):
+            return self._binary(e, None, lambda a, b: np.fmod(a, b))  # type: ignore[arg-type]
+
+        def scalar(a: int, b: int) -> int:
+            self._check_zero(e, b)
+            return a - b * _trunc_div(a, b)
+
+        def vector(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+            self._check_zero(e, b)
+            return np.fmod(a, b)
+
+        return self._binary(e, scalar, vector)
+
+    def _e_FloorDiv(self, e: ir.FloorDiv) -> ExprFn:
+        if ir.is_float(e.dtype):
+            return self._binary(e, None, lambda a, b: np.floor(a / b))  # type: ignore[arg-type]
+
+        def op(a: Any, b: Any) -> Any:
+            self._check_zero(e, b)
+            return a // b
+
+        return self._binary(e, op, op)
+
+    def _e_FloorMod(self, e: ir.FloorMod) -> ExprFn:
+        if ir.is_float(e.dtype):
+            return self._binary(e, None, lambda a, b: a - np.floor(a / b) * b)  # type: ignore[arg-type]
+
+        def op(a: Any, b: Any) -> Any:
+            self._check_zero(e, b)
+            return a % b
+
+        return self._binary(e, op, op)
+
+    def _e_Min(self, e: ir.Min) -> ExprFn:
+        return self._binary(e, min, np.minimum)
+
+    def _e_Max(self, e: ir.Max) -> ExprFn:
+        return self._binary(e, max, np.maximum)
+
+    def _compare(self, e: ir.BinaryOp, op: Callable[[Any, Any], Any]) -> ExprFn:
+        fa, fb = self.expr(e.a), self.expr(e.b)
+        return lambda env: op(fa(env), fb(env))
+
+    def _e_EQ(self, e: ir.EQ) -> ExprFn:
+        return self._compare(e, lambda a, b: a == b)
+
+    def _e_NE(self, e: ir.NE) -> ExprFn:
+        return self._compare(e, lambda a, b: a != b)
+
+    def _e_LT(self, e: ir.LT) -> ExprFn:
+        return self._compare(e, lambda a, b: a < b)
+
+    def _e_LE(self, e: ir.LE) -> ExprFn:
+        return self._compare(e, lambda a, b: a <= b)
+
+    def _e_GT(self, e: ir.GT) -> ExprFn:
+        return self._compare(e, lambda a, b: a > b)
+
+    def _e_GE(self, e: ir.GE) -> ExprFn:
+        return self._compare(e, lambda a, b: a >= b)
+
+    def _e_And(self, e: ir.And) -> ExprFn:
+        fa, fb = self.expr(e.a), self.expr(e.b)
+        if ir.lanes_of(e.dtype) > 1:
+            return lambda env: np.logical_and(fa(env), fb(env))
+        return lambda env: bool(fa(env)) and bool(fb(env))
+
+    def _e_Or(self, e: ir.Or) -> ExprFn:
+        fa, fb = self.expr(e.a), self.expr(e.b)
+        if ir.lanes_of(e.dtype) > 1:
+            return lambda env: np.logical_or(fa(env), fb(env))
+        return lambda env: bool(fa(env)) or bool(fb(env))
+
+    def _e_Not(self, e: ir.Not) -> ExprFn:
+        fa = self.expr(e.a)
+        if ir.lanes_of(e.dtype) > 1:
+            return lambda env: np.logical_not(fa(env))
+        return lambda env: not fa(env)
+
+    def _e_Select(self, e: ir.Select) -> ExprFn:
+        fc, ft, ff = self.expr(e.cond), self.expr(e.true_value), self.expr(e.false_value)
+        if ir.lanes_of(e.dtype) > 1:
+            return lambda env: np.where(fc(env), ft(env), ff(env)).astype(_np_dtype(e.dtype))
+        return lambda env: ft(env) if fc(env) else ff(env)
+
+    def _e_Cast(self, e: ir.Cast) -> ExprFn:
+        fv = self.expr(e.value)
+        npd = _np_dtype(e.dtype)
+        if ir.lanes_of(e.dtype) > 1:
+            return lambda env: fv(env).astype(npd)
+        if ir.element_of(e.dtype) == "bool":
+            return lambda env: bool(fv(env))
+        if ir.is_int(e.dtype):
+            wrap = _wrapper(e.dtype)
+
+            def to_int(env: Env) -> int:
+                v = fv(env)
+                if isinstance(v, (float, np.floating)):
+                    if not math.isfinite(v):
+                        raise CompileError(f"cast of non-finite {v} to {e.dtype} in {e}")
+                    v = math.trunc(v)
+                return wrap(int(v))
+
+            return to_int
+        t = npd.type
+        return lambda env: t(fv(env))
+
+    def _e_Let(self, e: ir.Let) -> ExprFn:
+        fv, fb = self.expr(e.value), self.expr(e.body)
+
+        def let(env: Env) -> Any:
+            env[e.var] = fv(env)
+            try:
+                return fb(env)
+            finally:
+                del env[e.var]
+
+        return let
+
+    def _e_Ramp(self, e: ir.Ramp) -> ExprFn:
+        fb, fs = self.expr(e.base), self.expr(e.stride)
+        npd, lanes = _np_dtype(e.dtype), e.lanes
+        return lambda env: (fb(env) + fs(env) * np.arange(lanes, dtype=np.int64)).astype(npd)
+
+    def _e_Broadcast(self, e: ir.Broadcast) -> ExprFn:
+        fv = self.expr(e.value)
+        npd, lanes = _np_dtype(e.dtype), e.lanes
+        return lambda env: np.full(lanes, fv(env), dtype=npd)
+
+    def _flat_index(self, buf: ir.Buffer, indices: tuple[ir.PrimExpr, ...]) -> ExprFn:
+        fns = [self.expr(i) for i in indices]
+        if len(indices) == 1 and (buf.ndim != 1 or not buf.strides and isinstance(buf.elem_offset, ir.IntImm)
+                                  and buf.elem_offset.value == 0):
+            return fns[0]
+        if len(indices) != buf.ndim:
+            raise CompileError(f"access to {buf.name} with {len(indices)} indices; it has {buf.ndim} dimensions")
+        from vtakit.compiler.lower.flatten import buffer_strides  # noqa: PLC0415
+
+        strides = [self.expr(s) for s in buffer_strides(buf)]
+        off = self.expr(buf.elem_offset)
+        return lambda env: off(env) + sum(f(env) * s(env) for f, s in zip(fns, strides))
+
+    def _storage(self, buf: ir.Buffer) -> Callable[[Env], np.ndarray]:
+        data = buf.data
+
+        def get(env: Env) -> np.ndarray:
+            try:
+                return env[data]
+            except KeyError:
+                raise CompileError(f"buffer {buf.name} is accessed outside its allocation") from None
+
+        return get
+
+    def _e_BufferLoad(self, e: ir.BufferLoad) -> ExprFn:
+        index, storage = self._flat_index(e.buffer, e.indices), self._storage(e.buffer)
+        name = e.buffer.name
+        as_int = ir.is_int(e.dtype) and ir.lanes_of(e.dtype) == 1
+
+        def load(env: Env) -> Any:
+            arr, i = storage(env), index(env)
+            if isinstance(i, np.ndarray):
+                if i.size and (i.min() < 0 or i.max() >= arr.size):
+                    raise MemoryAccessError(f"out-of-bounds read of {name}{list(i)} (size {arr.size})")
+                return arr[i]
+            if not 0 <= i < arr.size:
+                raise MemoryAccessError(f"out-of-bounds read of {name}[{i}] (size {arr.size})")
+            v = arr[i]
+            return int(v) if as_int else v
+
+        return load
+
+    def _e_Call(self, e: ir.Call) -> ExprFn:
+        op = e.op
+        if op == "if_then_else":
+            fc, ft, ff = (self.expr(a) for a in e.args)
+            if ir.lanes_of(e.dtype) > 1:
+                return lambda env: np.where(fc(env), ft(env), ff(env))
+            return lambda env: ft(env) if fc(env) else ff(env)
+        if op == "likely":
+            return self.expr(e.args[0])
+        if op == "tvm_access_ptr":
+            return self._access_ptr(e)
+        args = [self.expr(a) if isinstance(a, ir.PrimExpr) else (lambda env, a=a: a) for a in e.args]
+        if op in self.intrinsics:
+            fn = self.intrinsics[op]
+            return lambda env: fn(*[a(env) for a in args])
+        npd = _np_dtype(e.dtype)
+        if op in ("shift_left", "shift_right"):
+            fa, fb = args
+            if ir.lanes_of(e.dtype) > 1:
+                return (lambda env: np.left_shift(fa(env), fb(env))) if op == "shift_left" else \
+                    (lambda env: np.right_shift(fa(env), fb(env)))
+            wrap = _wrapper(e.dtype)
+            return (lambda env: wrap(fa(env) << fb(env))) if op == "shift_left" else \
+                (lambda env: wrap(fa(env) >> fb(env)))
+        if op == "abs" and ir.is_int(e.dtype) and ir.lanes_of(e.dtype) == 1:
+            wrap = _wrapper(e.dtype)
+            return lambda env: wrap(abs(args[0](env)))
+        if op in _FLOAT_FNS:
+            f = _FLOAT_FNS[op]
+            return lambda env: npd.type(f(args[0](env))) if ir.lanes_of(e.dtype) == 1 else \
+                f(args[0](env)).astype(npd)
+        if op == "rsqrt":
+            return lambda env: (1 / np.sqrt(args[0](env))).astype(npd)
+        if op == "sigmoid":
+            one = npd.type(1)
+            return lambda env: (one / (one + np.exp(-args[0](env)))).astype(npd)
+        if op == "pow":
+            return lambda env: np.power(args[0](env), args[1](env)).astype(npd)
+        if op == "erf":
+            erf = np.vectorize(math.erf)
+            return lambda env: erf(args[0](env)).astype(npd)
+        raise CompileError(f"no implementation for intrinsic {op!r}; pass it to the interpreter as "
+                           f"intrinsics={{{op!r}: fn}}")
+
+    def _access_ptr(self, e: ir.Call) -> ExprFn:
+        _, data, offset, extent, mask = e.args
+        storage = self._e_Var(data)
+        fo, fe, fm = self.expr(offset), self.expr(extent), self.expr(mask)
+
+        def ptr(env: Env) -> Pointer:
+            arr = storage(env)
+            off, ext = fo(env), fe(env)
+            if off < 0 or off + ext > arr.size:
+                raise MemoryAccessError(f"access pointer to {data.name}[{off}:{off + ext}] is out of range "
+                                        f"(size {arr.size})")
+            return Pointer(arr, data, off, ext, fm(env))
+
+        return ptr
+
+    # ------------------------------------------------------------------ statements
+    def stmt(self, s: ir.Stmt) -> StmtFn:
+        method = getattr(self, f"_s_{type(s).__name__}", None)
+        if method is None:
+            raise CompileError(f"the interpreter does not support {type(s).__name__}")
+        return method(s)
+
+    def _s_SeqStmt(self, s: ir.SeqStmt) -> StmtFn:
+        fns = [self.stmt(c) for c in s.stmts]
+
+        def run_all(env: Env) -> None:
+            for f in fns:
+                f(env)
+
+        return run_all
+
+    def _s_For(self, s: ir.For) -> StmtFn:
+        fmin, fext, body, var = self.expr(s.min), self.expr(s.extent), self.stmt(s.body), s.loop_var
+        rebind = s.kind is ir.ForKind.THREAD_BINDING
+
+        def loop(env: Env) -> None:
+            if rebind and var in env:
+                body(env)  # the thread is already running: a nested binding of the same thread
+                return
+            lo = fmin(env)
+            for i in range(lo, lo + fext(env)):
+                env[var] = i
+                body(env)
+            env.pop(var, None)
+
+        return loop
+
+    def _s_Allocate(self, s: ir.Allocate) -> StmtFn:
+        buf, body = s.buffer, self.stmt(s.body)
+        sizes = [self.expr(x) for x in buf.shape]
+
+        def alloc(env: Env) -> None:
+            size = 1
+            for f in sizes:
+                size *= f(env)
+            saved = env.get(buf.data)
+            env[buf.data] = _poison(buf.dtype, size)
+            body(env)
+            if saved is None:
+                del env[buf.data]
+            else:
+                env[buf.data] = saved
+
+        return alloc
+
+    def _s_BufferStore(self, s: ir.BufferStore) -> StmtFn:
+        index, storage, value = self._flat_index(s.buffer, s.indices), self._storage(s.buffer), self.expr(s.value)
+        name = s.buffer.name
+
+        def store(env: Env) -> None:
+            arr, i, v = storage(env), index(env), value(env)
+            if isinstance(i, np.ndarray):
+                if i.size and (i.min() < 0 or i.max() >= arr.size):
+                    raise MemoryAccessError(f"out-of-bounds write of {name}{list(i)} (size {arr.size})")
+            elif not 0 <= i < arr.size:
+                raise MemoryAccessError(f"out-of-bounds write of {name}[{i}] (size {arr.size})")
+            arr[i] = v
+
+        return store
+
+    def _s_IfThenElse(self, s: ir.IfThenElse) -> StmtFn:
+        cond, then = self.expr(s.cond), self.stmt(s.then_case)
+        other = self.stmt(s.else_case) if s.else_case is not None else None
+
+        def branch(env: Env) -> None:
+            if cond(env):
+                then(env)
+            elif other is not None:
+                other(env)
+
+        return branch
+
+    def _s_AttrStmt(self, s: ir.AttrStmt) -> StmtFn:
+        return self.stmt(s.body)
+
+    def _s_Evaluate(self, s: ir.Evaluate) -> StmtFn:
+        f = self.expr(s.value)
+
+        def evaluate(env: Env) -> None:
+            f(env)
+
+        return evaluate
+
+    def _s_LetStmt(self, s: ir.LetStmt) -> StmtFn:
+        fv, body, var = self.expr(s.value), self.stmt(s.body), s.var
+
+        def let(env: Env) -> None:
+            env[var] = fv(env)
+            body(env)
+            del env[var]
+
+        return let
+
+
+def run(func: ir.PrimFunc, *arrays: np.ndarray, intrinsics: Mapping[str, Callable[..., Any]] | None = None) -> None:
+    """Execute ``func`` on ``arrays`` (outputs are written in place)."""
+    Interpreter(func, intrinsics)(*arrays)

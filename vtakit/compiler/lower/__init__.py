@@ -1,0 +1,77 @@
+"""``vtakit.lower``: a schedule becomes a :class:`~vtakit.compiler.ir.PrimFunc` through phased passes.
+
+Phase 0: user passes. Phase 1: StorageFlatten, Simplify, user passes. Phase 2: VectorizeLoop,
+InjectVirtualThread, VerifyMemoryScopes, UnrollLoop, user passes. Phase 3: Simplify (incl. no-op
+removal), user passes. Targets add passes through :class:`~vtakit.compiler.transform.PassContext`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from vtakit.compiler import ir
+from vtakit.compiler.lower.flatten import flatten_storage
+from vtakit.compiler.lower.schedule_ops import schedule_to_primfunc
+from vtakit.compiler.lower.simplify import simplify_func
+from vtakit.compiler.lower.unroll import unroll_loops
+from vtakit.compiler.lower.verify_memory import verify_memory_scopes
+from vtakit.compiler.lower.vectorize import vectorize_loops
+from vtakit.compiler.lower.vthread import inject_virtual_thread
+from vtakit.compiler.te.schedule import Schedule
+from vtakit.compiler.transform import Pass, PassContext
+from vtakit.errors import CompileError
+
+__all__ = ["lower", "phase_passes"]
+
+
+def phase_passes(ctx: PassContext) -> list[list[tuple[str, Pass]]]:
+    """The built-in passes of each phase (name, pass), user passes appended."""
+    auto = int(ctx.config.get("tir.UnrollLoop.auto_max_step", 0))
+    builtin: list[list[tuple[str, Pass]]] = [
+        [],
+        [("StorageFlatten", flatten_storage), ("Simplify", simplify_func)],
+        [("VectorizeLoop", vectorize_loops), ("InjectVirtualThread", inject_virtual_thread),
+         ("VerifyMemoryScopes", verify_memory_scopes),
+         ("UnrollLoop", lambda f: unroll_loops(f, auto))],
+        [("RemoveNoOp", simplify_func)],
+    ]
+    if ctx.config.get("tir.disable_vectorize"):
+        builtin[2][0] = ("VectorizeLoop", _serialize_vectorized)
+    out = []
+    for phase, passes in enumerate(builtin):
+        kept = [(n, p) for n, p in passes if ctx.enabled(n)]
+        kept += [(getattr(p, "__name__", "user_pass"), p) for p in ctx.user_passes(phase)]
+        out.append(kept)
+    return out
+
+
+def _serialize_vectorized(func: ir.PrimFunc) -> ir.PrimFunc:
+    class _Serial(ir.IRMutator):
+        def visit_For(self, node: ir.For) -> ir.Stmt:
+            node = self.generic_visit(node)
+            if node.kind is ir.ForKind.VECTORIZED:
+                return ir.For(node.loop_var, node.min, node.extent, ir.ForKind.SERIAL, node.body,
+                              node.thread_tag, dict(node.annotations))
+            return node
+
+    return ir.PrimFunc(func.name, func.params, _Serial().visit(func.body), dict(func.attrs))
+
+
+def lower(s: Schedule, args: Sequence[Any], name: str = "main", simple_mode: bool = False) -> ir.PrimFunc:
+    """Lower schedule ``s`` with parameters ``args`` (tensors, outputs included) to loop IR.
+
+    ``simple_mode`` is accepted for TVM compatibility; vtakit never wraps the function in a
+    packed-call API, so the result is the same either way. Print the result to read it.
+    """
+    if not isinstance(s, Schedule):
+        raise CompileError(f"lower expects a schedule (te.create_schedule), got {type(s).__name__}")
+    if not isinstance(args, (list, tuple)):
+        raise CompileError(f"lower: args must be a list of tensors, got {args!r}")
+    ctx = PassContext.current()
+    func = schedule_to_primfunc(s, args, name)
+    for passes in phase_passes(ctx):
+        for pass_name, p in passes:
+            func = p(func)
+            if not isinstance(func, ir.PrimFunc):
+                raise CompileError(f"pass {pass_name} returned {type(func).__name__}, expected a PrimFunc")
+    return func

@@ -1,0 +1,240 @@
+"""Schedule -> loop IR: inline, infer bounds, then emit each stage's loop nest at its attach point.
+
+The result still uses N-d buffer accesses (one index per dimension, relative to the region a
+stage's buffer holds); :mod:`.flatten` makes them 1-D afterwards.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from vtakit.compiler import ir
+from vtakit.compiler.lower.bound import StageInfo, infer_bounds
+from vtakit.compiler.te.expr import IterVar
+from vtakit.compiler.te.schedule import Schedule, Stage
+from vtakit.compiler.te.tensor import Tensor
+from vtakit.errors import CompileError, ScheduleError
+
+__all__ = ["schedule_to_primfunc", "LoadLowerer"]
+
+
+class _Inliner(ir.IRMutator):
+    def __init__(self, inlined: dict[Tensor, tuple[list[ir.Var], ir.PrimExpr]]) -> None:
+        self.inlined = inlined
+
+    def visit_ProducerLoad(self, node: ir.ProducerLoad) -> ir.PrimExpr:
+        node = self.generic_visit(node)
+        hit = self.inlined.get(node.producer)
+        if hit is None:
+            return node
+        params, body = hit
+        return ir.substitute(body, dict(zip(params, node.indices)))
+
+
+class LoadLowerer(ir.IRMutator):
+    """Tensor reads become buffer loads, relative to the region each buffer holds."""
+
+    def __init__(self, buffers: dict[Tensor, tuple[ir.Buffer, list[ir.PrimExpr]]]) -> None:
+        self.buffers = buffers
+
+    def visit_ProducerLoad(self, node: ir.ProducerLoad) -> ir.PrimExpr:
+        node = self.generic_visit(node)
+        hit = self.buffers.get(node.producer)
+        if hit is None:
+            raise CompileError(f"tensor {node.producer.name} is read but neither an argument nor computed "
+                               "by the schedule; pass it in args")
+        buf, mins = hit
+        return ir.BufferLoad(buf, tuple(_rel(i, m) for i, m in zip(node.indices, mins)))
+
+
+def _rel(index: ir.PrimExpr, mn: ir.PrimExpr) -> ir.PrimExpr:
+    return index if isinstance(mn, ir.IntImm) and mn.value == 0 else index - mn
+
+
+def _true(e: ir.PrimExpr) -> bool:
+    return isinstance(e, ir.IntImm) and bool(e.value)
+
+
+def _all(conds: Sequence[ir.PrimExpr]) -> ir.PrimExpr | None:
+    out = None
+    for c in conds:
+        out = c if out is None else ir.And(out, c)
+    return out
+
+
+def _guard(conds: Sequence[ir.PrimExpr], body: ir.Stmt) -> ir.Stmt:
+    cond = _all(conds)
+    return body if cond is None else ir.IfThenElse(cond, body)
+
+
+class _Builder:
+    def __init__(self, sch: Schedule, args: Sequence[Any]) -> None:
+        self.sch = sch
+        self.params: list[ir.Buffer] = []
+        self.arg_tensors: dict[Tensor, ir.Buffer] = {}
+        for a in args:
+            if not isinstance(a, Tensor):
+                raise CompileError(f"lower: arguments must be tensors, got {a!r}")
+            if a in self.arg_tensors:
+                raise CompileError(f"lower: tensor {a.name} appears twice in args")
+            sch[a]  # raises if not in the schedule
+            buf = ir.Buffer(a.name, tuple(a.shape), a.dtype)
+            self.arg_tensors[a] = buf
+            self.params.append(buf)
+        names = [b.name for b in self.params]
+        for n in set(names):
+            if names.count(n) > 1:
+                raise CompileError(f"lower: two arguments are named {n!r}; give tensors distinct names")
+
+    def run(self) -> ir.Stmt:
+        sch = self.sch
+        outputs = {sch[op] for op in sch.outputs}
+        # 1. inline
+        inlined: dict[Tensor, tuple[list[ir.Var], ir.PrimExpr]] = {}
+        self.bodies: dict[Stage, ir.PrimExpr] = {}
+        for st in sch.stages:
+            if st.is_placeholder:
+                continue
+            body = _Inliner(inlined).visit(st.body) if inlined else st.body
+            if st.attach_type == "inline":
+                if st.tensor in self.arg_tensors:
+                    raise ScheduleError(f"stage {st.name} is inlined but also passed in args")
+                inlined[st.tensor] = ([iv.var for iv in st.axis], body)
+            else:
+                self.bodies[st] = body
+        needed = self._needed(outputs)
+        self.bodies = {s: b for s, b in self.bodies.items() if s in needed}
+        for st in sch.stages:
+            if st.is_placeholder and st in needed and st.tensor not in self.arg_tensors:
+                raise CompileError(f"placeholder {st.name} is read but not passed in args")
+        for st in self.bodies:
+            if st.attach_type == "scope":
+                if st.tensor in self.arg_tensors:
+                    raise ScheduleError(f"stage {st.name} is attached with compute_at but also passed in args; "
+                                        "arguments are computed whole at the root")
+                if st.attach_stage not in self.bodies:
+                    raise ScheduleError(f"stage {st.name} is attached to stage {st.attach_stage.name}, "
+                                        f"which is {st.attach_stage.attach_type}d or not computed")
+        # 2. bounds
+        self.infos = infer_bounds(sch, self.bodies, outputs)
+        # 3. buffers
+        self.buffers: dict[Tensor, tuple[ir.Buffer, list[ir.PrimExpr]]] = {}
+        self.allocs: dict[Stage, ir.Buffer] = {}
+        for st in sch.stages:
+            if st.is_placeholder and st.tensor in self.arg_tensors:
+                self.buffers[st.tensor] = (self.arg_tensors[st.tensor], [ir.IntImm("int32", 0)] * st.tensor.ndim)
+        for st, info in self.infos.items():
+            if st.tensor in self.arg_tensors:
+                buf = self.arg_tensors[st.tensor]
+                if st.scope not in (None, "global"):
+                    raise ScheduleError(f"stage {st.name} is an argument, its scope must be global, not {st.scope}")
+            else:
+                buf = ir.Buffer(st.name, tuple(info.buffer_shape), st.tensor.dtype, info.scope)
+                self.allocs[st] = buf
+            self.buffers[st.tensor] = (buf, [mn for mn, _ in info.region])
+        self.lowerer = LoadLowerer(self.buffers)
+        self.attached: dict[tuple[int, int], list[Stage]] = {}
+        for st in self.bodies:
+            if st.attach_type == "scope":
+                self.attached.setdefault((id(st.attach_stage), id(st.attach_ivar)), []).append(st)
+        # 4. emit
+        roots = [st for st in sch.stages if st in self.bodies and st.attach_type == "root"]
+        body = ir.seq(*[self.stage_stmt(st) for st in roots])
+        for st in reversed(roots):
+            if st in self.allocs:
+                body = ir.Allocate(self.allocs[st], body)
+        return body
+
+    def _needed(self, outputs: set[Stage]) -> set[Stage]:
+        from vtakit.compiler.te.tensor import input_tensors  # noqa: PLC0415
+
+        needed: set[Stage] = set()
+        todo = list(outputs) + [self.sch[t] for t in self.arg_tensors]
+        while todo:
+            st = todo.pop()
+            if st in needed:
+                continue
+            needed.add(st)
+            body = self.bodies.get(st)
+            if body is not None:
+                todo.extend(self.sch[t] for t in input_tensors(body))
+        return needed
+
+    # ------------------------------------------------------------------ one stage
+    def stage_stmt(self, st: Stage) -> ir.Stmt:
+        info = self.infos[st]
+        leaves = st.leaf_iter_vars
+        tloc = next((k for k, iv in enumerate(leaves)
+                     if st.iter_var_attrs.get(iv) is not None and st.iter_var_attrs[iv].tensor_intrin is not None),
+                    None)
+        if tloc is not None:
+            for iv in leaves[tloc:]:
+                for other in self.attached.get((id(st), id(iv)), []):
+                    raise ScheduleError(f"stage {other.name} is attached at axis {iv.name} of stage {st.name}, "
+                                        "inside its tensorized region")
+            from vtakit.compiler.lower.tensorize import make_tensorize  # noqa: PLC0415
+
+            return make_tensorize(self, info, tloc)
+        vmap = {iv.var: info.root_value(iv) for iv in st.axis + st.reduce_axis}
+        buf = self.buffers[st.tensor][0]
+        out_idx = tuple(info.offset[iv] for iv in st.axis)
+        body = ir.substitute(info.body, vmap)
+        if not isinstance(body, ir.Reduce):
+            store = ir.BufferStore(buf, self.lowerer.visit(body), out_idx)
+            return self.nest(st, leaves, _guard(info.predicates, store))
+        reduce_vars = {info.loop_var[iv] for iv in leaves if iv.iter_type == "comm_reduce"}
+        combined = body.combiner.combine(ir.BufferLoad(buf, out_idx), body.source)
+        update: ir.Stmt = ir.BufferStore(buf, self.lowerer.visit(combined), out_idx)
+        if not _true(body.condition):
+            update = ir.IfThenElse(self.lowerer.visit(body.condition), update)
+        init_value = body.init if body.init is not None else body.combiner.identity_element
+        init: ir.Stmt = ir.BufferStore(buf, self.lowerer.visit(init_value), out_idx)
+        common = next((k for k, iv in enumerate(leaves) if iv.iter_type == "comm_reduce"), len(leaves))
+        init_preds = [p for p in info.predicates if not ir.uses_var(p, reduce_vars)]
+        init_nest = self.nest(st, [iv for iv in leaves[common:] if iv.iter_type != "comm_reduce"],
+                              _guard(init_preds, init), attach=False)
+        update_nest = self.nest(st, leaves[common:], _guard(info.predicates, update))
+        return self.nest(st, leaves[:common], ir.seq(init_nest, update_nest))
+
+    def nest(self, st: Stage, leaves: Sequence[IterVar], inner: ir.Stmt, attach: bool = True) -> ir.Stmt:
+        info = self.infos[st]
+        for iv in reversed(leaves):
+            if attach:
+                inner = self.with_attached(st, iv, inner)
+            inner = self.loop(st, info, iv, inner)
+        return inner
+
+    def with_attached(self, st: Stage, iv: IterVar, inner: ir.Stmt) -> ir.Stmt:
+        stages = self.attached.get((id(st), id(iv)))
+        if not stages:
+            return inner
+        body = ir.seq(*[self.stage_stmt(p) for p in stages], inner)
+        for p in reversed(stages):
+            if p in self.allocs:
+                body = ir.Allocate(self.allocs[p], body)
+        return body
+
+    def loop(self, st: Stage, info: StageInfo, iv: IterVar, body: ir.Stmt) -> ir.Stmt:
+        attr = st.iter_var_attrs.get(iv)
+        ext = info.extent[iv]
+        zero = ir.IntImm("int32", 0)
+        if attr is not None and attr.bind_thread is not None:
+            th = attr.bind_thread
+            if th.dom is not None and not (isinstance(th.dom.extent, ir.IntImm) and isinstance(ext, ir.IntImm)
+                                           and th.dom.extent.value == ext.value):
+                raise ScheduleError(f"stage {st.name}: axis {iv.name} has extent {ext} but is bound to thread axis "
+                                    f"{th.thread_tag} of extent {th.dom.extent}")
+            loop: ir.Stmt = ir.For(th.var, zero, ext, ir.ForKind.THREAD_BINDING, body, thread_tag=th.thread_tag)
+        else:
+            loop = ir.For(iv.var, zero, ext, attr.kind if attr is not None else ir.ForKind.SERIAL, body)
+        if attr is not None:
+            for key, value in reversed(attr.pragmas):
+                loop = ir.AttrStmt(info.loop_var[iv], f"pragma_{key}",
+                                   ir.convert(value) if isinstance(value, (int, float)) else value, loop)
+        return loop
+
+
+def schedule_to_primfunc(sch: Schedule, args: Sequence[Any], name: str) -> ir.PrimFunc:
+    builder = _Builder(sch, args)
+    body = builder.run()
+    return ir.PrimFunc(name, tuple(builder.params), body)

@@ -1,0 +1,73 @@
+"""Pass infrastructure: the PassContext that targets use to add passes and memory scopes.
+
+A pass is a callable ``PrimFunc -> PrimFunc``. ``lower`` runs its built-in passes in four phases
+(reference/tvm_compiler.md §1.4); a target adds its own per phase with
+``PassContext(config={"tir.add_lower_pass": [(phase, pass), ...]})``, registers its memory scopes
+with ``memory_scopes=``, and can switch built-in passes off by name with ``disabled_pass=``.
+
+Config keys: ``tir.add_lower_pass`` (list of (phase, pass)), ``tir.UnrollLoop.auto_max_step``
+(int, default 0), ``tir.disable_vectorize`` (bool: vectorized loops stay serial).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, ClassVar
+
+from vtakit.compiler import ir
+from vtakit.errors import CompileError
+
+__all__ = ["Pass", "PassContext", "BUILTIN_PASSES", "KNOWN_CONFIG"]
+
+Pass = Callable[[ir.PrimFunc], ir.PrimFunc]
+
+BUILTIN_PASSES = ("StorageFlatten", "Simplify", "VectorizeLoop", "InjectVirtualThread", "VerifyMemoryScopes",
+                  "UnrollLoop", "RemoveNoOp")
+KNOWN_CONFIG = ("tir.add_lower_pass", "tir.UnrollLoop.auto_max_step", "tir.disable_vectorize")
+
+
+@dataclass
+class PassContext:
+    """Compilation options in effect inside ``with PassContext(...):``."""
+
+    config: dict[str, Any] = field(default_factory=dict)
+    memory_scopes: dict[str, Any] = field(default_factory=dict)
+    disabled_pass: tuple[str, ...] = ()
+
+    _stack: ClassVar[list["PassContext"]] = []
+
+    def __post_init__(self) -> None:
+        for key in self.config:
+            if key not in KNOWN_CONFIG:
+                raise CompileError(f"unknown PassContext config key {key!r}; known keys: {list(KNOWN_CONFIG)}")
+        for phase, p in self.config.get("tir.add_lower_pass", []):
+            if phase not in (0, 1, 2, 3) or not callable(p):
+                raise CompileError(f"tir.add_lower_pass entries are (phase 0-3, callable), got ({phase!r}, {p!r})")
+        for name in self.disabled_pass:
+            if name not in BUILTIN_PASSES:
+                raise CompileError(f"cannot disable unknown pass {name!r}; built-in passes: {list(BUILTIN_PASSES)}")
+        from vtakit.compiler.scope import MemoryInfo  # noqa: PLC0415
+
+        for scope, info in self.memory_scopes.items():
+            if not isinstance(info, MemoryInfo):
+                raise CompileError(f"memory_scopes[{scope!r}] must be a MemoryInfo, got {info!r}")
+
+    def __enter__(self) -> "PassContext":
+        PassContext._stack.append(self)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        PassContext._stack.pop()
+
+    @staticmethod
+    def current() -> "PassContext":
+        return PassContext._stack[-1] if PassContext._stack else _DEFAULT
+
+    def user_passes(self, phase: int) -> list[Pass]:
+        return [p for ph, p in self.config.get("tir.add_lower_pass", []) if ph == phase]
+
+    def enabled(self, name: str) -> bool:
+        return name not in self.disabled_pass
+
+
+_DEFAULT = PassContext()
