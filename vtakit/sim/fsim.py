@@ -193,7 +193,7 @@ class _Simulator:
         if isinstance(insn, FinishInsn):
             self._check_finish(index)
         else:
-            self.machine.apply(insn, index)
+            self.machine.apply(insn, index, validate=False)   # check_program validated it
 
     def _check_finish(self, index: int) -> None:
         for m, unit in enumerate(self.units):

@@ -183,9 +183,10 @@ class Machine:
         self._uop_fields = isa.uop_layout(config)
 
     # ------------------------------------------------------------------ dispatch
-    def apply(self, insn: Instruction, index: int | None = None) -> None:
-        """Perform ``insn``'s data effect (validating it first)."""
-        validate_instruction(insn, self.config, index)
+    def apply(self, insn: Instruction, index: int | None = None, *, validate: bool = True) -> None:
+        """Perform ``insn``'s data effect, validating it first unless the caller already has."""
+        if validate:
+            validate_instruction(insn, self.config, index)
         if isinstance(insn, MemInsn):
             if insn.x_size == 0:
                 return
@@ -211,6 +212,8 @@ class Machine:
 
     def _dram_view(self, rows: DramRows) -> np.ndarray:
         """The footprint as a [rows, row_bytes] view of DRAM (rows may overlap when stride < row)."""
+        if rows.rows == 1 or rows.stride == rows.row_bytes:   # contiguous: a plain slice
+            return self.dram[rows.start:rows.start + rows.rows * rows.row_bytes].reshape(rows.rows, rows.row_bytes)
         base = self.dram[rows.start:]
         return np.lib.stride_tricks.as_strided(base, shape=(rows.rows, rows.row_bytes),
                                                strides=(rows.stride, 1))
@@ -293,13 +296,12 @@ class Machine:
                 f"the {name.upper()} buffer has {depth} entries")
 
     def _index_chunks(self, insn: GemmInsn | AluInsn, uops: np.ndarray, factors: list[tuple[int, int]]):
-        """Yield per-operand flattened index arrays in micro-op order, a few outer iterations at a time."""
-        per_outer = insn.iter_in * len(uops)
-        step = max(1, _GEMM_CHUNK // max(per_outer, 1))
-        j = np.arange(insn.iter_in, dtype=np.int64)[:, None]
+        """Yield per-operand index arrays shaped [i, j, k] (micro-op order), a few outer iterations at a time."""
+        j = np.arange(insn.iter_in, dtype=np.int64)[None, :, None]
+        step = max(1, _GEMM_CHUNK // (insn.iter_in * len(uops)))
         for i0 in range(0, insn.iter_out, step):
             i = np.arange(i0, min(i0 + step, insn.iter_out), dtype=np.int64)[:, None, None]
-            yield [(uops[:, col] + i * fo + j * fi).ravel() for col, (fo, fi) in enumerate(factors)]
+            yield [uops[:, c][None, None, :] + i * fo + j * fi for c, (fo, fi) in enumerate(factors)]
 
     def _require_written(self, name: str, where: slice | np.ndarray, insn: Instruction, index: int | None) -> None:
         mask = self.written[name][where]
@@ -322,6 +324,7 @@ class Machine:
             self._check_index_range(insn, uops, 2, factors[2], "wgt", index)
         obs = self.observer
         for dst, src, wgt in self._index_chunks(insn, uops, factors):
+            dst = dst.ravel()
             if insn.reset_reg:
                 if obs is not None:
                     obs.sram("out", True, dst)
@@ -331,20 +334,34 @@ class Machine:
                 self.written["out"][dst] = True
                 continue
             if obs is not None:
-                obs.sram("inp", False, src)
-                obs.sram("wgt", False, wgt)
+                obs.sram("inp", False, src.ravel())
+                obs.sram("wgt", False, wgt.ravel())
                 obs.sram("out", True, dst)
-            self._require_written("inp", src, insn, index)
-            self._require_written("wgt", wgt, insn, index)
+            self._require_written("inp", src.ravel(), insn, index)
+            self._require_written("wgt", wgt.ravel(), insn, index)
             self._require_written("acc", dst, insn, index)
-            products = np.matmul(self._inp_f[src], self._wgt_t[wgt])      # [n, batch, block_out], exact
-            touched, sums = _segment_sum(dst, products, len(self.acc))
+            touched, sums = _segment_sum(dst, self._products(src, wgt, insn.wgt_factor_out == 0), len(self.acc))
             total = self.acc[touched].astype(np.int64) + sums
             self.acc[touched] = total.astype(np.int32)                    # wraps mod 2**32
             self.out[touched] = total.astype(np.int8)                     # low 8 bits
             self.written["out"][touched] = True
         if not insn.reset_reg:
             self.counters["gemm_counter"] += insn.iter_out * insn.iter_in * len(uops)
+
+    def _products(self, src: np.ndarray, wgt: np.ndarray, shared_over_i: bool) -> np.ndarray:
+        """inp[src] . wgt[wgt]^T for index arrays shaped [i, j, k]: [n, batch, block_out] float32, exact.
+
+        When the weight index does not move with the outer loop, each weight tile multiplies all
+        outer iterations' inputs in one matmul instead of being gathered once per micro-op.
+        """
+        rows, inner, nuops = src.shape
+        if shared_over_i and rows > 1:
+            c = self.config
+            x = self._inp_f[src.transpose(1, 2, 0)].reshape(inner * nuops, rows * c.batch, c.block_in)
+            w = self._wgt_t[wgt[0].ravel()]                               # [j*k, block_in, block_out]
+            p = np.matmul(x, w).reshape(inner, nuops, rows, c.batch, c.block_out)
+            return p.transpose(2, 0, 1, 3, 4).reshape(-1, c.batch, c.block_out)
+        return np.matmul(self._inp_f[src.ravel()], self._wgt_t[wgt.ravel()])
 
     def alu(self, insn: AluInsn, index: int | None = None) -> None:
         """ALU: acc[dst] = op(acc[dst], imm if use_imm else acc[src]) in strict micro-op order."""
@@ -356,6 +373,7 @@ class Machine:
         if not insn.use_imm:
             self._check_index_range(insn, uops, 1, factors[1], "acc", index)
         for dst, src in self._index_chunks(insn, uops, factors):
+            dst, src = dst.ravel(), src.ravel()
             if self.observer is not None:
                 self.observer.sram("out", True, dst)
             self._require_written("acc", dst, insn, index)
@@ -400,6 +418,8 @@ def alu_op(op: AluOp, a: np.ndarray, b: np.ndarray | np.int64) -> np.ndarray:
 def _segment_sum(dst: np.ndarray, values: np.ndarray, depth: int) -> tuple[np.ndarray, np.ndarray]:
     """Sum ``values`` rows that share a ``dst``: (unique dsts, int64 sums), exactly."""
     n = len(dst)
+    if n == 1:
+        return dst, values.astype(np.int64)
     if n <= _SMALL_SEGSUM:
         touched, inverse = np.unique(dst, return_inverse=True)
         if len(touched) == n:
@@ -436,6 +456,8 @@ def _alu_levels(dst: np.ndarray, src: np.ndarray | None, depth: int) -> np.ndarr
     all reads happen before all writes, so WAR allows the same level.
     """
     n = len(dst)
+    if n == 1:
+        return None
     if src is None or not np.isin(src, dst).any():
         rank = _occurrence_rank(dst)     # only repeated destinations depend on each other
         return rank if rank.any() else None
