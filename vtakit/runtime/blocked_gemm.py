@@ -137,7 +137,10 @@ def build_gemm(builder: ProgramBuilder, a: Any, w: Any, c: Any, m: int, n: int, 
     units = len(tiles) * chunks
     loads = BufferChannel(builder, Stage.LOAD, Stage.COMPUTE, units, vthreads)
     outs = BufferChannel(builder, Stage.COMPUTE, Stage.STORE, len(tiles), vthreads)
-    tile_loop = dict(iter_out=t.tm, iter_in=t.tn, dst_factor=(t.tn, 1))
+    # A factor of a loop that runs once is irrelevant; zero it so it cannot overflow its field
+    # (tk may equal a whole SRAM depth when the other tile dimension is 1).
+    out_f, in_f = int(t.tm > 1), int(t.tn > 1)
+    tile_loop = dict(iter_out=t.tm, iter_in=t.tn, dst_factor=(t.tn * out_f, in_f))
 
     def load(unit: int) -> None:
         (mo, no), ko = tiles[unit // chunks], (unit % chunks) * t.tk
@@ -157,8 +160,7 @@ def build_gemm(builder: ProgramBuilder, a: Any, w: Any, c: Any, m: int, n: int, 
             outs.acquire(tile)
             builder.gemm([Uop(acc)], reset=True, **tile_loop)
         builder.gemm([Uop(acc, buf * inp_part + kk, buf * wgt_part + kk) for kk in range(t.tk)],
-                     iter_out=t.tm, iter_in=t.tn, dst_factor=(t.tn, 1), src_factor=(t.tk, 0),
-                     wgt_factor=(0, t.tk))
+                     src_factor=(t.tk * out_f, 0), wgt_factor=(0, t.tk * in_f), **tile_loop)
         loads.release(unit)
         if unit + vthreads < units:
             load(unit + vthreads)

@@ -289,6 +289,11 @@ class ProgramBuilder:
         memory = MemId.INP if stage == Stage.LOAD else MemId.UOP
         self._insns.append(MemInsn(opcode=opcode, memory_type=memory, y_size=0, x_size=0, x_stride=0, **flags))
 
+    def commit_pending_pops(self, stage: Stage) -> None:
+        """``CommitPendingPop``: put ``stage``'s pending pops on a token-only no-op now."""
+        self._check_open()
+        self._commit_pending_pop(Stage(stage))
+
     def _commit_pending_pop(self, stage: Stage) -> None:
         if self._pending_prev[stage] or self._pending_next[stage]:
             self._noop(stage, pop_prev=self._pending_prev[stage], pop_next=self._pending_next[stage])

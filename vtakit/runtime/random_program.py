@@ -13,8 +13,10 @@ How validity is guaranteed:
 * Work is a sequence of tasks (load -> compute -> store). Task ``u`` belongs to virtual thread
   ``u % T`` and uses only that thread's partition of INP, WGT, ACC and OUT, so threads never share
   SRAM entries. Two :class:`BufferChannel` s (load/compute over INP+WGT, compute/store over OUT)
-  give the happens-before edges of double buffering; every pop is matched with a push earlier in
-  the instruction stream (prefetched loads and delayed stores stay within ``T - 1`` tasks).
+  give the happens-before edges of double buffering. Every pop is matched with a push earlier in
+  the instruction stream and, read in stream order, no queue ever holds more than
+  TOKEN_QUEUE_DEPTH tokens (prefetched loads and delayed stores stay within bounds derived from
+  it), so executing the program in stream order never blocks: it cannot deadlock.
 * Reads are drawn only from entries known to be written: per-thread bitmaps track INP/WGT written
   by loads, ACC written by ACC loads, resets, GEMMs and ALU ops, and OUT written by GEMM/ALU (LOAD
   ACC does not write OUT). Loops are sampled so that every index they generate stays in a
@@ -22,8 +24,9 @@ How validity is guaranteed:
 * DRAM inputs (INP, WGT, ACC, ACC_8BIT data) and the output area are disjoint, so loads and stores
   never touch the same bytes; stores may overwrite each other's output (same module, in order).
 * Token storms (more pushes than the queue holds, then the pops) are placed only at the start and
-  the end, where no token is outstanding, and hold at most DEPTH + CMD_QUEUE_DEPTH + 1 tokens, so
-  the stalled pusher's remaining no-ops fit its command queue and fetch reaches the pops.
+  the end, where no token is outstanding, and hold DEPTH + CMD_QUEUE_DEPTH + 1 tokens: the pusher
+  stalls on the full queue in every schedule, its remaining no-ops fit its command queue, and
+  fetch reaches the pops.
 """
 
 from __future__ import annotations
@@ -95,7 +98,12 @@ class _Generator:
         self.config = config
         self.rng = np.random.default_rng(seed)
         self.limits = limits
-        self.threads = limits.vthreads or int(self.rng.integers(1, 4))
+        # Stream-order outstanding tokens must stay within the token queues (see generate()).
+        most = min(3, 2 * config.token_queue_depth - 1)
+        if limits.vthreads is not None and limits.vthreads > most:
+            raise ConfigError(f"vthreads={limits.vthreads} needs TOKEN_QUEUE_DEPTH >= {(limits.vthreads + 2) // 2}, "
+                              f"{config.model} has {config.token_queue_depth}")
+        self.threads = limits.vthreads or int(self.rng.integers(1, most + 1))
         self.b = ProgramBuilder(config, name=f"random-{seed}-vt{self.threads}")
         t = self.threads
         self.parts = {"inp": min(config.inp_depth // t, _PART_CAP), "wgt": min(config.wgt_depth // t, _PART_CAP),
@@ -135,14 +143,20 @@ class _Generator:
 
     # ------------------------------------------------------------------ token storms
     def storm(self) -> None:
-        """Push DEPTH+1.. tokens on one queue before popping any (the pusher must stall)."""
+        """Push DEPTH + CMD_QUEUE_DEPTH + 1 tokens on one queue, then pop them.
+
+        Fetch can dispatch the first pop only once the pusher has started its (DEPTH+1)-th push,
+        so the pusher stalls on a full token queue in every schedule, while its remaining no-ops
+        still fit its command queue (no deadlock).
+        """
         depth, cmd = self.config.token_queue_depth, self.config.cmd_queue_depth
         queue = _QUEUES[self.pick(0, 3)]
-        count = self.pick(depth + 1, depth + cmd + 1)
+        count = depth + cmd + 1
         for _ in range(count):
             self.b.dep_push(*queue)
         for _ in range(count):
             self.b.dep_pop(*queue)
+        self.b.commit_pending_pops(queue[1])
 
     def storm_size(self) -> int:
         return 2 * (self.config.token_queue_depth + self.config.cmd_queue_depth + 1) + 1
@@ -325,9 +339,13 @@ class _Generator:
         if budget < self.task_bound():
             storms, budget = [False, False], lim.max_insns - 8
         units = max(1, min(lim.max_tasks, budget // self.task_bound()))
-        t = self.threads
-        ahead = self.pick(0, t - 1)         # loads emitted this many tasks early
-        delay = self.pick(0, t - 1)         # stores emitted this many tasks late
+        # Loads run ``ahead`` tasks early and stores ``delay`` tasks late. In stream order that
+        # leaves up to ahead+1 (L->C), T-ahead (C->L), delay+1 (C->S) and T-delay (S->C) tokens
+        # outstanding; keeping those within TOKEN_QUEUE_DEPTH keeps the program deadlock-free
+        # whatever the command queue depth (executing it in stream order never blocks).
+        t, depth = self.threads, self.config.token_queue_depth
+        ahead = self.pick(max(0, t - depth), min(t - 1, depth - 1))
+        delay = self.pick(max(0, t - depth), min(t - 1, depth - 1))
         loads = BufferChannel(self.b, Stage.LOAD, Stage.COMPUTE, units, t)
         outs = BufferChannel(self.b, Stage.COMPUTE, Stage.STORE, units, t)
         if storms[0]:
@@ -372,7 +390,14 @@ def random_program(config: VTAConfig | None = None, seed: int = 0, **limits: obj
 
 # ---------------------------------------------------------------------------- coverage
 def coverage(program: Program) -> set[str]:
-    """The ISA features ``program`` exercises (names as used by the coverage test)."""
+    """The ISA features ``program`` exercises (names as used by the coverage test).
+
+    Besides instruction kinds, two queue features are read from the stream order:
+    ``token_queue_overflow`` -- more than TOKEN_QUEUE_DEPTH pushes on a queue precede the pops that
+    free them, so the pusher must wait on a full queue; ``command_queue_overflow`` -- an
+    instruction that pops is followed by more than CMD_QUEUE_DEPTH instructions of its own module,
+    so fetch stalls on the full command queue whenever that pop has to wait.
+    """
     config = program.config
     features: set[str] = set()
     outstanding = dict.fromkeys(_QUEUES, 0)

@@ -1,0 +1,139 @@
+"""The vtakit command: every verb, --help everywhere, and clean errors (exit 1, no traceback)."""
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from vtakit.cli import build_parser, main
+from vtakit.hw.config import VTAConfig
+from vtakit.runtime.random_program import random_program
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def small_config(tmp_path):
+    path = tmp_path / "small.json"
+    VTAConfig.small().to_json(path)
+    return path
+
+
+@pytest.fixture
+def program_file(tmp_path):
+    path = tmp_path / "p.vtaprog"
+    random_program(VTAConfig.small(), 3).save(path)
+    return path
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_every_command_has_help(capsys):
+    commands = [["info"], ["disasm"], ["run-program"], ["random-program"], ["bench"], ["bench", "gemm"]]
+    for argv in [[]] + commands:
+        with pytest.raises(SystemExit) as exit_info:
+            main(argv + ["--help"])
+        assert exit_info.value.code == 0
+        assert "usage: vtakit" in capsys.readouterr().out
+    verbs = build_parser()._subparsers._group_actions[0].choices
+    assert set(verbs) == {c[0] for c in commands}
+
+
+def test_info(capsys, small_config):
+    code, out, _ = run(capsys, "info")
+    assert code == 0 and "1x16_i8w8a32_15_15_18_17" in out and "fsim" in out
+    code, out, _ = run(capsys, "info", "--config", str(small_config), "--json")
+    info = json.loads(out)
+    assert code == 0 and info["model"] == VTAConfig.small().model and info["block_in"] == 4
+    assert "fsim" in info["backends"]
+
+
+def test_disasm(capsys, program_file, small_config):
+    code, out, _ = run(capsys, "disasm", str(program_file), "--config", str(small_config))
+    assert code == 0 and out.startswith("; random-3-") and "FINISH" in out and "micro-ops" in out
+
+
+def test_run_program_is_reproducible(capsys, program_file):
+    code, out, _ = run(capsys, "run-program", str(program_file), "--backend", "fsim", "--json")
+    first = json.loads(out)
+    assert code == 0 and first["program"].startswith("random-3") and first["cycles"] is None
+    assert first["counters"]["gemm_counter"] > 0 and len(first["dram_sha256"]) == 64
+    code, out, _ = run(capsys, "run-program", str(program_file))
+    assert code == 0 and first["dram_sha256"] in out
+
+
+def test_random_program_then_replay(capsys, tmp_path, small_config):
+    path = tmp_path / "r.vtaprog"
+    code, out, _ = run(capsys, "random-program", "--seed", "9", "--max-insns", "64", "--vthreads", "2",
+                       "--config", str(small_config), "-o", str(path))
+    assert code == 0 and "random-9-vt2" in out
+    code, out, _ = run(capsys, "run-program", str(path), "--json")
+    assert code == 0 and json.loads(out)["instructions"] <= 64
+
+
+@pytest.mark.parametrize("vthreads", ["1", "2"])
+def test_bench_gemm_json(capsys, small_config, vthreads):
+    code, out, _ = run(capsys, "bench", "gemm", "--m", "16", "--n", "16", "--k", "32", "--backend", "fsim",
+                       "--vthreads", vthreads, "--config", str(small_config), "--json")
+    result = json.loads(out)
+    assert code == 0 and set(result) == {"correct", "cycles", "ideal_cycles", "utilization", "sim_seconds"}
+    assert result["correct"] is True and result["ideal_cycles"] == 16 * 16 * 32 // 16
+    assert result["cycles"] is None and result["utilization"] is None
+
+
+def test_bench_gemm_defaults(capsys):
+    code, out, _ = run(capsys, "bench", "gemm")
+    assert code == 0
+    assert "GEMM 256x256x256 int8 on fsim" in out and "correct       yes" in out
+    assert "ideal cycles  65536" in out
+
+
+def _bad_inputs(tmp_path, program_file):
+    garbage = tmp_path / "garbage.vtaprog"
+    garbage.write_bytes(b"not a zip at all")
+    bad_config = tmp_path / "bad.json"
+    bad_config.write_text('{"LOG_BLOCK": 4, "NOT_A_KEY": 1}')
+    return [
+        (["disasm", str(tmp_path / "missing.vtaprog")], "cannot read program file"),
+        (["disasm", str(garbage)], "is not a vtakit program file"),
+        (["info", "--config", str(bad_config)], r"unknown configuration key\(s\) \['NOT_A_KEY'\]"),
+        (["info", "--config", str(tmp_path / "none.json")], "cannot read configuration file"),
+        (["run-program", str(program_file), "--backend", "quantum"], "unknown backend 'quantum'"),
+        (["run-program", str(program_file), "--config", str(tmp_path / "default.json")], "was built for"),
+        (["bench", "gemm", "--k", "100"], "K=100 is not a multiple of BLOCK_IN=16"),
+        (["bench", "gemm", "--vthreads", "0"], "vthreads=0 must be between 1 and 8"),
+        (["random-program", "-o", str(tmp_path / "no" / "such" / "dir.vtaprog")], "No such file or directory"),
+    ]
+
+
+def test_bad_input_gives_one_line_errors(capsys, tmp_path, program_file):
+    VTAConfig().to_json(tmp_path / "default.json")
+    for argv, message in _bad_inputs(tmp_path, program_file):
+        code, out, err = run(capsys, *argv)
+        assert code == 1, argv
+        assert err.startswith("vtakit: error: ") and "Traceback" not in err, err
+        assert re.search(message, err), (argv, err)
+
+
+def test_usage_errors_exit_2(capsys):
+    for argv in (["frobnicate"], ["bench"], ["bench", "gemm", "--m", "many"]):
+        with pytest.raises(SystemExit) as exit_info:
+            main(argv)
+        assert exit_info.value.code == 2
+        capsys.readouterr()
+
+
+def test_module_entry_point_exit_status(tmp_path):
+    ok = subprocess.run([sys.executable, "-m", "vtakit.cli", "bench", "gemm", "--m", "16", "--n", "16", "--k", "16",
+                         "--json"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert ok.returncode == 0 and json.loads(ok.stdout)["correct"] is True
+    bad = subprocess.run([sys.executable, "-m", "vtakit.cli", "disasm", str(tmp_path / "missing")], cwd=REPO,
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 1 and "Traceback" not in bad.stderr and "cannot read program file" in bad.stderr
