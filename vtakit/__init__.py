@@ -3,9 +3,10 @@
 from vtakit import errors
 from vtakit.hw import isa
 from vtakit.hw.config import VTAConfig
+from vtakit.runtime import Device
 from vtakit.compiler import te
 from vtakit.compiler.build import build
 from vtakit.compiler.lower import lower
 
-__all__ = ["errors", "isa", "VTAConfig", "te", "lower", "build"]
+__all__ = ["errors", "isa", "VTAConfig", "Device", "te", "lower", "build"]
 __version__ = "0.1.0"
