@@ -293,6 +293,39 @@ class Buffer:
         indices = indices if isinstance(indices, tuple) else (indices,)
         return BufferLoad(self, tuple(convert(i) for i in indices))
 
+    def vload(self, indices: Any) -> "BufferLoad":
+        return self[tuple(indices) if isinstance(indices, (list, tuple)) else indices]
+
+    def vstore(self, indices: Any, value: Any) -> "BufferStore":
+        indices = tuple(indices) if isinstance(indices, (list, tuple)) else (indices,)
+        return BufferStore(self, convert(value, self.dtype), tuple(convert(i) for i in indices))
+
+    def access_ptr(self, access_mask: str | int = "rw", ptr_type: str = "handle", content_lanes: int = 1,
+                   offset: Any = 0, extent: Any = None) -> "Call":
+        """``tvm_access_ptr(dtype, data, elem_offset + offset, extent, mask)``: a pointer into the buffer
+        (offsets and extents in elements; mask 1 = read, 2 = write), as TVM's ``Buffer.access_ptr``."""
+        if isinstance(access_mask, str):
+            bad = set(access_mask) - {"r", "w"}
+            if bad or not access_mask:
+                raise CompileError(f"access_ptr of {self.name}: access_mask must use 'r' and 'w', got {access_mask!r}")
+            mask = (1 if "r" in access_mask else 0) | (2 if "w" in access_mask else 0)
+        else:
+            mask = int(access_mask)
+        if extent is None:
+            if self.strides:  # the span from the first to one past the last element
+                extent = convert(1)
+                for n, st in zip(self.shape, self.strides):
+                    extent = extent + (n - 1) * st
+            else:
+                extent = convert(1)
+                for s in self.shape:
+                    extent = extent * s
+            extent = extent - offset
+        dtype = self.dtype if content_lanes == 1 else with_lanes(self.dtype, content_lanes)
+        return Call.make(ptr_type, "tvm_access_ptr",
+                         [dtype, self.data, self.elem_offset if isinstance(offset, int) and offset == 0
+                          else self.elem_offset + offset, convert(extent), IntImm("int32", mask)])
+
     def __str__(self) -> str:
         return self.name
 

@@ -201,6 +201,23 @@ class Analyzer:
             return self.const_int_bound(ir.substitute(e.body, {e.var: e.value}))
         return rng
 
+    def prove_ge(self, a: ir.PrimExpr, b: ir.PrimExpr, depth: int = 4) -> bool:
+        """Whether ``a >= b`` provably, using bounds and the monotonicity of min/max."""
+        if self._lin_bound(self._to_lin(self._linear_result(ir.Sub(a, b))))[0] >= 0:
+            return True
+        if depth == 0:
+            return False
+        d = depth - 1
+        if isinstance(a, ir.Min) and self.prove_ge(a.a, b, d) and self.prove_ge(a.b, b, d):
+            return True
+        if isinstance(b, ir.Max) and self.prove_ge(a, b.a, d) and self.prove_ge(a, b.b, d):
+            return True
+        if isinstance(a, ir.Max) and (self.prove_ge(a.a, b, d) or self.prove_ge(a.b, b, d)):
+            return True
+        if isinstance(b, ir.Min) and (self.prove_ge(a, b.a, d) or self.prove_ge(a, b.b, d)):
+            return True
+        return False
+
     def can_prove(self, cond: Any) -> bool:
         """Whether ``cond`` is provably true under the known bounds."""
         c = self.simplify(cond)
@@ -426,10 +443,9 @@ class Analyzer:
             v = min(a.value, b.value) if is_min else max(a.value, b.value)
             return ir.const(v, e.dtype)
         if _is_int_scalar(e):
-            lo, hi = self._lin_bound(self._to_lin(self._linear_result(ir.Sub(a, b))))
-            if hi <= 0:
+            if self.prove_ge(b, a):
                 return a if is_min else b
-            if lo >= 0:
+            if self.prove_ge(a, b):
                 return b if is_min else a
         elif ir.structural_equal(a, b):
             return a

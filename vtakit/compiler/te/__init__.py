@@ -8,6 +8,7 @@ from vtakit.compiler.te.expr import (
 )
 from vtakit.compiler.te.schedule import Schedule, Stage, create_schedule
 from vtakit.compiler.te.tensor import ComputeOp, Operation, PlaceholderOp, Tensor, compute, placeholder
+from vtakit.compiler.te.tensor_intrin import TensorIntrin, decl_buffer, decl_tensor_intrin
 
 __all__ = [
     "CommReducer", "IterVar", "Range", "Reducer", "abs", "all", "any", "call_intrin", "ceil", "comm_reducer",
@@ -16,4 +17,5 @@ __all__ = [
     "size_var", "sqrt", "sum", "tanh", "thread_axis", "trunc", "truncdiv", "truncmod", "var",
     "Schedule", "Stage", "create_schedule",
     "ComputeOp", "Operation", "PlaceholderOp", "Tensor", "compute", "placeholder",
+    "TensorIntrin", "decl_buffer", "decl_tensor_intrin",
 ]

@@ -168,7 +168,11 @@ class Reducer:
             self._cache[dtype] = CommReducer(self.name, lhs, rhs, result, ir.convert(self.fidentity(dtype), dtype))
         return self._cache[dtype]
 
-    def __call__(self, expr: Any, axis: Any, where: Any = None, init: Any = None) -> ir.Reduce:
+    def __call__(self, expr: Any, axis: Any, where: Any = None, init: Any = None) -> ir.PrimExpr:
+        """A reduction over ``axis``; with two expressions (``te.max(a, b)``) the combination itself."""
+        if not isinstance(axis, (IterVar, list, tuple)):
+            a, b = ir._unify(expr, axis)
+            return ir.convert(self.fcombine(a, b))
         expr = ir.convert(expr)
         axes = tuple(axis) if isinstance(axis, (list, tuple)) else (axis,)
         for a in axes:
