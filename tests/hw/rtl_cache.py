@@ -1,0 +1,81 @@
+"""One RTL run per program per test session, shared by every test that needs it.
+
+RTL simulation is slow, and the same corpus and random programs are checked by several tests
+(rtl == fsim here, cycle model == rtl in the cycle-model tests). :func:`rtl_run` keys a result by
+the program's bytes and the RTL's own source, and keeps it in a directory shared by all pytest-xdist
+workers of the session (or in ``$VTAKIT_RTL_CACHE`` to keep results across sessions; the key
+changes whenever a file under vtakit/hw or vtakit/sim/rtl.py changes).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+from tests.programs import run_program
+from vtakit.sim.program import Program
+
+__all__ = ["RtlResult", "rtl_run", "program_key", "session_cache_dir"]
+
+_REPO = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class RtlResult:
+    dram: np.ndarray
+    cycles: int
+    retire_cycles: list[int]
+    busy_cycles: dict[str, int]
+
+
+@lru_cache(maxsize=1)
+def _rtl_source_hash() -> str:
+    digest = hashlib.sha256()
+    for path in sorted((_REPO / "vtakit" / "hw").glob("*.py")) + [_REPO / "vtakit" / "sim" / "rtl.py"]:
+        digest.update(path.name.encode() + path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def program_key(program: Program) -> str:
+    """A digest of everything that determines an RTL run of ``program``."""
+    digest = hashlib.sha256()
+    digest.update(_rtl_source_hash().encode())
+    digest.update(program.config.to_json().encode())
+    digest.update(program.encoded_insns())
+    digest.update(program.uop_segment.data + program.uop_addr.to_bytes(8, "little"))
+    digest.update(program.dram_size.to_bytes(8, "little"))
+    for segment in program.segments:
+        digest.update(segment.addr.to_bytes(8, "little") + segment.data)
+    return digest.hexdigest()[:32]
+
+
+def session_cache_dir(tmp_path_factory, worker_id: str) -> Path:
+    """The cache directory of this pytest session, shared by its xdist workers."""
+    if os.environ.get("VTAKIT_RTL_CACHE"):
+        return Path(os.environ["VTAKIT_RTL_CACHE"])
+    base = tmp_path_factory.getbasetemp()
+    return (base.parent if worker_id != "master" else base) / "rtl-cache"
+
+
+def rtl_run(program: Program, cache_dir: Path) -> RtlResult:
+    """The RTL run of ``program``, computed once per cache directory."""
+    path = Path(cache_dir) / f"{program_key(program)}.npz"
+    if path.exists():
+        with np.load(path) as archive:
+            meta = json.loads(bytes(archive["meta"]).decode())
+            return RtlResult(archive["dram"].copy(), meta["cycles"], meta["retire_cycles"], meta["busy_cycles"])
+    dram, stats = run_program(program, "rtl")
+    result = RtlResult(dram, stats.cycles, list(stats.retire_cycles), dict(stats.busy_cycles))
+    meta = json.dumps({"cycles": result.cycles, "retire_cycles": result.retire_cycles,
+                       "busy_cycles": result.busy_cycles}).encode()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp.npz")
+    np.savez(tmp, dram=dram, meta=np.frombuffer(meta, dtype=np.uint8))
+    os.replace(tmp, path)
+    return result

@@ -1,0 +1,51 @@
+"""rtl == fsim, byte for byte: the whole corpus, default-config programs and random programs.
+
+Every RTL run goes through the session cache (rtl_cache.py), so the cycle-model tests reuse it.
+"""
+
+import numpy as np
+import pytest
+
+from tests.hw.rtl_cache import rtl_run
+from tests.programs import CASES, Unsupported, run_program
+from vtakit.hw.config import VTAConfig
+from vtakit.runtime.random_program import random_program
+
+SMALL = VTAConfig.small()
+DEFAULT = VTAConfig()
+#: Short programs on the default configuration: every memory type (elements span several beats).
+DEFAULT_PROGRAMS = ("acc_roundtrip", "acc8_roundtrip", "pad_inp_1232", "pad_acc_1232", "gemm_epilogue",
+                    "alu_shr_tensor", "alu_add_imm", "relu_clip", "blocked_gemm_vt2", "token_burst",
+                    "fetch_burst")
+RANDOM_SEEDS = range(60)
+
+
+def _program(name, config):
+    try:
+        return CASES[name](config).program
+    except Unsupported as exc:
+        pytest.skip(str(exc))
+
+
+def _assert_same(program, rtl_cache_dir):
+    expected, _ = run_program(program, "fsim")
+    result = rtl_run(program, rtl_cache_dir)
+    diff = np.flatnonzero(result.dram != expected)
+    assert diff.size == 0, f"{program.name}: DRAM differs from fsim at byte(s) {diff[:8].tolist()}"
+    assert len(result.retire_cycles) == len(program.insns)
+    assert result.cycles == max(result.retire_cycles) == result.retire_cycles[-1]
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_corpus_small(name, rtl_cache_dir):
+    _assert_same(_program(name, SMALL), rtl_cache_dir)
+
+
+@pytest.mark.parametrize("name", DEFAULT_PROGRAMS)
+def test_corpus_default(name, rtl_cache_dir):
+    _assert_same(_program(name, DEFAULT), rtl_cache_dir)
+
+
+@pytest.mark.parametrize("seed", RANDOM_SEEDS)
+def test_random_program_small(seed, rtl_cache_dir):
+    _assert_same(random_program(SMALL, seed), rtl_cache_dir)

@@ -1,0 +1,227 @@
+"""The compute module: micro-op cache, ACC and OUT, the GEMM core and the vector ALU.
+
+It runs LOAD UOP / ACC / ACC_8BIT (through its own 2-D DMA engine), GEMM, ALU and FINISH in
+program order. GEMM and ALU share one three-stage micro-op pipeline, one micro-op per cycle:
+
+    A  issue: loop counters produce the micro-op address; the uop SRAM is read
+    B  index: uop fields + loop offsets give the ACC / INP / WGT addresses; the SRAMs are read
+    C  execute: the BATCH x BLOCK_IN x BLOCK_OUT GEMM or the vector ALU; ACC and OUT written
+
+Both ACC read ports are transparent to the ACC write port, so a micro-op reading the entry that
+the micro-op just before it writes (distance 1) sees the new value, and every greater distance
+reads the SRAM after the write: the strict micro-op order of DESIGN §2.3 holds with no stalls.
+"""
+
+from __future__ import annotations
+
+from amaranth.hdl import Assert, Cat, Const, Module, Mux, Signal, signed
+from amaranth.lib import data, memory, wiring
+from amaranth.lib.wiring import In, Out
+
+from vtakit.hw import isa
+from vtakit.hw.bus import ReadPortSignature
+from vtakit.hw.config import ITER_BITS, VTAConfig
+from vtakit.hw.dma import DmaLoad2D
+from vtakit.hw.layouts import insn_layout, uop_layout
+from vtakit.hw.sequencer import Sequencer, sequencer_ports
+
+__all__ = ["ComputeModule", "gemm_datapath", "alu_datapath"]
+
+_POPS = ("pop_prev", "pop_next")
+_PUSHES = ("push_prev", "push_next")
+
+
+def _log2(n: int) -> int:
+    return n.bit_length() - 1
+
+
+def _tree_sum(terms):
+    while len(terms) > 1:
+        terms = [terms[i] + terms[i + 1] if i + 1 < len(terms) else terms[i] for i in range(0, len(terms), 2)]
+    return terms[0]
+
+
+def gemm_datapath(config: VTAConfig, inp, wgt, acc):
+    """acc[b][o] + sum_i inp[b][i] * wgt[o][i] for every lane, wrapped to 32 bits (a list of lanes)."""
+    lanes = []
+    for b in range(config.batch):
+        for o in range(config.block_out):
+            products = [inp.word_select(b * config.block_in + i, 8).as_signed()
+                        * wgt.word_select(o * config.block_in + i, 8).as_signed() for i in range(config.block_in)]
+            old = acc.word_select(b * config.block_out + o, 32)
+            lanes.append((old + _tree_sum(products))[:32])
+    return lanes
+
+
+def alu_datapath(config: VTAConfig, alu_opcode, lhs, rhs):
+    """One ALU lane: op(lhs, rhs) on int32 with DESIGN §2.3's SHR and MUL rules (32-bit result)."""
+    a = lhs.as_signed()
+    b = rhs.as_signed()
+    shift = rhs[:6].as_signed()
+    right = (a >> shift[:5])[:32]
+    left = (a << (-shift)[:6])[:32]
+    result = Signal(32)
+    choices = {isa.AluOp.MIN: Mux(a < b, a, b)[:32], isa.AluOp.MAX: Mux(a > b, a, b)[:32],
+               isa.AluOp.ADD: (a + b)[:32], isa.AluOp.SHR: Mux(shift[5], left, right)}
+    if config.alu_mul:
+        choices[isa.AluOp.MUL] = (a * rhs[:16].as_signed())[:32]
+    expr = Const(0, 32)
+    for op, value in choices.items():
+        expr = Mux(alu_opcode == op, value, expr)
+    return expr
+
+
+class ComputeModule(wiring.Component):
+    """Executes LOAD UOP/ACC/ACC_8BIT, GEMM, ALU and FINISH.
+
+    Interface attributes: the sequencer ports, ``mem`` (read port for uop and ACC loads),
+    ``inp_rd`` / ``wgt_rd`` (SRAM read ports), ``out_wr`` (OUT write port), ``finished`` (FINISH
+    retires), ``gemm_uop`` / ``alu_uop`` (a counted micro-op executes).
+    """
+
+    def __init__(self, config: VTAConfig):
+        self._config = config
+        self.dma = DmaLoad2D(bus_width=config.bus_width, dram_latency=config.dram_latency,
+                             data_width=max(config.acc_elem_bits, 32))
+        super().__init__({
+            **sequencer_ports(config, _POPS, _PUSHES),
+            "mem": Out(ReadPortSignature(config.bus_width)),
+            "inp_rd": In(memory.ReadPort.Signature(addr_width=config.log_inp_depth, shape=config.inp_elem_bits)),
+            "wgt_rd": In(memory.ReadPort.Signature(addr_width=config.log_wgt_depth, shape=config.wgt_elem_bits)),
+            "out_wr": In(memory.WritePort.Signature(addr_width=config.log_acc_depth, shape=config.out_elem_bits)),
+            "finished": Out(1), "gemm_uop": Out(1), "alu_uop": Out(1),
+        })
+
+    def elaborate(self, platform):
+        cfg = self._config
+        m = Module()
+        seq = Sequencer(m, self, cfg, _POPS, _PUSHES)
+        mem_i = data.View(insn_layout(isa.Opcode.LOAD, cfg), seq.insn)
+        gemm = data.View(insn_layout(isa.Opcode.GEMM, cfg), seq.insn)
+        alu = data.View(insn_layout(isa.Opcode.ALU, cfg), seq.insn)
+        opcode = seq.insn[:3]
+        is_load = opcode == isa.Opcode.LOAD
+        is_gemm = opcode == isa.Opcode.GEMM
+        is_alu = opcode == isa.Opcode.ALU
+
+        m.submodules.uop_mem = uop_mem = memory.Memory(shape=32, depth=cfg.uop_depth, init=[])
+        m.submodules.acc_mem = acc_mem = memory.Memory(shape=cfg.acc_elem_bits, depth=cfg.acc_depth, init=[])
+        uop_wr = uop_mem.write_port()
+        uop_rd = uop_mem.read_port()
+        acc_wr = acc_mem.write_port()
+        acc_rd_dst = acc_mem.read_port(transparent_for=(acc_wr,))
+        acc_rd_src = acc_mem.read_port(transparent_for=(acc_wr,))
+
+        # ---------------------------------------------------------------- loads into uop / ACC
+        kind = mem_i.memory_type
+        is_uop_ld = kind == isa.MemId.UOP
+        is_acc_ld = kind == isa.MemId.ACC
+        is_acc8_ld = kind == isa.MemId.ACC_8BIT
+        m.submodules.dma = dma = self.dma
+        wiring.connect(m, wiring.flipped(self.mem), dma.mem)
+        for name in ("sram_base", "dram_base", "y_size", "x_stride", "y_pad_0", "y_pad_1", "x_pad_0", "x_pad_1"):
+            m.d.comb += getattr(dma, name).eq(getattr(mem_i, name))
+        m.d.comb += [
+            dma.x_size.eq(Mux(is_uop_ld | is_acc_ld | is_acc8_ld, mem_i.x_size, 0)),
+            dma.start.eq(seq.start & is_load),
+            dma.log_elem.eq(Mux(is_uop_ld, 2, Mux(is_acc_ld, _log2(cfg.acc_elem_bytes), _log2(cfg.acc8_elem_bytes)))),
+        ]
+        sext = [Signal(signed(32), name=f"acc8_lane{lane}") for lane in range(cfg.batch * cfg.block_out)]
+        m.d.comb += [s.eq(dma.wr_data.word_select(lane, 8).as_signed()) for lane, s in enumerate(sext)]
+        acc8 = Cat(*sext)
+
+        # ---------------------------------------------------------------- micro-op pipeline
+        is_alu_l = Signal()
+        use_imm = Signal()
+        reset = Signal()
+        alu_op = Signal(3)
+        imm = Signal(32)
+
+        src_bits = cfg.uop_src_bits
+        issuing = Signal()
+        k = Signal(cfg.log_uop_depth + 1)
+        j = Signal(ITER_BITS)
+        i = Signal(ITER_BITS)
+        dst_i, dst_ij = Signal(cfg.log_acc_depth), Signal(cfg.log_acc_depth)
+        src_i, src_ij = Signal(src_bits), Signal(src_bits)
+        wgt_i, wgt_ij = Signal(cfg.log_wgt_depth), Signal(cfg.log_wgt_depth)
+        src_fo = Mux(is_alu, alu.src_factor_out, gemm.src_factor_out)
+        src_fi = Mux(is_alu, alu.src_factor_in, gemm.src_factor_in)
+
+        with m.If(seq.start & (is_gemm | is_alu)):
+            m.d.sync += [
+                issuing.eq((gemm.iter_out != 0) & (gemm.iter_in != 0) & (gemm.uop_end > gemm.uop_bgn)),
+                k.eq(gemm.uop_bgn), j.eq(0), i.eq(0),
+                dst_i.eq(0), dst_ij.eq(0), src_i.eq(0), src_ij.eq(0), wgt_i.eq(0), wgt_ij.eq(0),
+                is_alu_l.eq(is_alu), use_imm.eq(alu.use_imm), reset.eq(gemm.reset_reg),
+                alu_op.eq(alu.alu_opcode), imm.eq(alu.imm),
+            ]
+
+        v_b = Signal()
+        dst_off_b, src_off_b, wgt_off_b = Signal.like(dst_ij), Signal.like(src_ij), Signal.like(wgt_ij)
+        m.d.comb += [uop_rd.addr.eq(k)]
+        m.d.sync += v_b.eq(issuing)
+        with m.If(issuing):
+            m.d.sync += [dst_off_b.eq(dst_ij), src_off_b.eq(src_ij), wgt_off_b.eq(wgt_ij)]
+            with m.If(k == gemm.uop_end - 1):
+                m.d.sync += k.eq(gemm.uop_bgn)
+                with m.If(j == gemm.iter_in - 1):
+                    m.d.sync += [j.eq(0), i.eq(i + 1),
+                                 dst_i.eq(dst_i + gemm.dst_factor_out), dst_ij.eq(dst_i + gemm.dst_factor_out),
+                                 src_i.eq(src_i + src_fo), src_ij.eq(src_i + src_fo),
+                                 wgt_i.eq(wgt_i + gemm.wgt_factor_out), wgt_ij.eq(wgt_i + gemm.wgt_factor_out)]
+                    with m.If(i == gemm.iter_out - 1):
+                        m.d.sync += issuing.eq(0)
+                with m.Else():
+                    m.d.sync += [j.eq(j + 1), dst_ij.eq(dst_ij + gemm.dst_factor_in),
+                                 src_ij.eq(src_ij + src_fi), wgt_ij.eq(wgt_ij + gemm.wgt_factor_in)]
+            with m.Else():
+                m.d.sync += k.eq(k + 1)
+
+        # stage B: indices
+        uop = data.View(uop_layout(cfg), uop_rd.data)
+        dst_b = (uop.dst_idx + dst_off_b)[:cfg.log_acc_depth]
+        src_b = (uop.src_idx + src_off_b)[:src_bits]
+        wgt_b = (uop.wgt_idx + wgt_off_b)[:cfg.log_wgt_depth]
+        v_c = Signal()
+        dst_c = Signal(cfg.log_acc_depth)
+        m.d.sync += [v_c.eq(v_b), dst_c.eq(dst_b)]
+        m.d.comb += [
+            acc_rd_dst.addr.eq(dst_b), acc_rd_src.addr.eq(src_b),
+            self.inp_rd.addr.eq(src_b), self.wgt_rd.addr.eq(wgt_b),
+            self.inp_rd.en.eq(1), self.wgt_rd.en.eq(1),
+        ]
+
+        # stage C: execute and write back
+        lanes = cfg.batch * cfg.block_out
+        gemm_lanes = gemm_datapath(cfg, self.inp_rd.data, self.wgt_rd.data, acc_rd_dst.data)
+        alu_lanes = []
+        for lane in range(lanes):
+            rhs = Mux(use_imm, imm, acc_rd_src.data.word_select(lane, 32))
+            alu_lanes.append(alu_datapath(cfg, alu_op, acc_rd_dst.data.word_select(lane, 32), rhs))
+        result = Signal(cfg.acc_elem_bits)
+        m.d.comb += result.eq(Mux(is_alu_l, Cat(*alu_lanes), Mux(reset, 0, Cat(*gemm_lanes))))
+
+        acc_ld_we = dma.wr_en & (is_acc_ld | is_acc8_ld)
+        m.d.comb += [
+            uop_wr.en.eq(dma.wr_en & is_uop_ld), uop_wr.addr.eq(dma.wr_addr), uop_wr.data.eq(dma.wr_data),
+            acc_wr.en.eq(v_c | acc_ld_we),
+            acc_wr.addr.eq(Mux(v_c, dst_c, dma.wr_addr)),
+            acc_wr.data.eq(Mux(v_c, result, Mux(is_acc8_ld, acc8, dma.wr_data))),
+            self.out_wr.en.eq(v_c), self.out_wr.addr.eq(dst_c),
+            self.out_wr.data.eq(Cat(*(result.word_select(lane, 32)[:8] for lane in range(lanes)))),
+            self.gemm_uop.eq(v_c & ~is_alu_l & ~reset),
+            self.alu_uop.eq(v_c & is_alu_l),
+        ]
+        m.d.sync += Assert(~(v_c & acc_ld_we), "compute: micro-op and ACC load write in the same cycle")
+
+        # ---------------------------------------------------------------- finish
+        with m.Switch(opcode):
+            with m.Case(isa.Opcode.LOAD):
+                m.d.comb += seq.finish.eq(dma.finish)
+            with m.Case(isa.Opcode.GEMM, isa.Opcode.ALU):
+                m.d.comb += seq.finish.eq(~issuing & ~v_b)
+            with m.Default():
+                m.d.comb += seq.finish.eq(1)
+        m.d.comb += self.finished.eq(self.retire.valid & (opcode == isa.Opcode.FINISH))
+        return m

@@ -1,0 +1,370 @@
+"""2-D DMA engines: DRAM -> SRAM loads with zero padding, SRAM -> DRAM stores.
+
+Both walk VTA's 2-D pattern (``y_size`` rows of ``x_size`` elements, rows ``x_stride`` elements
+apart in DRAM) and cut every row into AXI4 INCR bursts (at most 256 beats, never across 4 KiB).
+Their timing is part of the contract in docs/timing.md and is kept deliberately simple:
+
+* Load: zero-padding entries are written first, one per cycle (``P`` = footprint - data
+  entries), by a walker that jumps over the data runs; read requests start as soon as at most
+  DRAM_LATENCY pad writes remain, so data can never arrive while pads are still being written.
+  R beats are always accepted: each element is written to SRAM in the cycle its last beat arrives.
+* Store: AW requests stream one per cycle; OUT is read one element ahead so W beats stream one
+  per cycle; the instruction finishes in the cycle its last B response arrives.
+
+``start`` is pulsed in the cycle before the first execution cycle with the instruction fields
+valid; ``finish`` is high in the engine's last active cycle (its last write, or its first cycle
+when there is nothing to do).
+"""
+
+from __future__ import annotations
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, unsigned
+from amaranth.hdl import Assert
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from vtakit.hw.bus import ADDR_BITS, BOUNDARY_BYTES, MAX_BURST_BEATS, ReadPortSignature, WritePortSignature
+
+__all__ = ["DmaLoad2D", "DmaStore2D", "SRAM_ADDR_BITS", "mem_fields"]
+
+#: Width of SRAM addresses inside the engines (callers keep the low bits their SRAM needs).
+SRAM_ADDR_BITS = 20
+_COUNT_BITS = 34
+
+
+def mem_fields() -> dict:
+    """The LOAD/STORE instruction fields an engine reads, as input ports."""
+    return {"sram_base": In(16), "dram_base": In(32), "y_size": In(16), "x_size": In(16),
+            "x_stride": In(16), "y_pad_0": In(4), "y_pad_1": In(4), "x_pad_0": In(4), "x_pad_1": In(4)}
+
+
+def _log2(n: int) -> int:
+    assert n > 0 and n & (n - 1) == 0, n
+    return n.bit_length() - 1
+
+
+def _burst_beats(row_left, to_boundary):
+    """Beats of the next burst: the rest of the row, capped at 256 beats and at the 4 KiB boundary."""
+    capped = Mux(row_left < MAX_BURST_BEATS, row_left, MAX_BURST_BEATS)
+    return Mux(to_boundary < capped, to_boundary, capped)
+
+
+class _BurstGenerator:
+    """Request-side walk: rows of ``row_beats`` beats cut into AXI bursts, one request per cycle.
+
+    Call :meth:`start` in the start cycle; ``enable`` gates when requests may be presented.
+    """
+
+    def __init__(self, m: Module, req, *, log_size, enable):
+        self.active = Signal()
+        self.rows_left = Signal(16)
+        self.row_addr = Signal(ADDR_BITS)
+        self.addr = Signal(ADDR_BITS)
+        self.rem = Signal(_COUNT_BITS)      # beats left in the current row
+        self.row_beats = Signal(_COUNT_BITS)
+        self.stride_bytes = Signal(ADDR_BITS)
+        self.log_size = log_size
+
+        to_boundary = (BOUNDARY_BYTES - self.addr[:12]) >> log_size
+        beats = Signal(range(MAX_BURST_BEATS + 1))
+        m.d.comb += beats.eq(_burst_beats(self.rem, to_boundary))
+        m.d.comb += [
+            req.valid.eq(self.active & enable),
+            req.payload.addr.eq(self.addr),
+            req.payload.len.eq(beats - 1),
+            req.payload.size.eq(log_size),
+        ]
+        self.fire = req.valid & req.ready
+        with m.If(self.fire):
+            with m.If(self.rem == beats):
+                next_row = self.row_addr + self.stride_bytes
+                m.d.sync += [self.row_addr.eq(next_row), self.addr.eq(next_row), self.rem.eq(self.row_beats),
+                             self.rows_left.eq(self.rows_left - 1)]
+                with m.If(self.rows_left == 1):
+                    m.d.sync += self.active.eq(0)
+            with m.Else():
+                m.d.sync += [self.addr.eq(self.addr + (beats << log_size)), self.rem.eq(self.rem - beats)]
+
+    def start(self, m: Module, *, base, stride_bytes, rows, row_beats):
+        m.d.sync += [self.active.eq((rows != 0) & (row_beats != 0)), self.rows_left.eq(rows),
+                     self.row_addr.eq(base), self.addr.eq(base), self.rem.eq(row_beats),
+                     self.row_beats.eq(row_beats), self.stride_bytes.eq(stride_bytes)]
+
+
+class DmaLoad2D(wiring.Component):
+    """2-D strided DRAM -> SRAM copy with on-the-fly zero padding.
+
+    Parameters
+    ----------
+    bus_width : int
+        Memory bus width in bits.
+    data_width : int
+        Width of ``wr_data`` (the widest element this engine writes, in bits).
+    dram_latency : int
+        DRAM_LATENCY; read requests start once at most this many pad writes remain.
+
+    Interface attributes
+    --------------------
+    start, <instruction fields>, log_elem : in
+        ``log_elem`` is log2 of the DRAM element size in bytes.
+    wr_en, wr_addr, wr_data, wr_pad : out
+        One SRAM write per cycle at most; ``wr_pad`` marks a zero-padding write.
+    finish, active : out
+    mem : ReadPortSignature
+    """
+
+    def __init__(self, *, bus_width: int, data_width: int, dram_latency: int):
+        self._bus_width = bus_width
+        self._data_width = data_width
+        self._latency = dram_latency
+        super().__init__({
+            "start": In(1), **mem_fields(), "log_elem": In(4),
+            "wr_en": Out(1), "wr_addr": Out(SRAM_ADDR_BITS), "wr_data": Out(data_width), "wr_pad": Out(1),
+            "finish": Out(1), "active": Out(1),
+            "mem": Out(ReadPortSignature(bus_width)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        bus = self._bus_width
+        log_bus = _log2(bus // 8)
+        narrow = self.log_elem <= log_bus
+        log_size = Mux(narrow, self.log_elem, log_bus)
+        log_k = Mux(narrow, 0, (self.log_elem - log_bus)[:4])
+
+        # Geometry of the footprint (computed in the start cycle from the instruction fields).
+        width = self.x_pad_0 + self.x_size + self.x_pad_1
+        height = self.y_pad_0 + self.y_size + self.y_pad_1
+        n_data = self.x_size * self.y_size
+        n_pads = Mux(self.x_size == 0, 0, height * width - n_data)
+        run0 = self.y_pad_0 * width + self.x_pad_0
+
+        # Latched per-instruction values.
+        active = Signal()
+        x_size = Signal(16)
+        x_skip = Signal(17)          # x_pad_1 + x_pad_0: SRAM entries between two data rows
+        mid = Signal(5)              # length of the pad run between two data rows
+        data_jump = Signal(33)       # entries jumped after a pad run: x_size, or all data if mid == 0
+        last_run = Signal(_COUNT_BITS)
+        m.d.comb += [self.active.eq(active)]
+
+        # ---- pad walker: P_left pad writes remain; cur/left walk the runs of pad entries.
+        pads_left = Signal(_COUNT_BITS)
+        cur = Signal(SRAM_ADDR_BITS)
+        left = Signal(_COUNT_BITS)
+        runs_left = Signal(16)
+        pad_we = Signal()
+        m.d.comb += pad_we.eq(active & (pads_left != 0))
+        with m.If(pad_we):
+            m.d.sync += pads_left.eq(pads_left - 1)
+            with m.If(left > 1):
+                m.d.sync += [cur.eq(cur + 1), left.eq(left - 1)]
+            with m.Elif((mid != 0) & (runs_left != 0)):
+                m.d.sync += [cur.eq(cur + 1 + x_size), left.eq(mid), runs_left.eq(runs_left - 1)]
+            with m.Else():
+                m.d.sync += [cur.eq(cur + 1 + data_jump), left.eq(last_run), runs_left.eq(0)]
+
+        # ---- request side
+        row_beats = Signal(_COUNT_BITS)
+        m.d.comb += row_beats.eq(self.x_size << log_k)
+        reqs = _BurstGenerator(m, self.mem.ar, log_size=log_size,
+                               enable=active & (pads_left <= self._latency))
+
+        # ---- data side: R beats, always accepted, assembled into elements.
+        beat = Signal(range(1 << 10))
+        beats_per_elem_m1 = Signal(10)
+        elems_left = Signal(_COUNT_BITS)
+        x_left = Signal(16)
+        d_addr = Signal(SRAM_ADDR_BITS)
+        lane = Signal(max(log_bus, 1))
+        row_lane = Signal(max(log_bus, 1))
+        stride_lanes = Signal(max(log_bus, 1))
+        elem_bytes = Signal(max(log_bus, 1))
+        buf = Signal(self._data_width if self._data_width >= bus else bus)
+        beat_in = self.mem.r.valid
+        data_we = Signal()
+        assembled = Signal.like(buf)
+        narrow_l = Signal()
+        m.d.comb += [
+            data_we.eq(beat_in & (beat == beats_per_elem_m1)),
+            assembled.eq(buf),
+            assembled.word_select(beat, bus).eq(self.mem.r.payload.data),
+        ]
+        with m.If(beat_in):
+            m.d.sync += buf.word_select(beat, bus).eq(self.mem.r.payload.data)
+            with m.If(data_we):
+                m.d.sync += [beat.eq(0), elems_left.eq(elems_left - 1)]
+                with m.If(x_left == 1):
+                    m.d.sync += [x_left.eq(x_size), d_addr.eq(d_addr + 1 + x_skip),
+                                 row_lane.eq(row_lane + stride_lanes), lane.eq(row_lane + stride_lanes)]
+                with m.Else():
+                    m.d.sync += [x_left.eq(x_left - 1), d_addr.eq(d_addr + 1), lane.eq(lane + elem_bytes)]
+            with m.Else():
+                m.d.sync += beat.eq(beat + 1)
+
+        # ---- start: latch everything
+        with m.If(self.start):
+            base_bytes = Signal(ADDR_BITS)
+            stride_bytes = Signal(ADDR_BITS)
+            m.d.comb += [base_bytes.eq(self.dram_base << self.log_elem),
+                         stride_bytes.eq(self.x_stride << self.log_elem)]
+            mid_now = self.x_pad_0 + self.x_pad_1
+            jump_now = Mux(mid_now != 0, self.x_size, n_data)
+            last_now = self.x_pad_1 + self.y_pad_1 * width
+            m.d.sync += [
+                active.eq(1), x_size.eq(self.x_size), x_skip.eq(mid_now), mid.eq(mid_now),
+                data_jump.eq(jump_now), last_run.eq(last_now), pads_left.eq(n_pads),
+                beat.eq(0), beats_per_elem_m1.eq((Const(1, 1) << log_k) - 1), narrow_l.eq(narrow),
+                elems_left.eq(n_data), x_left.eq(self.x_size), d_addr.eq(self.sram_base + run0),
+                lane.eq(base_bytes), row_lane.eq(base_bytes), stride_lanes.eq(stride_bytes),
+                elem_bytes.eq(Mux(narrow, Const(1, 1) << self.log_elem, 0)),
+            ]
+            # The first pad run; an empty first run starts at the next non-empty one.
+            with m.If((self.y_size == 0) | (run0 != 0)):
+                m.d.sync += [cur.eq(self.sram_base), left.eq(Mux(self.y_size == 0, n_pads, run0)),
+                             runs_left.eq(Mux(self.y_size == 0, 0, self.y_size - 1))]
+            with m.Elif((mid_now != 0) & (self.y_size > 1)):
+                m.d.sync += [cur.eq(self.sram_base + self.x_size), left.eq(mid_now), runs_left.eq(self.y_size - 2)]
+            with m.Else():
+                m.d.sync += [cur.eq(self.sram_base + jump_now), left.eq(last_now), runs_left.eq(0)]
+            reqs.start(m, base=base_bytes, stride_bytes=stride_bytes,
+                       rows=Mux(self.x_size == 0, 0, self.y_size), row_beats=row_beats)
+
+        finish = Signal()
+        m.d.comb += finish.eq(active & ((pads_left - pad_we) == 0) & ((elems_left - data_we) == 0))
+        with m.If(finish):
+            m.d.sync += active.eq(0)
+        m.d.comb += self.finish.eq(finish)
+
+        # ---- SRAM write port
+        narrow_data = (self.mem.r.payload.data >> (lane << 3))
+        m.d.comb += [
+            self.wr_en.eq(pad_we | data_we),
+            self.wr_pad.eq(pad_we),
+            self.wr_addr.eq(Mux(pad_we, cur, d_addr)),
+            self.wr_data.eq(Mux(pad_we, 0, Mux(narrow_l, narrow_data, assembled))),
+        ]
+        m.d.sync += [
+            Assert(~(pad_we & data_we), "DMA load: pad and data write in the same cycle"),
+            Assert(~beat_in | active, "DMA load: read beat while idle"),
+        ]
+        return m
+
+
+class DmaStore2D(wiring.Component):
+    """2-D SRAM -> DRAM copy (no padding) of elements of ``elem_bytes`` bytes.
+
+    Interface attributes
+    --------------------
+    start, <instruction fields> : in
+    rd_addr, rd_en : out; rd_data : in
+        A synchronous SRAM read port (data the cycle after ``rd_en``).
+    finish, active : out
+    mem : WritePortSignature
+    """
+
+    def __init__(self, *, bus_width: int, elem_bytes: int):
+        self._bus_width = bus_width
+        self._elem_bytes = elem_bytes
+        super().__init__({
+            "start": In(1), **mem_fields(),
+            "rd_addr": Out(SRAM_ADDR_BITS), "rd_en": Out(1), "rd_data": In(elem_bytes * 8),
+            "finish": Out(1), "active": Out(1),
+            "mem": Out(WritePortSignature(bus_width)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        bus = self._bus_width
+        log_bus = _log2(bus // 8)
+        log_elem = _log2(self._elem_bytes)
+        narrow = log_elem <= log_bus
+        log_size = min(log_elem, log_bus)
+        beats_per_elem = 1 if narrow else 1 << (log_elem - log_bus)
+
+        active = Signal()
+        m.d.comb += self.active.eq(active)
+        reqs = _BurstGenerator(m, self.mem.aw, log_size=Const(log_size, 4), enable=active)
+
+        # W side: its own copy of the burst walk, to mark the last beat of every burst.
+        w_valid = Signal()
+        w_addr = Signal(ADDR_BITS)
+        w_row_addr = Signal(ADDR_BITS)
+        w_rem = Signal(_COUNT_BITS)
+        w_row_beats = Signal(_COUNT_BITS)
+        w_stride = Signal(ADDR_BITS)
+        w_burst_left = Signal(range(MAX_BURST_BEATS + 1))
+        beats_left = Signal(_COUNT_BITS)
+        beat = Signal(range(beats_per_elem))
+        rd_addr = Signal(SRAM_ADDR_BITS)
+        bursts_issued = Signal(_COUNT_BITS)
+        b_seen = Signal(_COUNT_BITS)
+
+        to_boundary = (BOUNDARY_BYTES - w_addr[:12]) >> log_size
+        new_burst = Signal(range(MAX_BURST_BEATS + 1))
+        m.d.comb += new_burst.eq(_burst_beats(w_rem, to_boundary))
+        cur_burst = Mux(w_burst_left == 0, new_burst, w_burst_left)
+
+        if narrow:
+            lane = w_addr[:log_bus] if log_bus else Const(0, 1)
+            data = self.rd_data << (lane << 3)
+            strb = Const((1 << self._elem_bytes) - 1, bus // 8) << lane
+        else:
+            data = self.rd_data.word_select(beat, bus)
+            strb = Const((1 << (bus // 8)) - 1, bus // 8)
+        m.d.comb += [
+            self.mem.w.valid.eq(w_valid),
+            self.mem.w.payload.data.eq(data),
+            self.mem.w.payload.strb.eq(strb),
+            self.mem.w.payload.last.eq(cur_burst == 1),
+            self.rd_addr.eq(rd_addr),
+        ]
+        w_fire = self.mem.w.valid & self.mem.w.ready
+        with m.If(w_fire):
+            m.d.sync += [w_burst_left.eq(cur_burst - 1), beats_left.eq(beats_left - 1)]
+            with m.If(w_rem == 1):
+                m.d.sync += [w_row_addr.eq(w_row_addr + w_stride), w_addr.eq(w_row_addr + w_stride),
+                             w_rem.eq(w_row_beats)]
+            with m.Else():
+                m.d.sync += [w_addr.eq(w_addr + (1 << log_size)), w_rem.eq(w_rem - 1)]
+            if beats_per_elem > 1:
+                m.d.sync += beat.eq(beat + 1)
+            with m.If(beat == beats_per_elem - 1):
+                # Element done: read the next one (its data is there next cycle), or stop.
+                with m.If(beats_left == 1):
+                    m.d.sync += w_valid.eq(0)
+                with m.Else():
+                    m.d.comb += self.rd_en.eq(1)
+                    m.d.sync += [rd_addr.eq(rd_addr + 1)]
+                    m.d.comb += self.rd_addr.eq(rd_addr + 1)
+
+        with m.If(reqs.fire):
+            m.d.sync += bursts_issued.eq(bursts_issued + 1)
+        b_in = self.mem.b.valid
+        with m.If(b_in):
+            m.d.sync += b_seen.eq(b_seen + 1)
+
+        with m.If(self.start):
+            rows = Mux(self.x_size == 0, 0, self.y_size)
+            total = self.x_size * self.y_size * beats_per_elem
+            base_bytes = (self.dram_base << log_elem)[:ADDR_BITS]
+            stride_bytes = (self.x_stride << log_elem)[:ADDR_BITS]
+            row_beats = self.x_size * beats_per_elem
+            reqs.start(m, base=base_bytes, stride_bytes=stride_bytes, rows=rows, row_beats=row_beats)
+            m.d.sync += [
+                active.eq(1), w_valid.eq(rows != 0), w_addr.eq(base_bytes), w_row_addr.eq(base_bytes),
+                w_rem.eq(row_beats), w_row_beats.eq(row_beats), w_stride.eq(stride_bytes),
+                w_burst_left.eq(0), beats_left.eq(Mux(rows == 0, 0, total)), beat.eq(0),
+                rd_addr.eq(self.sram_base), bursts_issued.eq(0), b_seen.eq(0),
+            ]
+            m.d.comb += [self.rd_en.eq(1), self.rd_addr.eq(self.sram_base)]
+
+        finish = Signal()
+        m.d.comb += finish.eq(active & ~reqs.active & ~w_valid & ((b_seen + b_in) == bursts_issued))
+        with m.If(finish):
+            m.d.sync += active.eq(0)
+        m.d.comb += [
+            self.finish.eq(finish),
+        ]
+        m.d.sync += Assert(~b_in | active, "DMA store: B response while idle")
+        return m

@@ -1,0 +1,135 @@
+"""The fetch module: reads the instruction stream from DRAM and dispatches it in program order.
+
+Instructions are read in bursts of up to ``FETCH_BURST`` instructions aligned to
+``FETCH_BURST * 16`` bytes (so a burst never crosses 4 KiB) into an instruction buffer of
+``FETCH_DEPTH`` entries; a burst is requested only when the buffer has room for all of it,
+counting instructions already in flight, so R beats are always accepted. The head of the buffer
+is dispatched, one per cycle, to the command queue of its module (VTA's routing: STORE -> store,
+LOAD INP/WGT -> load, everything else -> compute); a full target queue stalls dispatch.
+"""
+
+from __future__ import annotations
+
+from amaranth.hdl import Module, Mux, Signal
+from amaranth.lib import data, fifo, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from vtakit.hw import isa
+from vtakit.hw.bus import ReadPortSignature
+from vtakit.hw.config import INSN_BITS, VTAConfig
+from vtakit.hw.layouts import INDEX_BITS, command_layout, insn_layout
+
+__all__ = ["FetchModule", "FETCH_BURST", "FETCH_DEPTH"]
+
+#: Instructions per fetch burst (bursts are aligned to this many instructions).
+FETCH_BURST = 4
+#: Instruction buffer entries.
+FETCH_DEPTH = 16
+
+
+class FetchModule(wiring.Component):
+    """Instruction fetch and dispatch.
+
+    Interface attributes
+    --------------------
+    start, insn_addr, insn_count : in
+        ``start`` (one cycle) latches the byte address (16-byte aligned) and the count.
+    to_load, to_compute, to_store : out streams of command-queue entries
+    mem : read port
+    done : out
+        Every instruction has been dispatched.
+    blocked : out
+        Done, or the buffer head waits for a full command queue (deadlock detection).
+    """
+
+    def __init__(self, config: VTAConfig):
+        self._config = config
+        entry = command_layout(config)
+        super().__init__({
+            "start": In(1), "insn_addr": In(32), "insn_count": In(INDEX_BITS),
+            "to_load": Out(stream.Signature(entry)), "to_compute": Out(stream.Signature(entry)),
+            "to_store": Out(stream.Signature(entry)),
+            "mem": Out(ReadPortSignature(config.bus_width)),
+            "done": Out(1), "blocked": Out(1), "busy": Out(1),
+        })
+
+    def elaborate(self, platform):
+        cfg = self._config
+        m = Module()
+        bus = cfg.bus_width
+        narrow = bus >= INSN_BITS
+        log_size = 4 if narrow else (bus // 8).bit_length() - 1
+        beats_per_insn = 1 if narrow else INSN_BITS // bus
+
+        m.submodules.buffer = buffer = fifo.SyncFIFO(width=INSN_BITS, depth=FETCH_DEPTH)
+        count = Signal(INDEX_BITS)
+        requested = Signal(INDEX_BITS)
+        dispatched = Signal(INDEX_BITS)
+        addr = Signal(32)
+        in_flight = Signal(range(FETCH_DEPTH + 1))
+        active = Signal()
+
+        # ---- requests: FETCH_BURST-aligned groups of instructions, when the buffer has room.
+        slot = addr[4:4 + (FETCH_BURST.bit_length() - 1)]
+        to_align = FETCH_BURST - slot
+        remaining = count - requested
+        n = Signal(range(FETCH_BURST + 1))
+        m.d.comb += n.eq(Mux(remaining < to_align, remaining, to_align))
+        ar = self.mem.ar
+        m.d.comb += [
+            ar.valid.eq(active & (remaining != 0) & (buffer.level + in_flight + n <= FETCH_DEPTH)),
+            ar.payload.addr.eq(addr), ar.payload.size.eq(log_size),
+            ar.payload.len.eq(n * beats_per_insn - 1),
+        ]
+        ar_fire = ar.valid & ar.ready
+
+        # ---- beats: assemble instructions into the buffer.
+        beat = Signal(range(beats_per_insn))
+        word = Signal(INSN_BITS)
+        complete = Signal()
+        r = self.mem.r
+        if narrow:
+            lane = Signal(range(bus // 8))
+            m.d.comb += [complete.eq(r.valid), buffer.w_data.eq(r.payload.data >> (lane << 3))]
+            with m.If(r.valid):
+                m.d.sync += lane.eq(lane + 16)
+            with m.If(self.start):
+                m.d.sync += lane.eq(self.insn_addr)
+        else:
+            assembled = Signal(INSN_BITS)
+            m.d.comb += [assembled.eq(word), assembled.word_select(beat, bus).eq(r.payload.data),
+                         complete.eq(r.valid & (beat == beats_per_insn - 1)), buffer.w_data.eq(assembled)]
+            with m.If(r.valid):
+                m.d.sync += [word.word_select(beat, bus).eq(r.payload.data), beat.eq(beat + 1)]
+        m.d.comb += buffer.w_en.eq(complete)
+        m.d.sync += in_flight.eq(in_flight + Mux(ar_fire, n, 0) - complete)
+        with m.If(ar_fire):
+            m.d.sync += [requested.eq(requested + n), addr.eq(addr + (n << 4))]
+
+        # ---- dispatch the buffer head.
+        head = data.View(insn_layout(isa.Opcode.LOAD, cfg), buffer.r_data)
+        is_store = head.opcode == isa.Opcode.STORE
+        is_load = (head.opcode == isa.Opcode.LOAD) & ((head.memory_type == isa.MemId.INP)
+                                                      | (head.memory_type == isa.MemId.WGT))
+        targets = ((self.to_store, is_store), (self.to_load, is_load), (self.to_compute, ~is_store & ~is_load))
+        target_ready = Signal()
+        for queue, selected in targets:
+            m.d.comb += [queue.payload.insn.eq(buffer.r_data), queue.payload.index.eq(dispatched),
+                         queue.valid.eq(buffer.r_rdy & selected)]
+            with m.If(selected):
+                m.d.comb += target_ready.eq(queue.ready)
+        dispatch = buffer.r_rdy & target_ready
+        m.d.comb += buffer.r_en.eq(dispatch)
+        with m.If(dispatch):
+            m.d.sync += dispatched.eq(dispatched + 1)
+
+        with m.If(self.start):
+            m.d.sync += [active.eq(1), count.eq(self.insn_count), requested.eq(0), dispatched.eq(0),
+                         addr.eq(self.insn_addr), in_flight.eq(0), beat.eq(0)]
+        done = active & (dispatched == count)
+        m.d.comb += [
+            self.done.eq(done),
+            self.busy.eq(active & ~done),
+            self.blocked.eq(done | (buffer.r_rdy & ~target_ready)),
+        ]
+        return m

@@ -1,0 +1,336 @@
+"""The ``rtl`` backend: runs a program on the Amaranth simulation of :class:`VTACore`.
+
+The harness plays the rest of the system: it launches the core (``start`` with the instruction
+address and count), serves the core's AXI4 port from the launch's DRAM image with the DRAM model
+of docs/timing.md §DRAM (reads: first beat DRAM_LATENCY cycles after the accepted request, bursts
+served in order back to back, one beat per cycle; writes: applied beat by beat, B the cycle after
+the last beat), records every retire event, and stops at ``done`` or raises
+:class:`~vtakit.errors.DeadlockError` the cycle the core's exact deadlock flag rises.
+
+For speed, everything the harness needs from the core in a cycle is packed into one probe signal
+sampled once per clock edge, and the DRAM model reads whole bursts from the numpy image at once.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from contextlib import nullcontext
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+from amaranth.hdl import Cat, Elaboratable, Module, Signal
+from amaranth.sim import Simulator
+
+from vtakit.errors import DeadlockError, MemoryAccessError, ProgramError, SimError
+from vtakit.hw import isa
+from vtakit.hw.config import VTAConfig
+from vtakit.hw.core import COUNTERS, TOKEN_QUEUES, VTACore
+from vtakit.hw.sequencer import ModuleState
+from vtakit.sim.backend import Launch
+from vtakit.sim.stats import RunStats
+
+__all__ = ["execute", "DramModel", "profile_counters", "MAX_CYCLES"]
+
+#: A run that has neither finished nor deadlocked after this many cycles is a harness bug.
+MAX_CYCLES = 20_000_000
+_MODULES = ("load", "compute", "store")
+
+
+@dataclass
+class _ReadBurst:
+    first_cycle: int
+    beats: list[int]
+    axi_id: int
+
+
+@dataclass
+class _WriteBurst:
+    addr: int
+    size: int
+    beat: int = 0
+
+
+class DramModel:
+    """The harness DRAM behind the core's AXI4 port (docs/timing.md §DRAM).
+
+    Reads: a request accepted in cycle ``t`` delivers its first beat in cycle
+    ``max(t + DRAM_LATENCY, last beat of the previous burst + 1)``, then one beat per cycle.
+    Writes: each W beat is applied when it is transferred; B follows the burst's last beat by one
+    cycle. ARREADY, AWREADY and WREADY are always high.
+    """
+
+    def __init__(self, dram: np.ndarray, config: VTAConfig):
+        self.dram = dram
+        self.latency = config.dram_latency
+        self.bus_bytes = config.bus_bytes
+        self.reads: deque[_ReadBurst] = deque()
+        self.writes: deque[_WriteBurst] = deque()
+        self.last_beat_cycle = -1
+        self.read_bytes = 0
+        self.write_bytes = 0
+
+    def _check(self, addr: int, nbytes: int, what: str) -> None:
+        if addr + nbytes > self.dram.size:
+            raise MemoryAccessError(f"DRAM {what} of {nbytes} bytes at {addr:#x} runs past the end of "
+                                    f"DRAM ({self.dram.size} bytes)")
+
+    def read_request(self, cycle: int, addr: int, length: int, size: int, axi_id: int) -> None:
+        beats, step, bus = length + 1, 1 << size, self.bus_bytes
+        self._check(addr, beats * step, "read")
+        chunk = self.dram[addr:addr + beats * step]
+        if step == bus == 8:
+            data = chunk.view("<u8").tolist()
+        elif step == bus:
+            raw = chunk.tobytes()
+            data = [int.from_bytes(raw[i:i + bus], "little") for i in range(0, len(raw), bus)]
+        else:
+            raw = chunk.tobytes()
+            data = [int.from_bytes(raw[i * step:(i + 1) * step], "little") << (8 * ((addr + i * step) % bus))
+                    for i in range(beats)]
+        first = max(cycle + self.latency, self.last_beat_cycle + 1)
+        self.last_beat_cycle = first + beats - 1
+        self.read_bytes += beats * step
+        self.reads.append(_ReadBurst(first, data, axi_id))
+
+    def read_beat(self, cycle: int) -> tuple[int, int, bool] | None:
+        """(data, id, last) driven in ``cycle``, or None."""
+        if not self.reads or self.reads[0].first_cycle > cycle:
+            return None
+        burst = self.reads[0]
+        index = cycle - burst.first_cycle
+        last = index == len(burst.beats) - 1
+        if last:
+            self.reads.popleft()
+        return burst.beats[index], burst.axi_id, last
+
+    def write_request(self, addr: int, size: int) -> None:
+        self.writes.append(_WriteBurst(addr, size))
+
+    def write_beat(self, data: int, last: bool) -> None:
+        if not self.writes:
+            raise SimError("DRAM model: W beat without a preceding AW request")
+        burst = self.writes[0]
+        step = 1 << burst.size
+        addr = burst.addr + burst.beat * step
+        self._check(addr, step, "write")
+        lane = addr % self.bus_bytes
+        value = (data >> (8 * lane)) & ((1 << (8 * step)) - 1)
+        self.dram[addr:addr + step] = np.frombuffer(value.to_bytes(step, "little"), dtype=np.uint8)
+        self.write_bytes += step
+        burst.beat += 1
+        if last:
+            self.writes.popleft()
+
+
+def profile_counters(insns: list[isa.Instruction], config: VTAConfig) -> dict[str, int]:
+    """VTA's byte counters, from the instruction list (padding not counted)."""
+    elem = {isa.MemId.INP: ("inp_load_nbytes", config.inp_elem_bytes),
+            isa.MemId.WGT: ("wgt_load_nbytes", config.wgt_elem_bytes),
+            isa.MemId.ACC: ("acc_load_nbytes", config.acc_elem_bytes),
+            isa.MemId.ACC_8BIT: ("acc_load_nbytes", config.acc_elem_bytes),
+            isa.MemId.UOP: ("uop_load_nbytes", config.uop_elem_bytes)}
+    counters = {"inp_load_nbytes": 0, "wgt_load_nbytes": 0, "acc_load_nbytes": 0, "uop_load_nbytes": 0,
+                "out_store_nbytes": 0}
+    for insn in insns:
+        if isinstance(insn, isa.MemInsn) and insn.x_size:
+            if insn.opcode == isa.Opcode.STORE:
+                counters["out_store_nbytes"] += insn.x_size * insn.y_size * config.out_elem_bytes
+            elif insn.memory_type in elem:
+                name, nbytes = elem[insn.memory_type]
+                counters[name] += insn.x_size * insn.y_size * nbytes
+    return counters
+
+
+class _Probe(Elaboratable):
+    """The core plus one wide signal with everything the harness samples each cycle.
+
+    Bits 0..7 are event flags (AR, AW, W, the three retires, done, deadlock) so a quiet cycle is
+    recognised by one comparison.
+    """
+
+    def __init__(self, core: VTACore):
+        self.core = core
+        axi = core.axi
+        fields = [axi.arvalid, axi.awvalid, axi.wvalid, core.retire_load.valid, core.retire_compute.valid,
+                  core.retire_store.valid, core.done, core.deadlock,
+                  axi.araddr, axi.arlen, axi.arsize, axi.arid, axi.awaddr, axi.awsize, axi.wlast, axi.wdata,
+                  core.retire_load.index, core.retire_compute.index, core.retire_store.index]
+        self.offsets = {}
+        offset = 0
+        for name, sig in zip(("arvalid", "awvalid", "wvalid", "ret_load", "ret_compute", "ret_store", "done",
+                              "deadlock", "araddr", "arlen", "arsize", "arid", "awaddr", "awsize", "wlast",
+                              "wdata", "idx_load", "idx_compute", "idx_store"), fields):
+            self.offsets[name] = (offset, len(sig))
+            offset += len(sig)
+        self._fields = fields
+        self.signal = Signal(offset)
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.core = self.core
+        m.d.comb += self.signal.eq(Cat(*self._fields))
+        return m
+
+    def field(self, value: int, name: str) -> int:
+        offset, width = self.offsets[name]
+        return (value >> offset) & ((1 << width) - 1)
+
+
+@lru_cache(maxsize=4)
+def _probe_for(config: VTAConfig) -> _Probe:
+    return _Probe(VTACore(config))
+
+
+def _status_signals(core: VTACore) -> dict:
+    """Signals read once at the end of a run (counters) or at a deadlock (module states)."""
+    signals = {name: getattr(core, name) for name in COUNTERS}
+    signals["fetch_done"] = core.fetch.done
+    for name in _MODULES:
+        module = getattr(core, name)
+        signals[f"{name}_state"] = module.state
+        signals[f"{name}_index"] = module.index
+    for queue in TOKEN_QUEUES:
+        signals[f"{queue}_count"] = core.token_queues[queue].count
+    return signals
+
+
+def _deadlock_report(status: dict, insns: list[isa.Instruction], cycle: int) -> str:
+    parts = []
+    for name in _MODULES:
+        state = ModuleState(status[f"{name}_state"])
+        index = status[f"{name}_index"]
+        if state == ModuleState.IDLE:
+            parts.append(f"{name}: idle, command queue empty")
+            continue
+        insn = insns[index] if index < len(insns) else None
+        text = isa.disasm(insn) if insn is not None else "?"
+        if state == ModuleState.WAIT:
+            waits = [q for q, (_, _, consumer, flag) in TOKEN_QUEUES.items()
+                     if consumer == name and getattr(insn, flag, False) and status[f"{q}_count"] == 0]
+            parts.append(f"{name}: instruction {index} ({text}) waits for a token on {', '.join(waits)}")
+        else:
+            full = [q for q, (producer, flag, _, _) in TOKEN_QUEUES.items()
+                    if producer == name and getattr(insn, flag, False)]
+            parts.append(f"{name}: instruction {index} ({text}) cannot push, full queue(s) {', '.join(full)}")
+    parts.append("fetch: every instruction dispatched" if status["fetch_done"]
+                 else "fetch: stalled on a full command queue")
+    return f"deadlock at cycle {cycle}: " + "; ".join(parts)
+
+
+def execute(launch: Launch) -> RunStats:
+    """Run ``launch`` on the RTL simulation; mutates ``launch.dram``."""
+    config = launch.config
+    if launch.insn_addr % isa.INSN_BYTES:
+        raise ProgramError(f"instruction address {launch.insn_addr:#x} is not {isa.INSN_BYTES}-byte aligned")
+    if launch.insn_addr + isa.INSN_BYTES * len(launch.insns) > launch.dram.size:
+        raise MemoryAccessError(f"instruction stream of {len(launch.insns)} instructions at {launch.insn_addr:#x} "
+                                f"runs past the end of DRAM ({launch.dram.size} bytes)")
+    probe = _probe_for(config)
+    core = probe.core
+    dram = DramModel(launch.dram, config)
+    n_insns = len(launch.insns)
+    retire = [-1] * n_insns
+    result: dict = {}
+
+    async def harness(ctx):
+        f = probe.field
+        ctx.set(core.start, 1)
+        ctx.set(core.insn_addr, launch.insn_addr)
+        ctx.set(core.insn_count, n_insns)
+        axi = core.axi
+        ctx.set(axi.arready, 1)
+        ctx.set(axi.awready, 1)
+        ctx.set(axi.wready, 1)
+        cycle = 0
+        r_driven = False
+        b_pending: deque[int] = deque()
+        b_driven = False
+        with ctx.critical():
+            async for _, _, value in ctx.tick().sample(probe.signal):
+                # `value` holds the signals of cycle `cycle`.
+                if value & 0xFF:
+                    if value & 0x01:
+                        dram.read_request(cycle, f(value, "araddr"), f(value, "arlen"), f(value, "arsize"),
+                                          f(value, "arid"))
+                    if value & 0x02:
+                        dram.write_request(f(value, "awaddr"), f(value, "awsize"))
+                    if value & 0x04:
+                        last = bool(f(value, "wlast"))
+                        dram.write_beat(f(value, "wdata"), last)
+                        if last:
+                            b_pending.append(cycle + 1)
+                    for bit, name in ((0x08, "load"), (0x10, "compute"), (0x20, "store")):
+                        if value & bit:
+                            retire[f(value, f"idx_{name}")] = cycle
+                    if value & 0xC0:
+                        break
+                cycle += 1
+                if cycle == 1:
+                    ctx.set(core.start, 0)
+                if cycle > MAX_CYCLES:
+                    raise SimError(f"the RTL simulation made no end after {MAX_CYCLES} cycles")
+                # Drive R and B for the next cycle.
+                beat = dram.read_beat(cycle)
+                if beat is not None:
+                    data, axi_id, last = beat
+                    ctx.set(axi.rdata, data)
+                    ctx.set(axi.rid, axi_id)
+                    ctx.set(axi.rlast, last)
+                    if not r_driven:
+                        ctx.set(axi.rvalid, 1)
+                        r_driven = True
+                elif r_driven:
+                    ctx.set(axi.rvalid, 0)
+                    r_driven = False
+                b_now = bool(b_pending) and b_pending[0] == cycle
+                if b_now:
+                    b_pending.popleft()
+                if b_now != b_driven:
+                    ctx.set(axi.bvalid, b_now)
+                    b_driven = b_now
+            # Counters are frozen after done and a deadlock is stable: one more edge reads them.
+            names = list(status_signals)
+            _, _, *values = await ctx.tick().sample(*status_signals.values())
+            result["status"] = dict(zip(names, values))
+            result["deadlock"] = bool(value & 0x80)
+            result["end_cycle"] = cycle
+
+    status_signals = _status_signals(core)
+    sim = Simulator(probe)
+    sim.add_clock(1e-8)
+    sim.add_process(harness)
+    began = time.perf_counter()
+    trace = Path(launch.trace) if launch.trace is not None else None
+    writer = (sim.write_vcd(str(trace), str(trace.with_suffix(".gtkw")), traces=_trace_signals(core))
+              if trace is not None else nullcontext())
+    with writer:
+        sim.run()
+    elapsed = time.perf_counter() - began
+
+    hw = result["status"]
+    if result["deadlock"]:
+        raise DeadlockError(_deadlock_report(hw, launch.insns, result["end_cycle"]))
+    missing = [i for i, c in enumerate(retire) if c < 0]
+    if missing:
+        raise SimError(f"RTL run finished but instruction(s) {missing[:8]} never retired")
+    counters = profile_counters(launch.insns, config)
+    counters.update(gemm_counter=hw["gemm_uops"], alu_counter=hw["alu_uops"])
+    return RunStats(
+        backend="rtl", counters=counters, cycles=hw["cycles"], retire_cycles=retire,
+        busy_cycles={name: hw[f"busy_{name}"] for name in ("fetch", "load", "compute", "store")},
+        dram_read_bytes=dram.read_bytes, dram_write_bytes=dram.write_bytes, sim_seconds=elapsed)
+
+
+def _trace_signals(core: VTACore) -> list:
+    axi = core.axi
+    signals = [core.start, core.running, core.done, core.deadlock, core.cycles]
+    for name in _MODULES:
+        module = getattr(core, name)
+        signals += [module.state, module.index, getattr(core, f"retire_{name}").valid]
+    signals += [q.count for q in core.token_queues.values()]
+    signals += [axi.arvalid, axi.araddr, axi.arlen, axi.arid, axi.rvalid, axi.rid, axi.rlast,
+                axi.awvalid, axi.awaddr, axi.wvalid, axi.wlast, axi.bvalid]
+    return signals
