@@ -22,7 +22,7 @@ from vtakit.errors import AllocationError, ConfigError
 from vtakit.hw.config import ITER_BITS, VTAConfig
 from vtakit.hw.isa import AluOp, MemId, Stage, Uop
 from vtakit.runtime.builder import ProgramBuilder
-from vtakit.runtime.device import Device, DeviceArray
+from vtakit.runtime.device import Device
 from vtakit.runtime.pipeline import BufferChannel
 from vtakit.sim.program import Program
 

@@ -35,7 +35,7 @@ from vtakit.hw.config import VTAConfig
 from vtakit.hw.isa import AluInsn, AluOp, FinishInsn, GemmInsn, MemId, MemInsn, Opcode, Stage, Uop
 from vtakit.sim.program import Program, Segment
 
-__all__ = ["ProgramBuilder", "HostArray", "Stage", "elem_bytes"]
+__all__ = ["ProgramBuilder", "HostArray", "DramArray", "Stage", "elem_bytes"]
 
 # Token queues exist only between neighbouring stages.
 _QUEUES = {(Stage.LOAD, Stage.COMPUTE), (Stage.COMPUTE, Stage.LOAD),
@@ -180,7 +180,7 @@ class ProgramBuilder:
             return self.device.empty(shape, dtype, name=name)
         return self.array(np.zeros(shape, dtype=dtype), name=name)
 
-    def _dram_base(self, mem: MemId, operand: Any, offset: int) -> int:
+    def _dram_base(self, mem: MemId, operand: DramArray | int, offset: int) -> int:
         size = elem_bytes(self.config, mem)
         if isinstance(operand, (int, np.integer)):
             return int(operand) + offset
@@ -195,7 +195,7 @@ class ProgramBuilder:
             self._dram_end = max(self._dram_end, last * elem_bytes(self.config, mem))
 
     # ------------------------------------------------------------------ DMA
-    def load_2d(self, mem: MemId, sram_base: int, src: Any, y_size: int, x_size: int, x_stride: int | None = None,
+    def load_2d(self, mem: MemId, sram_base: int, src: DramArray | int, y_size: int, x_size: int, x_stride: int | None = None,
                 *, offset: int = 0, y_pad_0: int = 0, y_pad_1: int = 0, x_pad_0: int = 0, x_pad_1: int = 0) -> None:
         """``LoadBuffer2D``: y_size rows of x_size elements (stride x_stride) into SRAM, zero padded.
 
@@ -215,7 +215,7 @@ class ProgramBuilder:
                             y_size=y_size, x_size=x_size, x_stride=stride, y_pad_0=y_pad_0, y_pad_1=y_pad_1,
                             x_pad_0=x_pad_0, x_pad_1=x_pad_1))
 
-    def store_2d(self, sram_base: int, dst: Any, y_size: int, x_size: int, x_stride: int | None = None,
+    def store_2d(self, sram_base: int, dst: DramArray | int, y_size: int, x_size: int, x_stride: int | None = None,
                  *, offset: int = 0) -> None:
         """``StoreBuffer2D``: y_size rows of x_size OUT entries from SRAM to DRAM (stride x_stride)."""
         stride = x_size if x_stride is None else x_stride

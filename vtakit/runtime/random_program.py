@@ -108,9 +108,12 @@ class _Generator:
         t = self.threads
         self.parts = {"inp": min(config.inp_depth // t, _PART_CAP), "wgt": min(config.wgt_depth // t, _PART_CAP),
                       "acc": min(config.acc_depth // t, _PART_CAP)}
-        self.stride = {"inp": config.inp_depth // t, "wgt": config.wgt_depth // t, "acc": config.acc_depth // t}
         if min(self.parts.values()) < 1:
             raise ConfigError(f"{config.model} has too little SRAM for {t} virtual threads")
+        # Each thread's window sits at a random place inside its share, so high SRAM addresses are used.
+        share = {"inp": config.inp_depth // t, "wgt": config.wgt_depth // t, "acc": config.acc_depth // t}
+        self.base = {k: [i * share[k] + int(self.rng.integers(0, share[k] - self.parts[k] + 1)) for i in range(t)]
+                     for k in share}
         self.state = [_Thread(*(np.zeros(self.parts[k], bool) for k in ("inp", "wgt", "acc", "acc")))
                       for _ in range(t)]
         r = self.rng
@@ -189,7 +192,7 @@ class _Generator:
         roll = self.rng.random()
         stride = x if roll < 0.4 else self.pick(x + 1, x + 4) if roll < 0.9 else self.pick(0, x)
         offset = self.pick(0, _SRC_ELEMS - ((y - 1) * stride + x))
-        self.b.load_2d(mem, thread * self.stride[kind] + start, self.src[mem], y, x, stride, offset=offset,
+        self.b.load_2d(mem, self.base[kind][thread] + start, self.src[mem], y, x, stride, offset=offset,
                        y_pad_0=yp0, y_pad_1=yp1, x_pad_0=xp0, x_pad_1=xp1)
         getattr(self.state[thread], kind)[start:start + footprint] = True
 
@@ -207,7 +210,7 @@ class _Generator:
         extent = (y - 1) * stride + x
         if self.out_cursor + extent > _OUT_ELEMS:
             self.out_cursor = 0
-        self.b.store_2d(thread * self.stride["acc"] + begin, self.out, y, x, stride, offset=self.out_cursor)
+        self.b.store_2d(self.base["acc"][thread] + begin, self.out, y, x, stride, offset=self.out_cursor)
         self.out_cursor += extent
         return True
 
@@ -251,7 +254,7 @@ class _Generator:
 
     def compute_op(self, thread: int) -> None:
         st, lim = self.state[thread], self.limits
-        acc_base = thread * self.stride["acc"]
+        acc_base = self.base["acc"][thread]
         everything = np.ones(self.parts["acc"], bool)
         choice = self.rng.random()
         if choice < 0.15 or not st.acc.any():
@@ -266,7 +269,7 @@ class _Generator:
                         dst_factor=(fo, fi), reset=True)
         elif choice < 0.55 and st.inp.any() and st.wgt.any():
             spec = self.loop([st.acc, st.inp, st.wgt],
-                             [acc_base, thread * self.stride["inp"], thread * self.stride["wgt"]])
+                             [acc_base, self.base["inp"][thread], self.base["wgt"][thread]])
             if spec is None:
                 return
             d, s, w = spec["factors"]
