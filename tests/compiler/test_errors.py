@@ -1,0 +1,390 @@
+"""Invalid expressions, schedules and lowering requests raise clear ScheduleError / CompileError."""
+
+import numpy as np
+import pytest
+
+import vtakit
+from vtakit import te
+from vtakit.compiler import ir
+from vtakit.compiler.build import build, register_target
+from vtakit.compiler.interpreter import run
+from vtakit.compiler.scope import MemoryInfo, register_memory_scope
+from vtakit.compiler.testing import toy_gemm_intrin
+from vtakit.compiler.transform import PassContext
+from vtakit.errors import CompileError, ScheduleError
+
+
+def matmul(n=8, m=8, l=8, dtype="int32"):
+    A = te.placeholder((n, l), dtype, name="A")
+    B = te.placeholder((l, m), dtype, name="B")
+    k = te.reduce_axis((0, l), name="k")
+    C = te.compute((n, m), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
+    return A, B, C
+
+
+def pipeline():
+    A = te.placeholder((8,), name="A")
+    B = te.compute((8,), lambda i: A[i] + 1.0, name="B")
+    C = te.compute((8,), lambda i: B[i] * 2.0, name="C")
+    D = te.compute((8,), lambda i: A[i] * 3.0, name="D")
+    return A, B, C, D
+
+
+# ---------------------------------------------------------------------------- schedule primitives
+def test_split_of_already_split_axis_names_stage_and_axis():
+    A, B, C = matmul()
+    s = te.create_schedule(C.op)
+    s[C].split(C.op.axis[0], factor=2)
+    with pytest.raises(ScheduleError, match="stage C: axis i was already split"):
+        s[C].split(C.op.axis[0], factor=4)
+
+
+@pytest.mark.parametrize("kw", [dict(factor=0), dict(factor=2.5), dict(), dict(factor=2, nparts=2)])
+def test_split_needs_one_positive_integer(kw):
+    A, B, C = matmul()
+    s = te.create_schedule(C.op)
+    with pytest.raises(ScheduleError, match="stage C: split of axis i"):
+        s[C].split(C.op.axis[0], **kw)
+
+
+def test_reorder_with_axis_of_another_stage():
+    A, B, C, D = pipeline()
+    s = te.create_schedule([C.op, D.op])
+    with pytest.raises(ScheduleError, match="stage C: axis i does not belong to this stage"):
+        s[C].reorder(D.op.axis[0])
+
+
+def test_reorder_duplicate_axis():
+    A, B, C = matmul()
+    s = te.create_schedule(C.op)
+    with pytest.raises(ScheduleError, match="stage C: reorder got an axis twice"):
+        s[C].reorder(C.op.axis[0], C.op.axis[0])
+
+
+def test_fuse_needs_adjacent_axes_of_one_kind():
+    A, B, C = matmul()
+    s = te.create_schedule(C.op)
+    with pytest.raises(ScheduleError, match="stage C: fuse needs adjacent axes"):
+        s[C].fuse(C.op.axis[0], C.op.reduce_axis[0])
+    with pytest.raises(ScheduleError, match="cannot fuse data-parallel and reduction"):
+        s[C].fuse(C.op.axis[1], C.op.reduce_axis[0])
+    with pytest.raises(ScheduleError, match="at least one axis"):
+        s[C].fuse()
+
+
+def test_compute_at_into_non_consumer():
+    A, B, C, D = pipeline()
+    s = te.create_schedule([C.op, D.op])
+    with pytest.raises(ScheduleError, match="stage B: cannot compute_at stage D, which does not consume B"):
+        s[B].compute_at(s[D], D.op.axis[0])
+
+
+def test_compute_at_axis_of_other_stage_and_self_and_output():
+    A, B, C, D = pipeline()
+    s = te.create_schedule([C.op, D.op])
+    with pytest.raises(ScheduleError, match="stage B: compute_at axis i is not a loop axis of stage C"):
+        s[B].compute_at(s[C], D.op.axis[0])
+    with pytest.raises(ScheduleError, match="cannot compute_at itself"):
+        s[B].compute_at(s[B], B.op.axis[0])
+    with pytest.raises(ScheduleError, match="expects a stage"):
+        s[B].compute_at(C, C.op.axis[0])
+    with pytest.raises(ScheduleError, match="stage C: cannot compute_inline an output"):
+        s[C].compute_inline()
+
+
+def test_compute_inline_of_reduction():
+    A, B, C = matmul()
+    D = te.compute(C.shape, lambda i, j: C[i, j] + 1, name="D")
+    s = te.create_schedule(D.op)
+    with pytest.raises(ScheduleError, match="stage C: cannot compute_inline a reduction"):
+        s[C].compute_inline()
+
+
+def test_placeholder_stage_has_no_loops():
+    A, B, C = matmul()
+    s = te.create_schedule(C.op)
+    with pytest.raises(ScheduleError, match="placeholder stage A"):
+        s[A].compute_inline()
+    with pytest.raises(ScheduleError, match="not part of this schedule"):
+        s[te.placeholder((2,), name="Z")]
+
+
+def test_bind_errors():
+    A, B, C = matmul()
+    s = te.create_schedule(C.op)
+    tx = te.thread_axis("threadIdx.x")
+    with pytest.raises(ScheduleError, match="needs te.thread_axis"):
+        s[C].bind(C.op.axis[0], C.op.axis[1])
+    with pytest.raises(ScheduleError, match="stage C: cannot bind the reduction axis k"):
+        s[C].bind(C.op.reduce_axis[0], tx)
+    s[C].bind(C.op.axis[0], tx)
+    with pytest.raises(ScheduleError, match="thread axis threadIdx.x is already bound to axis i"):
+        s[C].bind(C.op.axis[1], tx)
+    with pytest.raises(CompileError, match="thread_axis needs a tag"):
+        te.thread_axis()
+
+
+def test_bind_extent_mismatch_at_lowering():
+    A, B, C = matmul()
+    s = te.create_schedule(C.op)
+    s[C].bind(C.op.axis[0], te.thread_axis((0, 4), "threadIdx.x"))
+    with pytest.raises(ScheduleError, match="axis i has extent 8 but is bound to thread axis threadIdx.x of extent 4"):
+        vtakit.lower(s, [A, B, C])
+
+
+def test_annotation_conflicts():
+    A, B, C = matmul()
+    s = te.create_schedule(C.op)
+    s[C].parallel(C.op.axis[0])
+    with pytest.raises(ScheduleError, match="stage C: axis i is already parallel, cannot vectorize"):
+        s[C].vectorize(C.op.axis[0])
+    with pytest.raises(ScheduleError, match="cannot parallelize the reduction axis k"):
+        s[C].parallel(C.op.reduce_axis[0])
+    with pytest.raises(ScheduleError, match="already parallel"):
+        s[C].bind(C.op.axis[0], te.thread_axis("blockIdx.x"))
+    with pytest.raises(ScheduleError, match="pragma key"):
+        s[C].pragma(C.op.axis[1], "")
+    with pytest.raises(ScheduleError, match="scope must be a non-empty string"):
+        s[C].set_scope("")
+
+
+def test_cache_read_write_errors():
+    A, B, C, D = pipeline()
+    s = te.create_schedule([C.op, D.op])
+    with pytest.raises(ScheduleError, match="stage D does not read B"):
+        s.cache_read(B, "shared", [D])
+    with pytest.raises(ScheduleError, match="no readers"):
+        s.cache_read(B, "shared", [])
+    s[C].split(C.op.axis[0], factor=2)
+    with pytest.raises(ScheduleError, match="stage C: cache_write must come before"):
+        s.cache_write(C, "local")
+
+
+# ---------------------------------------------------------------------------- tensorize
+def tiled(intrin, split_k=None):
+    A, B, C = matmul(8, 8, 16)
+    s = te.create_schedule(C.op)
+    io, jo, ii, ji = s[C].tile(C.op.axis[0], C.op.axis[1], 4, 4)
+    if split_k:
+        ko, ki = s[C].split(C.op.reduce_axis[0], factor=split_k)
+        s[C].reorder(io, jo, ko, ii, ji, ki)
+    s[C].tensorize(ii, intrin)
+    return s, [A, B, C]
+
+
+def test_tensorize_body_mismatch():
+    a = te.placeholder((4, 16), "int32", name="a")
+    b = te.placeholder((16, 4), "int32", name="b")
+    k = te.reduce_axis((0, 16), name="k")
+    c = te.compute((4, 4), lambda i, j: te.sum(a[i, k] + b[k, j], axis=k), name="c")
+    intrin = te.decl_tensor_intrin(c.op, lambda ins, outs: te.call_intrin("int32", "nop"),
+                                   default_buffer_params=dict(offset_factor=1, strides=[te.var("s"), 1]))
+    s, args = tiled(intrin)
+    with pytest.raises(ScheduleError, match="stage C: tensorize at axis i.inner .* failed to match the compute"):
+        vtakit.lower(s, args)
+
+
+def test_tensorize_shape_mismatch_and_missing_update():
+    s, args = tiled(toy_gemm_intrin(4, 4, 8, "body"))
+    with pytest.raises(ScheduleError, match="reduce axis k covers 16 but the intrinsic's k has extent 8"):
+        vtakit.lower(s, args)
+    s, args = tiled(toy_gemm_intrin(4, 4, 8, "body"), split_k=8)
+    with pytest.raises(ScheduleError, match="needs reduce_update"):
+        vtakit.lower(s, args)
+
+
+def test_tensorize_region_must_divide():
+    A, B, C = matmul(10, 8, 16)
+    s = te.create_schedule(C.op)
+    io, jo, ii, ji = s[C].tile(C.op.axis[0], C.op.axis[1], 4, 4)
+    s[C].tensorize(ii, toy_gemm_intrin(4, 4, 16, "body"))
+    with pytest.raises(ScheduleError, match="must divide its axes evenly"):
+        vtakit.lower(s, [A, B, C])
+
+
+def test_tensorize_scope_and_offset_factor_checks():
+    a = te.placeholder((4, 16), "int32", name="a")
+    b = te.placeholder((16, 4), "int32", name="b")
+    k = te.reduce_axis((0, 16), name="k")
+    c = te.compute((4, 4), lambda i, j: te.sum(a[i, k] * b[k, j], axis=k), name="c")
+    strided = dict(strides=[te.var("s"), 1])
+    scoped = te.decl_tensor_intrin(c.op, lambda ins, outs: te.call_intrin("int32", "nop"), binds={
+        a: te.decl_buffer(a.shape, "int32", "a", scope="local.inp", offset_factor=1, **strided)},
+        default_buffer_params=dict(offset_factor=1, **strided))
+    s, args = tiled(scoped)
+    with pytest.raises(ScheduleError, match="expects a in scope 'local.inp', but A is in scope 'global'"):
+        vtakit.lower(s, args)
+    aligned = te.decl_tensor_intrin(c.op, lambda ins, outs: te.call_intrin("int32", "nop"),
+                                    default_buffer_params=dict(offset_factor=64, **strided))
+    s, args = tiled(aligned)
+    with pytest.raises(CompileError, match="not provably a multiple of its offset_factor 64"):
+        vtakit.lower(s, args)
+    fixed = te.decl_tensor_intrin(c.op, lambda ins, outs: te.call_intrin("int32", "nop"),
+                                  default_buffer_params=dict(**strided))
+    s, args = tiled(fixed)
+    with pytest.raises(CompileError, match="fixed element offset 0"):
+        vtakit.lower(s, args)
+    compact = te.decl_tensor_intrin(c.op, lambda ins, outs: te.call_intrin("int32", "nop"),
+                                    default_buffer_params=dict(offset_factor=1))
+    s, args = tiled(compact)
+    with pytest.raises(CompileError, match="buffer b is compact but the region of B has stride 8"):
+        vtakit.lower(s, args)
+
+
+def test_tensorize_declaration_errors():
+    A, B, C = matmul()
+    D = te.compute(C.shape, lambda i, j: C[i, j] * 2, name="D")
+    with pytest.raises(CompileError, match="input C must be a te.placeholder"):
+        te.decl_tensor_intrin(D.op, lambda ins, outs: None)
+    with pytest.raises(CompileError, match="returned 2 items"):
+        te.decl_tensor_intrin(C.op, lambda ins, outs: (None, None))
+    with pytest.raises(CompileError, match="3 strides for 2 dimensions"):
+        te.decl_buffer((2, 2), strides=[1, 2, 3])
+    s = te.create_schedule(C.op)
+    with pytest.raises(ScheduleError, match="tensorize needs a te.decl_tensor_intrin"):
+        s[C].tensorize(C.op.axis[0], "gemm")
+
+
+# ---------------------------------------------------------------------------- lowering
+def test_lower_argument_errors():
+    A, B, C = matmul()
+    s = te.create_schedule(C.op)
+    with pytest.raises(CompileError, match="placeholder B is read but not passed in args"):
+        vtakit.lower(s, [A, C])
+    with pytest.raises(CompileError, match="arguments must be tensors"):
+        vtakit.lower(s, [A, B, "C"])
+    with pytest.raises(CompileError, match="tensor A appears twice"):
+        vtakit.lower(s, [A, A, B, C])
+    with pytest.raises(CompileError, match="expects a schedule"):
+        vtakit.lower(C, [A, B, C])
+    A2 = te.placeholder((8, 8), "int32", name="A")
+    C2 = te.compute((8, 8), lambda i, j: A[i, j] + A2[i, j], name="C2")
+    with pytest.raises(CompileError, match="two arguments are named 'A'"):
+        vtakit.lower(te.create_schedule(C2.op), [A, A2, C2])
+
+
+def test_attached_or_inlined_stage_cannot_be_an_argument():
+    A, B, C, D = pipeline()
+    s = te.create_schedule(C.op)
+    s[B].compute_at(s[C], C.op.axis[0])
+    with pytest.raises(ScheduleError, match="stage B is attached with compute_at but also passed in args"):
+        vtakit.lower(s, [A, B, C])
+    s[B].compute_inline()
+    with pytest.raises(ScheduleError, match="stage B is inlined but also passed in args"):
+        vtakit.lower(s, [A, B, C])
+
+
+def test_scope_buffer_over_capacity_names_buffer_size_and_capacity():
+    register_memory_scope("local.tiny_test", MemoryInfo(unit_bits=32, max_num_bits=32 * 16), override=True)
+    A, B, C = matmul()
+    s = te.create_schedule(C.op)
+    CL = s.cache_write(C, "local.tiny_test")
+    s[CL].compute_at(s[C], C.op.axis[0])
+    vtakit.lower(s, [A, B, C])  # 8 int32 = 256 bits fit
+    s2 = te.create_schedule(C.op)
+    s2.cache_write(C, "local.tiny_test")  # at the root: 64 int32 = 2048 bits
+    with pytest.raises(CompileError, match=r"buffer C.local.tiny_test needs 2048 bits \(256 bytes\) in scope "
+                                           r"local.tiny_test, over its capacity of 512 bits"):
+        vtakit.lower(s2, [A, B, C])
+
+
+def test_live_buffers_of_a_scope_are_summed():
+    A, B, C = matmul()
+    s = te.create_schedule(C.op)
+    AL = s.cache_read(A, "local.pair_test", [C])
+    BL = s.cache_read(B, "local.pair_test", [C])
+    s[AL].compute_at(s[C], C.op.axis[0])
+    s[BL].compute_at(s[C], C.op.axis[0])
+    with PassContext(memory_scopes={"local.pair_test": MemoryInfo(32, 32 * 70)}):
+        with pytest.raises(CompileError, match="buffers A.local.pair_test, B.local.pair_test live together need "
+                                               "2304 bits"):
+            vtakit.lower(s, [A, B, C])
+
+
+def test_unregistered_tagged_scope():
+    A, B, C = matmul()
+    s = te.create_schedule(C.op)
+    s.cache_write(C, "local.nowhere")
+    with pytest.raises(CompileError, match="scope 'local.nowhere', which has no registered memory info"):
+        vtakit.lower(s, [A, B, C])
+
+
+def test_memory_scope_registry_errors():
+    with pytest.raises(CompileError, match="max_num_bits must be a positive int"):
+        MemoryInfo(8, 0)
+    register_memory_scope("local.once_test", MemoryInfo(8, 64), override=True)
+    with pytest.raises(CompileError, match="already registered"):
+        register_memory_scope("local.once_test", MemoryInfo(8, 128))
+    with pytest.raises(CompileError, match="expected a MemoryInfo"):
+        register_memory_scope("local.x", 5)
+
+
+def test_pass_context_errors():
+    with pytest.raises(CompileError, match="unknown PassContext config key 'tir.bogus'"):
+        PassContext(config={"tir.bogus": 1})
+    with pytest.raises(CompileError, match="tir.add_lower_pass entries"):
+        PassContext(config={"tir.add_lower_pass": [(7, lambda f: f)]})
+    with pytest.raises(CompileError, match="cannot disable unknown pass 'Nope'"):
+        PassContext(disabled_pass=("Nope",))
+    with pytest.raises(CompileError, match="must be a MemoryInfo"):
+        PassContext(memory_scopes={"local.x": 3})
+    A, B, C = matmul()
+    with PassContext(config={"tir.add_lower_pass": [(1, lambda f: None)]}):
+        with pytest.raises(CompileError, match="returned NoneType, expected a PrimFunc"):
+            vtakit.lower(te.create_schedule(C.op), [A, B, C])
+
+
+def test_build_target_errors():
+    A, B, C = matmul()
+    s = te.create_schedule(C.op)
+    with pytest.raises(CompileError, match="unknown target 'tpu'"):
+        build(s, [A, B, C], target="tpu")
+    register_target("dummy_test", lambda s, a, n, c: "module", override=True)
+    with pytest.raises(CompileError, match="already registered"):
+        register_target("dummy_test", lambda s, a, n, c: "other")
+    assert build(s, [A, B, C], target="dummy_test") == "module"
+
+
+# ---------------------------------------------------------------------------- expressions
+def test_expression_errors():
+    A = te.placeholder((4, 4), name="A")
+    k = te.reduce_axis((0, 4), name="k")
+    with pytest.raises(CompileError, match="fcompute takes 1 indices but the shape \\[4, 4\\] has 2"):
+        te.compute((4, 4), lambda i: A[i, 0])
+    with pytest.raises(CompileError, match="tensor A has 2 dimensions, indexed with 1"):
+        A[0]
+    with pytest.raises(CompileError, match="is not an integer expression"):
+        A[0.5, 1]
+    with pytest.raises(CompileError, match="reduction must be the top-level expression"):
+        te.compute((4,), lambda i: te.sum(A[i, k], axis=k) * 2.0)
+    with pytest.raises(CompileError, match="nested reductions"):
+        te.sum(te.sum(A[0, k], axis=k), axis=k)
+    with pytest.raises(CompileError, match="axis .* is not a reduction axis"):
+        te.compute((4,), lambda i: te.sum(A[i, 0], axis=[te.thread_axis("vthread")]))
+    with pytest.raises(CompileError, match="multiple outputs are not supported"):
+        te.compute((4,), lambda i: (A[i, 0], A[i, 1]))
+    with pytest.raises(CompileError, match="te.exp needs a float argument"):
+        te.exp(te.var("n"))
+    with pytest.raises(CompileError, match="shape entries must be non-negative"):
+        te.placeholder((-1, 2))
+    with pytest.raises(CompileError, match="a range is \\(begin, end\\)"):
+        te.reduce_axis((0, 1, 2))
+    with pytest.raises(CompileError, match="as a Python bool"):
+        bool(te.var("x") < 3)
+    with pytest.raises(CompileError, match="access_mask"):
+        ir.Buffer("X", (4,)).access_ptr("x")
+
+
+def test_interpreter_runtime_errors():
+    A = te.placeholder((4,), "int32", name="A")
+    B = te.compute((4,), lambda i: te.truncdiv(A[i], A[i] - A[i]), name="B")
+    f = vtakit.lower(te.create_schedule(B.op), [A, B])
+    with pytest.raises(CompileError, match="integer division by zero"):
+        run(f, np.ones(4, np.int32), np.zeros(4, np.int32))
+    C = te.compute((4,), lambda i: te.call_intrin("int32", "mystery", A[i]), name="C")
+    f = vtakit.lower(te.create_schedule(C.op), [A, C])
+    with pytest.raises(CompileError, match="no implementation for intrinsic 'mystery'"):
+        run(f, np.ones(4, np.int32), np.zeros(4, np.int32))
+    out = np.zeros(4, np.int32)
+    run(f, np.arange(4, dtype=np.int32), out, intrinsics={"mystery": lambda x: x * 10})
+    np.testing.assert_array_equal(out, [0, 10, 20, 30])
