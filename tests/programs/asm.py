@@ -14,16 +14,11 @@ from vtakit.hw.config import VTAConfig
 from vtakit.hw.isa import Instruction, Uop
 from vtakit.sim.program import Program, Segment
 
-__all__ = ["Asm", "Region", "pack_inp", "pack_wgt", "pack_acc", "pack_acc8", "unpack_out", "wrap_i8",
-           "wrap_i32"]
+__all__ = ["Asm", "Region", "pack_inp", "pack_wgt", "pack_acc", "wrap_i32"]
 
 
 def wrap_i32(x: np.ndarray) -> np.ndarray:
     return np.asarray(x, dtype=np.int64).astype(np.int32)
-
-
-def wrap_i8(x: np.ndarray) -> np.ndarray:
-    return np.asarray(x, dtype=np.int64).astype(np.int8)
 
 
 def pack_inp(a: np.ndarray, config: VTAConfig) -> np.ndarray:
@@ -45,17 +40,6 @@ def pack_acc(c: np.ndarray, config: VTAConfig) -> np.ndarray:
     m, n = c.shape
     b, bo = config.batch, config.block_out
     return c.reshape(m // b, b, n // bo, bo).transpose(0, 2, 1, 3).astype("<i4")
-
-
-def pack_acc8(c: np.ndarray, config: VTAConfig) -> np.ndarray:
-    """[M, N] int8 -> ACC_8BIT elements, laid out like ACC with one byte per value."""
-    return pack_acc(c, config).astype(np.int8)
-
-
-def unpack_out(raw: np.ndarray, m: int, n: int, config: VTAConfig) -> np.ndarray:
-    """OUT elements [M/batch][N/block_out] of [batch][block_out] int8 -> [M, N]."""
-    b, bo = config.batch, config.block_out
-    return raw.view(np.int8).reshape(m // b, n // bo, b, bo).transpose(0, 2, 1, 3).reshape(m, n)
 
 
 @dataclass

@@ -22,7 +22,7 @@ from vtakit.hw.config import VTAConfig
 from vtakit.hw.isa import AluInsn, AluOp, FinishInsn, GemmInsn, MemId, MemInsn, Opcode, Uop
 from vtakit.sim.program import Program
 
-from .asm import Asm, Region, pack_acc, pack_acc8, pack_inp, pack_wgt, wrap_i32
+from .asm import Asm, Region, pack_acc, pack_inp, pack_wgt, wrap_i32
 
 __all__ = ["Case", "Expected", "Unsupported", "CASES", "CORPUS", "programs", "alu_reference", "PAD_COMBOS"]
 
@@ -360,13 +360,14 @@ def blocked_gemm(config: VTAConfig, virtual_threads: int = 1, uop_compression: b
 
 
 def token_burst(config: VTAConfig) -> Case:
-    """The load module pushes TOKEN_QUEUE_DEPTH + 4 tokens before compute pops any (in program order).
+    """The load module pushes more than TOKEN_QUEUE_DEPTH tokens before compute pops any (in program order).
 
     Under fsim's default schedule the load module stalls on the full load->compute queue, and
     fetch on the full load command queue; the program still completes.
     """
     c = config
-    count = c.token_queue_depth + 4
+    # at most token + cmd + 1 pushes can be issued before compute's pops are fetched; more would deadlock
+    count = c.token_queue_depth + min(4, c.cmd_queue_depth + 1)
     _fits(c, inp=count, acc=count)
     asm = Asm(c, "token_burst")
     rng = _rng(asm.name)

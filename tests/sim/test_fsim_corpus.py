@@ -10,7 +10,14 @@ from tests.programs.runner import insn_address
 from vtakit.hw.config import VTAConfig
 from vtakit.sim.fsim import simulate
 
-CONFIGS = {"small": VTAConfig.small(), "default": VTAConfig()}
+CONFIGS = {
+    "small": VTAConfig.small(),
+    "default": VTAConfig(),
+    "batch2_block8": VTAConfig(log_batch=1, log_block_in=3, log_block_out=3, log_uop_buff_size=12,
+                               log_inp_buff_size=13, log_wgt_buff_size=14, log_acc_buff_size=14),
+    "in4_out8": VTAConfig.small(log_batch=1, log_block_out=3, log_acc_buff_size=12, log_wgt_buff_size=11),
+    "shallow_queues": VTAConfig.small(token_queue_depth=1, cmd_queue_depth=1),
+}
 
 
 def _case(name, config_name):
@@ -69,16 +76,18 @@ def test_corpus_covers_every_config_it_claims():
         make(VTAConfig())
 
 
-def test_token_burst_stalls_on_a_full_token_queue_and_completes():
-    case = CASES["token_burst"](VTAConfig.small())
+@pytest.mark.parametrize("config_name", ["small", "shallow_queues"])
+def test_token_burst_stalls_on_a_full_token_queue_and_completes(config_name):
+    case = CASES["token_burst"](CONFIGS[config_name])
     dram = case.program.initial_dram()
     run = simulate(case.program.config, case.program.insns, dram)
     _check(dram, case)
     assert run.push_stalls["load->compute"] >= 1
 
 
-def test_fetch_burst_stalls_fetch_on_a_full_command_queue_and_completes():
-    case = CASES["fetch_burst"](VTAConfig.small())
+@pytest.mark.parametrize("config_name", ["small", "shallow_queues"])
+def test_fetch_burst_stalls_fetch_on_a_full_command_queue_and_completes(config_name):
+    case = CASES["fetch_burst"](CONFIGS[config_name])
     dram = case.program.initial_dram()
     run = simulate(case.program.config, case.program.insns, dram)
     _check(dram, case)

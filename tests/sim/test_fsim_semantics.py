@@ -24,14 +24,11 @@ def _machine(config=SMALL, dram_size=1 << 14, seed=0):
     rng = np.random.default_rng(seed)
     dram = rng.integers(0, 256, dram_size, dtype=np.uint8)
     m = Machine(config, dram)
-    m.inp[:] = rng.integers(-128, 128, m.inp.shape)
-    m.wgt[:] = rng.integers(-128, 128, m.wgt.shape)
-    m.acc[:] = rng.integers(-(1 << 31), 1 << 31, m.acc.shape, dtype=np.int64)
-    m.out[:] = rng.integers(-128, 128, m.out.shape)
-    m._inp_f[:] = m.inp
-    m._wgt_t[:] = m.wgt.transpose(0, 2, 1)
-    for mask in m.written.values():
-        mask[:] = True
+    m.write_sram("inp", 0, rng.integers(-128, 128, m.inp.shape))
+    m.write_sram("wgt", 0, rng.integers(-128, 128, m.wgt.shape))
+    m.write_sram("acc", 0, rng.integers(-(1 << 31), 1 << 31, m.acc.shape, dtype=np.int64))
+    m.write_sram("out", 0, rng.integers(-128, 128, m.out.shape))
+    m.write_sram("uop", 0, np.zeros(m.uop.shape, dtype=np.int64))
     return m
 
 
@@ -41,8 +38,7 @@ def _wrap32(v):
 
 
 def _set_uops(m, uops):
-    for k, u in enumerate(uops):
-        m.uop[k] = (u.dst_idx, u.src_idx, u.wgt_idx)
+    m.write_sram("uop", 0, np.array([(u.dst_idx, u.src_idx, u.wgt_idx) for u in uops]))
 
 
 uop_fields = st.builds(Uop, st.integers(0, 20), st.integers(0, 20), st.integers(0, 10))
@@ -161,6 +157,12 @@ def test_load_matches_naive_loop(mem, y, x, extra_stride, pads, sram, dram):
             MemId.UOP: ("uop", 4)}[mem]
     name, elem = spec
     sram_state = getattr(m, name)
+    insn = MemInsn(opcode=Opcode.LOAD, memory_type=mem, sram_base=sram, dram_base=dram, y_size=y, x_size=x,
+                   x_stride=stride, y_pad_0=pads[0], y_pad_1=pads[1], x_pad_0=pads[2], x_pad_1=pads[3])
+    if sram + (pads[0] + y + pads[1]) * (pads[2] + x + pads[3]) > len(sram_state):
+        with pytest.raises(MemoryAccessError, match=f"{name.upper()} entries .* out of range"):
+            m.apply(insn)
+        return
     expected = sram_state.copy()
     entry = sram
     for row in range(-pads[0], y + pads[1]):
@@ -179,8 +181,6 @@ def test_load_matches_naive_loop(mem, y, x, extra_stride, pads, sram, dram):
             else:
                 expected[entry] = 0
             entry += 1
-    insn = MemInsn(opcode=Opcode.LOAD, memory_type=mem, sram_base=sram, dram_base=dram, y_size=y, x_size=x,
-                   x_stride=stride, y_pad_0=pads[0], y_pad_1=pads[1], x_pad_0=pads[2], x_pad_1=pads[3])
     m.apply(insn)
     assert np.array_equal(sram_state, expected)
     counter = {"inp": "inp_load_nbytes", "wgt": "wgt_load_nbytes", "acc": "acc_load_nbytes",
@@ -222,8 +222,7 @@ def test_acc8_load_sign_extends_into_full_32_bits():
 def test_gemm_reset_writes_zero_to_acc_and_out_and_reads_nothing():
     config = VTAConfig.small()
     m = Machine(config, np.zeros(64, dtype=np.uint8))
-    m.uop[0] = (3, 0, 0)
-    m.written["uop"][0] = True
+    m.write_sram("uop", 0, np.array([(3, 0, 0)]))
     m.apply(GemmInsn(reset_reg=True, uop_end=1, iter_out=2, dst_factor_out=1))   # INP/WGT/ACC never loaded
     assert m.written["acc"][3:5].all() and m.written["out"][3:5].all()
     assert not m.acc[3:5].any() and not m.out[3:5].any()
@@ -233,10 +232,8 @@ def test_gemm_reset_writes_zero_to_acc_and_out_and_reads_nothing():
 def test_alu_immediate_does_not_read_src_and_writes_out():
     config = VTAConfig.small()
     m = Machine(config, np.zeros(64, dtype=np.uint8))
-    m.uop[0] = (0, 50, 0)     # src 50 never written: fine with an immediate
-    m.written["uop"][0] = True
-    m.acc[0] = 300
-    m.written["acc"][0] = True
+    m.write_sram("uop", 0, np.array([(0, 50, 0)]))     # src 50 never written: fine with an immediate
+    m.write_sram("acc", 0, np.full((1, 1, 4), 300))
     m.apply(AluInsn(alu_opcode=AluOp.ADD, uop_end=1, use_imm=True, imm=-45))
     assert m.acc[0, 0].tolist() == [255] * 4 and m.out[0, 0].tolist() == [-1] * 4
     with pytest.raises(MemoryAccessError, match="ACC entry 50"):
@@ -256,10 +253,8 @@ def test_large_gemm_uses_the_bincount_path_exactly():
     """Enough repeated destinations to take the large segmented-sum path; int32 wrap-around included."""
     config = VTAConfig()
     m = _machine(config, seed=11)
-    m.inp[:] = 127
-    m.wgt[:] = -128
-    m._inp_f[:] = m.inp
-    m._wgt_t[:] = m.wgt.transpose(0, 2, 1)
+    m.write_sram("inp", 0, np.full(m.inp.shape, 127))
+    m.write_sram("wgt", 0, np.full(m.wgt.shape, -128))
     m.acc[:] = (1 << 31) - 1
     _set_uops(m, [Uop(o, i, o * 64 + i) for i in range(64) for o in range(16)])
     insn = GemmInsn(uop_end=1024, iter_out=8, dst_factor_out=16, src_factor_out=64)
@@ -267,3 +262,11 @@ def test_large_gemm_uses_the_bincount_path_exactly():
     per_dst = 64 * 16 * 127 * -128
     assert set(np.unique(m.acc[:128]).tolist()) == {_wrap32((1 << 31) - 1 + per_dst)}
     assert (m.acc[128:] == (1 << 31) - 1).all()
+
+
+def test_write_sram_rejects_unknown_buffers_and_ranges():
+    m = Machine(VTAConfig.small(), np.zeros(16, dtype=np.uint8))
+    with pytest.raises(MemoryAccessError, match=r"'acc' entries \[127, 129\)"):
+        m.write_sram("acc", 127, np.zeros((2, 1, 4)))
+    with pytest.raises(MemoryAccessError, match=r"'dram' entries"):
+        m.write_sram("dram", 0, np.zeros(1))

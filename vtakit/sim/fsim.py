@@ -45,7 +45,7 @@ from vtakit.sim.hb import MODULES, RaceDetector
 from vtakit.sim.machine import POP_QUEUES, PUSH_QUEUES, QUEUE_NAMES, Machine, describe, validate_instruction
 from vtakit.sim.stats import RunStats
 
-__all__ = ["execute", "simulate", "check_program", "FsimRun"]
+__all__ = ["execute", "simulate", "check_program", "FsimRun", "Routing"]
 
 _STAGES = (Stage.LOAD, Stage.COMPUTE, Stage.STORE)
 _COMPUTE = 1
@@ -54,15 +54,15 @@ _POPPING, _PUSHING = 0, 1
 
 
 @dataclass(frozen=True)
-class _Decoded:
-    """Per-instruction routing, fixed before the run."""
+class Routing:
+    """Where fetch sends an instruction and which token queues it pops and pushes, in order."""
 
     module: int                  # index into MODULES
     pops: tuple[int, ...]        # token queues, in the order popped
     pushes: tuple[int, ...]      # token queues, in the order pushed
 
 
-def check_program(insns: list[Instruction], config: VTAConfig) -> list[_Decoded]:
+def check_program(insns: list[Instruction], config: VTAConfig) -> list[Routing]:
     """The static checks (legality, FINISH rules, token balance); returns each instruction's routing."""
     decoded = []
     pushes = [0] * len(QUEUE_NAMES)
@@ -71,7 +71,7 @@ def check_program(insns: list[Instruction], config: VTAConfig) -> list[_Decoded]
     for index, insn in enumerate(insns):
         validate_instruction(insn, config, index)
         stage = isa.stage_of(insn)
-        entry = _Decoded(_STAGES.index(stage),
+        entry = Routing(_STAGES.index(stage),
                          tuple(q for flag, q in POP_QUEUES[stage] if getattr(insn, flag)),
                          tuple(q for flag, q in PUSH_QUEUES[stage] if getattr(insn, flag)))
         for q in entry.pops:

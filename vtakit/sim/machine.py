@@ -28,7 +28,6 @@ wrote) are they split into dependency levels, each level vectorised.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -149,8 +148,12 @@ class Machine:
     no instruction of this run has written is a :class:`MemoryAccessError`. ``counters`` holds
     VTA's profiler counters (names in :data:`vtakit.sim.stats.COUNTER_NAMES`).
 
-    Use :meth:`apply` for any instruction, or the per-kind methods :meth:`load`, :meth:`store`,
-    :meth:`gemm`, :meth:`alu`. ``index`` only labels error messages. FINISH has no data effect.
+    Use :meth:`apply` for any instruction (it validates it), or the per-kind methods
+    :meth:`load`, :meth:`store`, :meth:`gemm`, :meth:`alu` for instructions already checked with
+    :func:`validate_instruction`. ``index`` only labels error messages. FINISH and token-only
+    no-ops have no data effect; so does a GEMM/ALU whose loop is empty (``uop_end <= uop_bgn`` or
+    a zero iteration count). The SRAM arrays may be read freely; write them only through
+    instructions or :meth:`write_sram`, which keeps the written masks and GEMM operand copies in step.
     """
 
     def __init__(self, config: VTAConfig, dram: np.ndarray, observer: AccessObserver | None = None) -> None:
@@ -181,6 +184,20 @@ class Machine:
             MemId.ACC_8BIT: _MemSpec("acc", c.acc8_elem_bytes, "i1", "acc_load_nbytes", c.acc_elem_bytes),
         }
         self._uop_fields = isa.uop_layout(config)
+
+    def write_sram(self, name: str, start: int, values: np.ndarray) -> None:
+        """Set SRAM ``name`` entries ``[start, start + len(values))`` directly (tests, debuggers, preloading)."""
+        target = slice(start, start + len(values))
+        if name not in self.written or start < 0 or target.stop > len(getattr(self, name)):
+            raise MemoryAccessError(f"{name!r} entries [{start}, {target.stop}) are not entries of one of the SRAMs "
+                                    f"{sorted(self.written)} (depths {[len(getattr(self, n)) for n in sorted(self.written)]})")
+        sram = getattr(self, name)
+        sram[target] = values
+        self.written[name][target] = True
+        if name == "inp":
+            self._inp_f[target] = sram[target]
+        elif name == "wgt":
+            self._wgt_t[target] = sram[target].transpose(0, 2, 1)
 
     # ------------------------------------------------------------------ dispatch
     def apply(self, insn: Instruction, index: int | None = None, *, validate: bool = True) -> None:
