@@ -31,21 +31,25 @@ MODULES = ("load", "compute", "store")
 
 
 class _Shadow:
-    """Per-location epochs of one module's latest reads and writes in one address space."""
+    """Per-location epochs of one module's latest reads and writes in one address space.
 
-    __slots__ = ("read", "write", "last_read", "last_write")
+    The arrays grow on demand (DRAM shadows start empty), so a module that never reads or never
+    writes a space costs nothing there.
+    """
+
+    __slots__ = ("epochs", "last")
 
     def __init__(self, size: int) -> None:
-        self.read = np.zeros(size, dtype=np.int32)
-        self.write = np.zeros(size, dtype=np.int32)
-        self.last_read = 0   # the largest epoch recorded in ``read`` (epochs only grow)
-        self.last_write = 0
+        self.epochs = [np.zeros(size, dtype=np.int32), np.zeros(size, dtype=np.int32)]   # [read, write]
+        self.last = [0, 0]   # the largest epoch recorded in each array (epochs only grow)
 
-    def grow(self, size: int) -> None:
-        if size > len(self.read):
-            size = max(size, 2 * len(self.read))
-            self.read = np.concatenate([self.read, np.zeros(size - len(self.read), dtype=np.int32)])
-            self.write = np.concatenate([self.write, np.zeros(size - len(self.write), dtype=np.int32)])
+    def array(self, write: bool, size: int) -> np.ndarray:
+        """The read or write epochs, grown (with zeros: never accessed) to at least ``size`` entries."""
+        epochs = self.epochs[write]
+        if size > len(epochs):
+            epochs = np.concatenate([epochs, np.zeros(max(size, 2 * len(epochs)) - len(epochs), dtype=np.int32)])
+            self.epochs[write] = epochs
+        return epochs
 
 
 class RaceDetector:
@@ -66,7 +70,7 @@ class RaceDetector:
         sizes = (config.uop_elem_bytes, config.inp_elem_bytes, config.wgt_elem_bytes, config.acc_elem_bytes,
                  config.acc8_elem_bytes, config.out_elem_bytes)
         self.granule = math.gcd(*sizes)   # every DRAM element, hence every DMA row, is granule-aligned
-        self._dram = [_Shadow(0) for _ in MODULES]
+        self._dram = [_Shadow(0) for _ in MODULES]   # grown as DMAs reach further
 
     # ------------------------------------------------------------------ clocks
     def begin(self, module: int) -> int:
@@ -91,7 +95,7 @@ class RaceDetector:
 
     # ------------------------------------------------------------------ accesses (AccessObserver)
     def sram(self, space: str, write: bool, index: slice | np.ndarray) -> None:
-        self._access(self._sram[space], write, index, lambda i: f"{space.upper()} entry {i}")
+        self._access(self._sram[space], write, index, 0, lambda i: f"{space.upper()} entry {i}")
 
     def dram(self, write: bool, rows: DramRows) -> None:
         if rows.rows == 0 or rows.row_bytes == 0:
@@ -99,43 +103,35 @@ class RaceDetector:
         g = self.granule
         start, row, stride = rows.start // g, rows.row_bytes // g, rows.stride // g
         end = start + (rows.rows - 1) * stride + row
-        for shadow in self._dram:
-            shadow.grow(end)
         if rows.rows == 1 or stride == row:
             index: slice | np.ndarray = slice(start, start + rows.rows * row)
         else:
             index = (start + stride * np.arange(rows.rows)[:, None] + np.arange(row)).ravel()
-        self._access(self._dram, write, index,
-                     lambda i: f"DRAM bytes [{i * g:#x}, {(i + 1) * g:#x})")
+        self._access(self._dram, write, index, end, lambda i: f"DRAM bytes [{i * g:#x}, {(i + 1) * g:#x})")
 
-    def _access(self, shadows: list[_Shadow], write: bool, index: slice | np.ndarray,
+    def _access(self, shadows: list[_Shadow], write: bool, index: slice | np.ndarray, end: int,
                 name: Callable[[int], str]) -> None:
+        """Check one access by the current module against the others' latest accesses, then record it."""
         me = self.module
         clock = self.clocks[me]
         for other, shadow in enumerate(shadows):
             if other == me:
                 continue
             seen = clock[other]
-            checks = [("writes", shadow.write, shadow.last_write)]
-            if write:
-                checks.append(("reads", shadow.read, shadow.last_read))
-            for verb, epochs, last in checks:
-                if last <= seen:
+            # a write conflicts with the other module's reads and writes, a read only with its writes
+            for kind in ((False, True) if write else (True,)):
+                if shadow.last[kind] <= seen:
                     continue  # everything that module did so far happens before this access
-                late = epochs[index] > seen
+                epochs = shadow.array(kind, end)[index]
+                late = epochs > seen
                 if late.any():
                     pos = int(np.flatnonzero(late)[0])
                     entry = index.start + pos if isinstance(index, slice) else int(index[pos])
                     raise RaceError(
                         f"data race on {name(entry)}: {self._describe(me, clock[me])} "
-                        f"{'writes' if write else 'reads'} it, and {self._describe(other, int(epochs[index][pos]))} "
-                        f"{verb} it, with no happens-before order between them (no chain of token pushes and pops "
-                        f"orders {MODULES[other]} before {MODULES[me]} here)")
+                        f"{'writes' if write else 'reads'} it, and {self._describe(other, int(epochs[pos]))} "
+                        f"{'writes' if kind else 'reads'} it, with no happens-before order between them (no chain "
+                        f"of token pushes and pops orders {MODULES[other]} before {MODULES[me]} here)")
         mine = shadows[me]
-        epoch = clock[me]
-        if write:
-            mine.write[index] = epoch
-            mine.last_write = epoch
-        else:
-            mine.read[index] = epoch
-            mine.last_read = epoch
+        mine.array(write, end)[index] = clock[me]
+        mine.last[write] = clock[me]
