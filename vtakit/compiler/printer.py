@@ -10,6 +10,37 @@ __all__ = ["expr_str", "stmt_str", "func_str"]
 
 _FUNCTION_STYLE = (ir.Min, ir.Max, ir.FloorMod)
 
+# While a statement or function prints, distinct variables that share a name get suffixes.
+_names: dict[ir.Var, str] | None = None
+
+
+def _unique_names(node: Any) -> dict[ir.Var, str]:
+    names: dict[ir.Var, str] = {}
+    taken: set[str] = set()
+
+    def visit(n: Any) -> None:
+        if isinstance(n, ir.Var) and n not in names:
+            name, k = n.name, 0
+            while name in taken:
+                k += 1
+                name = f"{n.name}_{k}"
+            names[n] = name
+            taken.add(name)
+
+    ir.walk(node, visit)
+    return names
+
+
+def _with_names(node: Any, fn: Any) -> str:
+    global _names
+    if _names is not None:
+        return fn()
+    _names = _unique_names(node)
+    try:
+        return fn()
+    finally:
+        _names = None
+
 
 def expr_str(e: Any) -> str:
     if isinstance(e, ir.IntImm):
@@ -17,7 +48,7 @@ def expr_str(e: Any) -> str:
     if isinstance(e, ir.FloatImm):
         return f"{e.value!r}f" if e.dtype == "float32" else f"{e.dtype}({e.value!r})"
     if isinstance(e, ir.Var):
-        return e.name
+        return _names.get(e, e.name) if _names is not None else e.name
     if isinstance(e, _FUNCTION_STYLE):
         return f"{e.symbol}({expr_str(e.a)}, {expr_str(e.b)})"
     if isinstance(e, ir.BinaryOp):
@@ -31,7 +62,7 @@ def expr_str(e: Any) -> str:
     if isinstance(e, ir.Call):
         return f"{e.op}({', '.join(expr_str(a) for a in e.args)})"
     if isinstance(e, ir.Let):
-        return f"(let {e.var.name} = {expr_str(e.value)} in {expr_str(e.body)})"
+        return f"(let {expr_str(e.var)} = {expr_str(e.value)} in {expr_str(e.body)})"
     if isinstance(e, ir.Ramp):
         return f"ramp({expr_str(e.base)}, {expr_str(e.stride)}, {e.lanes})"
     if isinstance(e, ir.Broadcast):
@@ -50,7 +81,7 @@ def expr_str(e: Any) -> str:
 
 
 def stmt_str(s: ir.Stmt, indent: int = 0) -> str:
-    return "\n".join(_stmt_lines(s, indent))
+    return _with_names(s, lambda: "\n".join(_stmt_lines(s, indent)))
 
 
 def _stmt_lines(s: ir.Stmt, depth: int) -> list[str]:
@@ -60,7 +91,7 @@ def _stmt_lines(s: ir.Stmt, depth: int) -> list[str]:
     if isinstance(s, ir.For):
         kind = "" if s.kind is ir.ForKind.SERIAL else f"{s.kind.value} "
         tag = f" \"{s.thread_tag}\"" if s.thread_tag else ""
-        head = (f"{pad}for {kind}({s.loop_var.name}, {expr_str(s.min)}, {expr_str(s.extent)}){tag}:")
+        head = (f"{pad}for {kind}({expr_str(s.loop_var)}, {expr_str(s.min)}, {expr_str(s.extent)}){tag}:")
         return [head, *_stmt_lines(s.body, depth + 1)]
     if isinstance(s, ir.Allocate):
         b = s.buffer
@@ -81,11 +112,15 @@ def _stmt_lines(s: ir.Stmt, depth: int) -> list[str]:
     if isinstance(s, ir.Evaluate):
         return [f"{pad}{expr_str(s.value)}"]
     if isinstance(s, ir.LetStmt):
-        return [f"{pad}let {s.var.name} = {expr_str(s.value)}", *_stmt_lines(s.body, depth)]
+        return [f"{pad}let {expr_str(s.var)} = {expr_str(s.value)}", *_stmt_lines(s.body, depth)]
     raise TypeError(f"not a statement: {s!r}")
 
 
 def func_str(f: ir.PrimFunc) -> str:
+    return _with_names(f.body, lambda: _func_str(f))
+
+
+def _func_str(f: ir.PrimFunc) -> str:
     params = ", ".join(f"{b.name}: Buffer({b.dtype}, [{', '.join(expr_str(x) for x in b.shape)}])"
                        for b in f.params)
     return f"primfn {f.name}({params}) {{\n{stmt_str(f.body, 1)}\n}}"

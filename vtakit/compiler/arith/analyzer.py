@@ -315,11 +315,16 @@ class Analyzer:
 
     def _linear_result(self, e: ir.PrimExpr) -> ir.PrimExpr:
         lin = self._to_lin(e)
-        if len(lin.terms) == 1 and lin.const:
-            (atom, coef), = lin.terms.values()
-            if coef == 1 and isinstance(atom, (ir.Min, ir.Max)):  # min(a, b) + c -> min(a + c, b + c)
-                c = ir.IntImm(e.dtype, lin.const)
-                return self._minmax(type(atom)(atom.a + c, atom.b + c, e.dtype))
+        minmax = [(k, a, c) for k, (a, c) in lin.terms.items() if isinstance(a, (ir.Min, ir.Max)) and c in (1, -1)]
+        if len(minmax) == 1 and (lin.const or len(lin.terms) > 1):
+            # min(a, b) + r -> min(a + r, b + r);  r - min(a, b) -> max(r - a, r - b): lets terms cancel
+            key, atom, coef = minmax[0]
+            rest = _Lin({k: v for k, v in lin.terms.items() if k != key}, lin.const)
+            r = self._from_lin(rest, e.dtype)
+            if coef == 1:
+                return self._minmax(type(atom)(atom.a + r, atom.b + r, e.dtype))
+            flipped = ir.Max if isinstance(atom, ir.Min) else ir.Min
+            return self._minmax(flipped(r - atom.a, r - atom.b, e.dtype))
         return self._from_lin(lin, e.dtype)
 
     def _arith(self, e: ir.BinaryOp) -> ir.PrimExpr:

@@ -1,0 +1,68 @@
+"""Property tests: random split factors, loop orders and attach points keep results exact."""
+
+import numpy as np
+from hypothesis import given, settings, strategies as st
+
+import vtakit
+from vtakit import te
+from vtakit.compiler.interpreter import run
+from vtakit.compiler.testing import make_arrays, matmul_variant
+
+SETTINGS = settings(max_examples=25, deadline=None, derandomize=True)
+
+
+@SETTINGS
+@given(n=st.integers(1, 9), m=st.integers(1, 9), l=st.integers(1, 9),
+       factors=st.tuples(st.integers(1, 10), st.integers(1, 10), st.integers(1, 10)),
+       order=st.permutations(range(6)))
+def test_random_splits_and_orders_match_numpy(n, m, l, factors, order):
+    s, args = matmul_variant(n, m, l, factors, order)
+    a, b, c = make_arrays(args, 2, seed=n * 100 + m * 10 + l)
+    run(vtakit.lower(s, args), a, b, c)
+    np.testing.assert_array_equal(c, a.astype(np.int64) @ b.astype(np.int64))
+
+
+@SETTINGS
+@given(h=st.integers(3, 12), w=st.integers(2, 9), fy=st.integers(1, 6), fx=st.integers(1, 6),
+       level=st.integers(0, 3), swap=st.booleans(), inner_split=st.integers(1, 5))
+def test_random_compute_at_positions_match_numpy(h, w, fy, fx, level, swap, inner_split):
+    """A 3-point stencil producer attached at a random loop of a randomly tiled consumer."""
+    A = te.placeholder((h + 2, w + 1), "int32", name="A")
+    B = te.compute((h + 2, w + 1), lambda i, j: A[i, j] * 3 - 1, name="B")
+    C = te.compute((h, w), lambda i, j: B[i, j] + B[i + 2, j + 1] - B[i + 1, j], name="C")
+    s = te.create_schedule(C.op)
+    yo, yi = s[C].split(C.op.axis[0], factor=fy)
+    xo, xi = s[C].split(C.op.axis[1], factor=fx)
+    loops = [yo, xo, yi, xi] if not swap else [xo, yo, xi, yi]
+    s[C].reorder(*loops)
+    s[B].compute_at(s[C], loops[level])
+    bo, bi = s[B].split(B.op.axis[1], factor=inner_split)
+    a = np.random.default_rng(h * w).integers(-50, 50, (h + 2, w + 1)).astype(np.int32)
+    c = np.zeros((h, w), np.int32)
+    run(vtakit.lower(s, [A, C]), a, c)
+    b = a * 3 - 1
+    np.testing.assert_array_equal(c, b[:h, :w] + b[2:, 1:] - b[1:h + 1, :w])
+
+
+@SETTINGS
+@given(f=st.integers(1, 7), nparts=st.integers(1, 7), fuse_first=st.booleans(), vec=st.booleans(),
+       nthreads=st.integers(1, 3), tag=st.sampled_from(["vthread", "cthread"]))
+def test_random_fuse_split_vthread_match_numpy(f, nparts, fuse_first, vec, nthreads, tag):
+    A = te.placeholder((6, 7), "int32", name="A")
+    B = te.compute((6, 7), lambda i, j: A[i, j] * A[i, j] + j, name="B")
+    s = te.create_schedule(B.op)
+    i, j = B.op.axis
+    if fuse_first:
+        fused = s[B].fuse(i, j)
+        t, rest = s[B].split(fused, nparts=nthreads)
+        o, inner = s[B].split(rest, factor=f)
+    else:
+        t, rest = s[B].split(i, nparts=nthreads)
+        o, inner = s[B].split(j, nparts=nparts)
+    s[B].bind(t, te.thread_axis(tag))
+    if vec:
+        s[B].vectorize(inner)
+    a = np.arange(42, dtype=np.int32).reshape(6, 7) - 20
+    out = np.zeros((6, 7), np.int32)
+    run(vtakit.lower(s, [A, B]), a, out)
+    np.testing.assert_array_equal(out, a * a + np.arange(7, dtype=np.int32))
