@@ -172,9 +172,11 @@ def cmd_bench_gemm(args: argparse.Namespace) -> int:
     else:
         print(f"GEMM {args.m}x{args.n}x{args.k} int8 on {args.backend} ({config.model}, {args.vthreads} virtual "
               f"thread{'s' if args.vthreads != 1 else ''})")
-        util = "n/a (no timing)" if result.utilization is None else f"{result.utilization:.1%}"
+        untimed = f"n/a ({args.backend} has no timing)"
+        util = untimed if result.utilization is None else f"{result.utilization:.1%}"
         _print_table([("correct", "yes" if result.correct else "NO (differs from numpy)"),
-                      ("cycles", result.cycles), ("ideal cycles", result.ideal_cycles),
+                      ("cycles", untimed if result.cycles is None else result.cycles),
+                      ("ideal cycles", result.ideal_cycles),
                       ("utilization", util), ("sim seconds", f"{result.sim_seconds:.3f}")])
     return 0 if result.correct else 1
 

@@ -57,8 +57,12 @@ class GemmBenchResult:
         return asdict(self)
 
 
+def _divisors(n: int, limit: int) -> list[int]:
+    return [d for d in range(1, min(n, limit) + 1) if n % d == 0]
+
+
 def _largest_divisor(n: int, limit: int) -> int:
-    return max(d for d in range(1, min(n, max(limit, 1)) + 1) if n % d == 0)
+    return _divisors(n, max(limit, 1))[-1]
 
 
 def _blocks(config: VTAConfig, m: int, n: int, k: int) -> tuple[int, int, int]:
@@ -76,7 +80,13 @@ def _blocks(config: VTAConfig, m: int, n: int, k: int) -> tuple[int, int, int]:
 
 
 def plan_gemm(config: VTAConfig, m: int, n: int, k: int, vthreads: int = 1) -> GemmTiling:
-    """The largest tiles that fit one virtual thread's share of every SRAM."""
+    """Tiles that fit one virtual thread's share of every SRAM, chosen for data reuse.
+
+    A unit of work loads tm x tk INP and tn x tk WGT elements and runs tm * tn * tk micro-ops, so
+    GEMM work per loaded byte is tm * tn / (tm * inp_bytes + tn * wgt_bytes) whatever tk is; the
+    plan maximises that, then tk (fewer, longer instructions). With several virtual threads it
+    first requires two units per thread, so that loads and stores have compute to overlap with.
+    """
     if not 1 <= vthreads <= 8:
         raise ConfigError(f"vthreads={vthreads} must be between 1 and 8")
     mb, nb, kb = _blocks(config, m, n, k)
@@ -85,10 +95,17 @@ def plan_gemm(config: VTAConfig, m: int, n: int, k: int, vthreads: int = 1) -> G
     uop_cap = (config.uop_depth - vthreads) // (vthreads * vthreads)
     if min(inp_cap, wgt_cap, acc_cap, uop_cap) < 1:
         raise ConfigError(f"vthreads={vthreads} leaves less than one SRAM entry per thread on {config.model}")
-    tk = _largest_divisor(kb, min(inp_cap, wgt_cap, uop_cap))
-    tn = _largest_divisor(nb, min(wgt_cap // tk, acc_cap, _ITER_MAX))
-    tm = _largest_divisor(mb, min(inp_cap // tk, acc_cap // tn, _ITER_MAX))
-    return GemmTiling(tm, tn, tk)
+    best: tuple[tuple[bool, float, int], GemmTiling] | None = None
+    for tm in _divisors(mb, min(inp_cap, acc_cap, _ITER_MAX)):
+        for tn in _divisors(nb, min(wgt_cap, acc_cap // tm, _ITER_MAX)):
+            tk = _largest_divisor(kb, min(inp_cap // tm, wgt_cap // tn, uop_cap))
+            units = (mb // tm) * (nb // tn) * (kb // tk)
+            reuse = tm * tn / (tm * config.inp_elem_bytes + tn * config.wgt_elem_bytes)
+            key = (vthreads == 1 or units >= 2 * vthreads, reuse, tk)
+            if best is None or key > best[0]:
+                best = (key, GemmTiling(tm, tn, tk))
+    assert best is not None  # tm = tn = tk = 1 always fits
+    return best[1]
 
 
 def requant_shift(k: int) -> int:
