@@ -64,7 +64,7 @@ class Routing:
 
 def check_program(insns: list[Instruction], config: VTAConfig) -> list[Routing]:
     """The static checks (legality, FINISH rules, token balance); returns each instruction's routing."""
-    decoded = []
+    routes = []
     pushes = [0] * len(QUEUE_NAMES)
     pops = [0] * len(QUEUE_NAMES)
     finishes = []
@@ -80,7 +80,7 @@ def check_program(insns: list[Instruction], config: VTAConfig) -> list[Routing]:
             pushes[q] += 1
         if isinstance(insn, FinishInsn):
             finishes.append(index)
-        decoded.append(entry)
+        routes.append(entry)
     if not finishes:
         raise ProgramError(f"program of {len(insns)} instructions has no FINISH; expected exactly one FINISH "
                            "as the last instruction")
@@ -94,7 +94,7 @@ def check_program(insns: list[Instruction], config: VTAConfig) -> list[Routing]:
     if unbalanced:
         raise ProgramError(f"unbalanced dependency tokens ({'; '.join(unbalanced)}); every queue needs as many "
                            "pushes as pops")
-    return decoded
+    return routes
 
 
 @dataclass
@@ -110,15 +110,17 @@ class _Unit:
 
 
 class _Simulator:
+    """Fetch, the three modules and the four token queues around one :class:`Machine`."""
+
     def __init__(self, config: VTAConfig, insns: list[Instruction], dram: np.ndarray, check_races: bool) -> None:
         self.config = config
         self.insns = insns
-        self.decoded = check_program(insns, config)
+        self.routes = check_program(insns, config)
         self.units = [_Unit(m) for m in range(len(MODULES))]
         self.hb = RaceDetector(config, self._describe_epoch)
         self.machine = Machine(config, dram, self.hb if check_races else None)
         self.tokens: list[deque] = [deque() for _ in QUEUE_NAMES]
-        self.totals = [sum(1 for d in self.decoded if d.module == m) for m in range(len(MODULES))]
+        self.totals = [sum(1 for d in self.routes if d.module == m) for m in range(len(MODULES))]
         self.fetched = 0
         self.finished = False
         self.stalls: set[tuple[str, str, int]] = set()   # (kind, queue, instruction) seen blocked on a full queue
@@ -133,7 +135,7 @@ class _Simulator:
         done = 0
         depth = self.config.cmd_queue_depth
         while done < budget and self.fetched < len(self.insns):
-            unit = self.units[self.decoded[self.fetched].module]
+            unit = self.units[self.routes[self.fetched].module]
             if len(unit.commands) >= depth:
                 self.stalls.add(("fetch", MODULES[unit.module], self.fetched))
                 break
@@ -159,10 +161,10 @@ class _Simulator:
                 unit.executed.append(unit.current)
                 done += 1
                 continue
-            decoded = self.decoded[unit.current]
+            route = self.routes[unit.current]
             if unit.phase == _POPPING:
-                if unit.step < len(decoded.pops):
-                    queue = tokens[decoded.pops[unit.step]]
+                if unit.step < len(route.pops):
+                    queue = tokens[route.pops[unit.step]]
                     if not queue:
                         break
                     hb.join(m, queue.popleft())
@@ -172,10 +174,10 @@ class _Simulator:
                     unit.phase, unit.step = _PUSHING, 0
                 done += 1
                 continue
-            if unit.step < len(decoded.pushes):
-                queue = tokens[decoded.pushes[unit.step]]
+            if unit.step < len(route.pushes):
+                queue = tokens[route.pushes[unit.step]]
                 if len(queue) >= depth:
-                    self.stalls.add(("push", QUEUE_NAMES[decoded.pushes[unit.step]], unit.current))
+                    self.stalls.add(("push", QUEUE_NAMES[route.pushes[unit.step]], unit.current))
                     break
                 queue.append(hb.snapshot(m))
                 unit.step += 1
@@ -196,12 +198,12 @@ class _Simulator:
             self.machine.apply(insn, index, validate=False)   # check_program validated it
 
     def _check_finish(self, index: int) -> None:
-        for m, unit in enumerate(self.units):
-            if m == _COMPUTE or self.totals[m] == 0:
-                continue
+        for m in range(len(MODULES)):
+            if m == _COMPUTE:
+                continue   # FINISH is compute's last instruction: program order covers the rest
             clock = self.hb.clocks[_COMPUTE][m]
             if clock < self.totals[m]:
-                pending = [i for i, d in enumerate(self.decoded) if d.module == m][clock]
+                pending = [i for i, d in enumerate(self.routes) if d.module == m][clock]
                 raise ProgramError(
                     f"FINISH (instruction {index}) does not wait for {describe(pending, self.insns[pending])}: "
                     f"only {clock} of the {self.totals[m]} {MODULES[m]} instructions happen before it; end the "
@@ -228,20 +230,20 @@ class _Simulator:
         lines = []
         for m, unit in enumerate(self.units):
             if unit.current >= 0:
-                decoded = self.decoded[unit.current]
+                route = self.routes[unit.current]
                 what = describe(unit.current, self.insns[unit.current])
                 if unit.phase == _POPPING:
-                    queue = QUEUE_NAMES[decoded.pops[unit.step]]
+                    queue = QUEUE_NAMES[route.pops[unit.step]]
                     lines.append(f"  {MODULES[m]}: {what} waits to pop a token from {queue} (empty)")
                 else:
-                    queue = QUEUE_NAMES[decoded.pushes[unit.step]]
+                    queue = QUEUE_NAMES[route.pushes[unit.step]]
                     lines.append(f"  {MODULES[m]}: {what} waits to push a token to {queue} "
                                  f"(full, {self.config.token_queue_depth} tokens)")
             elif len(unit.executed) < self.totals[m]:
                 lines.append(f"  {MODULES[m]}: idle, its next instruction is not fetched yet")
         if self.fetched < len(self.insns):
             index = self.fetched
-            target = MODULES[self.decoded[index].module]
+            target = MODULES[self.routes[index].module]
             lines.append(f"  fetch: {describe(index, self.insns[index])} waits for room in the {target} command "
                          f"queue (full, {self.config.cmd_queue_depth} entries)")
         return "deadlock: no module can make progress and FINISH has not run:\n" + "\n".join(lines)

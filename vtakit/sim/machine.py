@@ -255,13 +255,12 @@ class Machine:
             if spec.sram in SHARED_SRAMS:
                 self.observer.sram(spec.sram, True, target)
         raw = self._dram_view(rows)
+        sram = getattr(self, spec.sram)
         if insn.memory_type == MemId.UOP:
             words = raw.copy().view("<u4").astype(np.int64)          # [y, x]
             elems = np.stack([(words >> f.offset) & ((1 << f.width) - 1) for f in self._uop_fields], axis=-1)
         else:
-            sram = getattr(self, spec.sram)
             elems = raw.copy().view(spec.dtype).reshape(insn.y_size, insn.x_size, *sram.shape[1:])
-        sram = getattr(self, spec.sram)
         block = np.zeros((height, width, *sram.shape[1:]), dtype=sram.dtype)
         block[insn.y_pad_0:insn.y_pad_0 + insn.y_size, insn.x_pad_0:insn.x_pad_0 + insn.x_size] = elems
         block = block.reshape(height * width, *sram.shape[1:])
