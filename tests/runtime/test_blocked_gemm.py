@@ -98,3 +98,9 @@ def test_requant_shift_keeps_results_in_range():
         out = reference_gemm(a, w, requant_shift(k))
         saturated = np.mean(np.abs(out.astype(int)) >= 127)
         assert 0.0 < saturated < 0.3 and len(np.unique(out)) > 100
+
+
+def test_too_many_threads_for_the_buffers():
+    tiny = VTAConfig.small(log_uop_buff_size=4)             # 4 micro-ops: no room for 3x3 kernels
+    with pytest.raises(ConfigError, match="vthreads=3 leaves less than one SRAM entry per thread"):
+        plan_gemm(tiny, 4, 4, 4, vthreads=3)

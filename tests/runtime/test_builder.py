@@ -231,3 +231,10 @@ def test_gemm_of_built_program_matches_numpy():
     dev.run(b.finish())
     acc = sum(inp[k].astype(np.int32) @ wgt[k].astype(np.int32).T for k in range(2))
     np.testing.assert_array_equal(o.numpy()[0], acc.astype(np.int8))
+
+
+def test_buffer_channel_rejects_bad_shapes():
+    from vtakit.runtime.pipeline import BufferChannel
+
+    with pytest.raises(ProgramError, match="units >= 0 and buffers >= 1, got 4, 0"):
+        BufferChannel(ProgramBuilder(SMALL), L, C, 4, 0)

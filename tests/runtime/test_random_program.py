@@ -185,3 +185,20 @@ def test_compare_backends_saves_the_failing_program(tmp_path, monkeypatch):
     with pytest.raises(SimError, match=r"backend 'rtl' leaves DRAM different from 'fsim' at 1 bytes.*saved to"):
         compare_backends(program, ("fsim", "rtl"), save_dir=tmp_path)
     assert (tmp_path / f"{program.name}.vtaprog").exists()
+
+
+def test_too_little_sram_for_the_threads():
+    with pytest.raises(ConfigError, match="too little SRAM for 2 virtual threads"):
+        random_program(VTAConfig.small(log_inp_buff_size=2), 0, vthreads=2)
+
+
+def test_compare_backends_reports_backend_errors_with_the_saved_path(tmp_path, monkeypatch):
+    from vtakit.runtime import device as device_module
+
+    def broken(launch):
+        raise RaceError("boom")
+
+    monkeypatch.setattr(device_module, "get_backend", lambda name: broken)
+    program = random_program(SMALL, 1)
+    with pytest.raises(RaceError, match=r"^boom; program saved to .*random-1-vt\d\.vtaprog"):
+        compare_backends(program, ("fsim",), save_dir=tmp_path)
