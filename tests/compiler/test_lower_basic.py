@@ -72,3 +72,18 @@ def test_int8_wraps_like_hardware():
     b = np.zeros(4, np.int8)
     run(f, a, b)
     np.testing.assert_array_equal(b, (a.astype(np.int64) * 3 + 100).astype(np.int8))
+
+
+def test_symbolic_shape_binds_from_arrays():
+    n = te.var("n")
+    A = te.placeholder((n,), name="A")
+    B = te.compute((n,), lambda i: A[i] * 2.0, name="B")
+    s = te.create_schedule(B.op)
+    s[B].split(B.op.axis[0], factor=4)
+    f = vtakit.lower(s, [A, B])
+    for size in (5, 8):
+        a, b = np.arange(size, dtype=np.float32), np.zeros(size, np.float32)
+        run(f, a, b)
+        np.testing.assert_array_equal(b, a * 2)
+    with pytest.raises(CompileError, match="argument 1 \\(B\\): expected an array of shape \\(3,\\)"):
+        run(f, np.zeros(3, np.float32), np.zeros(4, np.float32))

@@ -105,9 +105,15 @@ class Interpreter:
                                f"got {len(arrays)}")
         env: Env = {}
         for k, (buf, arr) in enumerate(zip(params, arrays)):
-            shape = tuple(int(s.value) if isinstance(s, ir.IntImm) else -1 for s in buf.shape)
-            if not isinstance(arr, np.ndarray) or arr.dtype != _np_dtype(buf.dtype) or arr.shape != shape:
+            ok = isinstance(arr, np.ndarray) and arr.dtype == _np_dtype(buf.dtype) and arr.ndim == buf.ndim
+            for extent, n in zip(buf.shape, arr.shape if ok else ()):
+                if isinstance(extent, ir.Var):  # a shape variable: bound by the first array that has it
+                    ok = ok and env.setdefault(extent, n) == n
+                else:
+                    ok = ok and isinstance(extent, ir.IntImm) and extent.value == n
+            if not ok:
                 got = f"{arr.shape} {arr.dtype}" if isinstance(arr, np.ndarray) else type(arr).__name__
+                shape = tuple(env.get(e, str(e)) if isinstance(e, ir.Var) else int(e.value) for e in buf.shape)
                 raise CompileError(f"argument {k} ({buf.name}): expected an array of shape {shape} and dtype "
                                    f"{buf.dtype}, got {got}")
             if not arr.flags.c_contiguous:
