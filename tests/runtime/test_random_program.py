@@ -29,7 +29,7 @@ CONFIGS = {
 REQUIRED = {
     "load.UOP", "load.WGT", "load.INP", "load.ACC", "load.ACC_8BIT", "store.OUT",
     "nop.load.INP", "nop.load.WGT", "nop.load.UOP", "nop.load.ACC", "nop.load.ACC_8BIT", "nop.load.OUT",
-    "nop.store.OUT", "nop.store.UOP",
+    *(f"nop.store.{mem.name}" for mem in isa.MemId),
     "pad.y_pad_0", "pad.y_pad_1", "pad.x_pad_0", "pad.x_pad_1", "stride.load", "stride.store",
     "gemm", "gemm.reset", "gemm.all_factors", "alu.loop", "alu.SHR.negative",
     *(f"alu.{op}.{kind}" for op in ("MIN", "MAX", "ADD", "SHR") for kind in ("imm", "tensor")),

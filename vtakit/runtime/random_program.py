@@ -84,6 +84,17 @@ class RandomLimits:
 
 
 @dataclass
+class _Loop:
+    """A micro-op kernel with its loop, and the ACC entries (absolute) it writes."""
+
+    uops: list[Uop]
+    iter_out: int
+    iter_in: int
+    factors: list[tuple[int, int]]   # (out, in) per index kind: dst[, src[, wgt]]
+    written: list[int]
+
+
+@dataclass
 class _Thread:
     """What one virtual thread has written in its SRAM partitions (offsets within the partition)."""
 
@@ -94,6 +105,8 @@ class _Thread:
 
 
 class _Generator:
+    """One random program: the builder, each thread's SRAM windows and what has been written."""
+
     def __init__(self, config: VTAConfig, seed: int, limits: RandomLimits) -> None:
         self.config = config
         self.rng = np.random.default_rng(seed)
@@ -114,7 +127,9 @@ class _Generator:
         share = {"inp": config.inp_depth // t, "wgt": config.wgt_depth // t, "acc": config.acc_depth // t}
         self.base = {k: [i * share[k] + int(self.rng.integers(0, share[k] - self.parts[k] + 1)) for i in range(t)]
                      for k in share}
-        self.state = [_Thread(*(np.zeros(self.parts[k], bool) for k in ("inp", "wgt", "acc", "acc")))
+        # OUT has ACC's depth and indices: the same window tracks both.
+        self.state = [_Thread(inp=np.zeros(self.parts["inp"], bool), wgt=np.zeros(self.parts["wgt"], bool),
+                              acc=np.zeros(self.parts["acc"], bool), out=np.zeros(self.parts["acc"], bool))
                       for _ in range(t)]
         r = self.rng
         cfg = config
@@ -165,12 +180,12 @@ class _Generator:
         return 2 * (self.config.token_queue_depth + self.config.cmd_queue_depth + 1) + 1
 
     # ------------------------------------------------------------------ DMA
-    def _dims(self, room: int, allow_pad: bool) -> tuple[int, int, tuple[int, int, int, int]] | None:
-        """Random (y, x, pads) whose padded footprint fits ``room`` entries."""
+    def _dims(self, room: int) -> tuple[int, int, tuple[int, int, int, int]]:
+        """Random (y, x, pads) whose padded footprint fits ``room`` (>= 1) entries."""
         for _ in range(20):
             y, x = self.pick(1, 4), self.pick(1, 8)
             pads = (0, 0, 0, 0)
-            if allow_pad and self.chance(0.5):
+            if self.chance(0.5):
                 pads = tuple(self.pick(0, 2) if self.chance(0.5) else 0 for _ in range(4))
                 if self.chance(0.15):
                     big = list(pads)
@@ -178,15 +193,13 @@ class _Generator:
                     pads = tuple(big)
             if (pads[0] + y + pads[1]) * (pads[2] + x + pads[3]) <= room:
                 return y, x, pads
-        return (1, 1, (0, 0, 0, 0)) if room >= 1 else None
+        return 1, 1, (0, 0, 0, 0)
 
     def load(self, mem: MemId, thread: int) -> None:
         """A padded, strided 2-D load into a random place of the thread's partition."""
         kind = {MemId.INP: "inp", MemId.WGT: "wgt", MemId.ACC: "acc", MemId.ACC_8BIT: "acc"}[mem]
         part = self.parts[kind]
-        dims = self._dims(part, allow_pad=True)
-        assert dims is not None
-        y, x, (yp0, yp1, xp0, xp1) = dims
+        y, x, (yp0, yp1, xp0, xp1) = self._dims(part)
         footprint = (yp0 + y + yp1) * (xp0 + x + xp1)
         start = self.pick(0, part - footprint)
         roll = self.rng.random()
@@ -215,11 +228,11 @@ class _Generator:
         return True
 
     # ------------------------------------------------------------------ compute
-    def loop(self, masks: list[np.ndarray], bases: list[int]) -> dict | None:
-        """A random micro-op kernel and two-level loop whose indices stay in the partitions.
+    def loop(self, masks: list[np.ndarray], bases: list[int]) -> _Loop | None:
+        """A random micro-op kernel and two-level loop whose indices stay in the windows.
 
-        ``masks[i]`` are the allowed entries of index kind i (dst, src, wgt), ``bases[i]`` the
-        partition's SRAM offset. Returns builder keyword arguments, or None when nothing fits.
+        ``masks[i]`` are the allowed entries of index kind i (dst, src, wgt) within a window and
+        ``bases[i]`` the window's SRAM address. None when nothing fits.
         """
         lim = self.limits
         for attempt in range(12):
@@ -249,51 +262,47 @@ class _Generator:
             picks = [[int(s[self.pick(0, s.size - 1)]) + base for _ in range(n)] for s, base in zip(starts, bases)]
             uops = [Uop(*([p[k] for p in picks] + [0] * (3 - len(picks)))) for k in range(n)]
             written = sorted({p + int(o) for p in picks[0] for o in offsets[0]})
-            return dict(uops=uops, iter_out=io, iter_in=ii, factors=factors, written=written)
+            return _Loop(uops, io, ii, factors, written)
         return None
 
     def compute_op(self, thread: int) -> None:
-        st, lim = self.state[thread], self.limits
+        """One random compute instruction (with its LOAD UOP when the kernel is new) on the thread's windows."""
+        st = self.state[thread]
         acc_base = self.base["acc"][thread]
-        everything = np.ones(self.parts["acc"], bool)
         choice = self.rng.random()
-        if choice < 0.15 or not st.acc.any():
+        if choice < 0.15 or not st.acc.any():              # initialise ACC: load it or reset it
             if self.chance(0.4):
                 self.load(MemId.ACC if self.chance(0.6) else MemId.ACC_8BIT, thread)
                 return
-            spec = self.loop([everything], [acc_base])
+            spec = self.loop([np.ones(self.parts["acc"], bool)], [acc_base])
             if spec is None:
                 return
-            (fo, fi), = spec["factors"]
-            self.b.gemm([Uop(u.dst_idx) for u in spec["uops"]], iter_out=spec["iter_out"], iter_in=spec["iter_in"],
-                        dst_factor=(fo, fi), reset=True)
+            self.b.gemm([Uop(u.dst_idx) for u in spec.uops], iter_out=spec.iter_out, iter_in=spec.iter_in,
+                        dst_factor=spec.factors[0], reset=True)
         elif choice < 0.55 and st.inp.any() and st.wgt.any():
-            spec = self.loop([st.acc, st.inp, st.wgt],
-                             [acc_base, self.base["inp"][thread], self.base["wgt"][thread]])
+            spec = self.loop([st.acc, st.inp, st.wgt], [acc_base, self.base["inp"][thread], self.base["wgt"][thread]])
             if spec is None:
                 return
-            d, s, w = spec["factors"]
-            self.b.gemm(spec["uops"], iter_out=spec["iter_out"], iter_in=spec["iter_in"], dst_factor=d,
-                        src_factor=s, wgt_factor=w)
+            dst, src, wgt = spec.factors
+            self.b.gemm(spec.uops, iter_out=spec.iter_out, iter_in=spec.iter_in, dst_factor=dst, src_factor=src,
+                        wgt_factor=wgt)
         elif choice < 0.95:
             ops = [AluOp.MIN, AluOp.MAX, AluOp.ADD, AluOp.SHR] + ([AluOp.MUL] if self.config.alu_mul else [])
             op = ops[self.pick(0, len(ops) - 1)]
             use_imm = self.chance(0.5)
-            spec = self.loop([st.acc] if use_imm else [st.acc, st.acc], [acc_base] * (1 if use_imm else 2))
+            spec = self.loop([st.acc] * (1 if use_imm else 2), [acc_base] * (1 if use_imm else 2))
             if spec is None:
                 return
             imm = None
-            if use_imm:
+            if use_imm:   # shifts mostly near the legal range, including negative and out-of-range amounts
                 imm = (self.pick(-40, 40) if op == AluOp.SHR and self.chance(0.8)
                        else self.pick(-(1 << 15), (1 << 15) - 1))
-            factors = spec["factors"]
-            self.b.alu(op, spec["uops"],
-                       iter_out=spec["iter_out"], iter_in=spec["iter_in"], dst_factor=factors[0],
-                       src_factor=(0, 0) if use_imm else factors[1], imm=imm)
+            self.b.alu(op, spec.uops, iter_out=spec.iter_out, iter_in=spec.iter_in, dst_factor=spec.factors[0],
+                       src_factor=(0, 0) if use_imm else spec.factors[1], imm=imm)
         else:
             self.nop(Stage.COMPUTE)
             return
-        for index in spec["written"]:
+        for index in spec.written:
             st.acc[index - acc_base] = True
             st.out[index - acc_base] = True
 
