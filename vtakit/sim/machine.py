@@ -14,6 +14,13 @@ during this run. Races are not the machine's business; it reports every access t
 between modules (INP, WGT, OUT entries and DRAM bytes) to an optional :class:`AccessObserver`
 *before* it mutates anything, which is how ``fsim``'s happens-before checker sees them.
 
+Use on its own (the cycle simulator does exactly this, applying each instruction when it retires)::
+
+    machine = Machine(config, dram)          # fresh, empty SRAMs over a uint8 DRAM image
+    for index, insn in enumerate(insns):     # any order consistent with the program's tokens
+        machine.apply(insn, index)           # validates, checks ranges/initialisation, mutates
+    machine.counters["gemm_counter"]         # VTA's profiler counters
+
 Representation: ``inp`` int8 ``[inp_depth, batch, block_in]``, ``wgt`` int8
 ``[wgt_depth, block_out, block_in]``, ``acc`` int32 ``[acc_depth, batch, block_out]``, ``out``
 int8 like ``acc``, ``uop`` int64 ``[uop_depth, 3]`` (dst, src, wgt), ``dram`` uint8. DRAM element
