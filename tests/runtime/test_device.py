@@ -167,3 +167,44 @@ def test_foreign_program_needs_its_dram_range():
         dev.run(program)
     with pytest.raises(AllocationError, match=f"needs {program.dram_size} bytes of DRAM"):
         Device(SMALL, dram_size=128).run(program)
+
+
+def _acc_copy_program(dev):
+    b = ProgramBuilder(SMALL, dev)
+    x = dev.array(np.arange(16, dtype=np.int32).reshape(4, 1, 4), name="x")
+    y = dev.empty((4, 1, 4), np.int8, name="y")
+    b.load_2d(MemId.ACC, 0, x, 1, 4)
+    b.alu(AluOp.SHR, [Uop(0)], iter_out=4, dst_factor=(1, 0), imm=0)
+    b.dep_push(isa.Stage.COMPUTE, isa.Stage.STORE)
+    b.dep_pop(isa.Stage.COMPUTE, isa.Stage.STORE)
+    b.store_2d(0, y, 1, 4)
+    return b.finish(), x, y
+
+
+def test_device_built_program_elsewhere_and_after_free():
+    dev = Device(SMALL, dram_size=1 << 16)
+    program, x, y = _acc_copy_program(dev)
+    fresh = Device(SMALL, dram_size=1 << 16)              # another device: placed from its snapshots
+    fresh.run(program)
+    np.testing.assert_array_equal(fresh.read(y.phys_addr, 16).view(np.int8), np.arange(16))
+    x.free()
+    with pytest.raises(AllocationError, match=r"reads the device array at 0x0 \(x\), which has been freed"):
+        dev.run(program)
+
+
+def test_micro_op_image_lives_as_long_as_the_program():
+    dev = Device(SMALL, dram_size=1 << 16)
+    program, x, y = _acc_copy_program(dev)
+    assert dev.allocator.used == x.nbytes + y.nbytes + 4 * len(program.uops)
+    del program
+    gc.collect()
+    assert dev.allocator.used == x.nbytes + y.nbytes
+
+
+def test_foreign_program_is_never_mistaken_for_the_device_s_own():
+    program = gemm_program(SMALL, 4, 4, 8)
+    dev = Device(SMALL, dram_size=1 << 16)
+    big = dev.empty(4096, name="big")                     # covers the program's addresses
+    with pytest.raises(AllocationError, match="brings its own DRAM layout"):
+        dev.run(program)
+    assert not big.freed

@@ -23,7 +23,6 @@ random programs) and the compiler emit instruction streams the way VTA's runtime
 from __future__ import annotations
 
 import dataclasses
-import weakref
 from dataclasses import dataclass
 from typing import Any, Iterable, Protocol, Sequence
 
@@ -355,7 +354,8 @@ class ProgramBuilder:
             raise ISAError(f"program {self.name!r}: {exc}") from exc
         program = Program(self.config, list(self._insns), list(self._image), uop_addr, segments,
                           dram_size=max(self._dram_end, uop_addr + len(uop_bytes)), name=self.name)
-        if region is not None:
-            self.device.write(region, uop_bytes)
-            weakref.finalize(program, self.device.allocator.free, region)
+        if self.device is not None:
+            if region is not None:
+                self.device.write(region, uop_bytes)
+            self.device.register_program(program, region)
         return program

@@ -103,6 +103,7 @@ class Device:
         self.alignment = default_alignment(self.config)
         self._allocator = Allocator(dram_size, self.alignment)
         self.dram = np.zeros(dram_size, dtype=np.uint8)
+        self._resident: dict[int, weakref.ref] = {}   # id -> programs built against this device
 
     @property
     def dram_size(self) -> int:
@@ -165,26 +166,35 @@ class Device:
         raise ProgramError(f"cannot run a {type(program).__name__}; expected a Program, a list of "
                            "instructions or an encoded instruction stream (bytes)")
 
-    def _is_resident(self, program: Program) -> bool:
-        """True when the program has no DRAM image of its own, or every segment and the micro-op
-        image lie in live buffers of this device.
+    def register_program(self, program: Program, uop_addr: int | None = None) -> None:
+        """Record that ``program`` was built against this device (``ProgramBuilder(config, device)``).
 
-        Such a program was built against this device, so its data live in its arrays and the
-        arrays' current contents (not the segment snapshots) are the input.
+        Its segments are snapshots of this device's arrays, so runs use the arrays' current
+        contents instead; its micro-op image, allocated at ``uop_addr``, is freed with the program.
         """
-        regions = [(s.addr, len(s.data)) for s in program.segments]
-        if program.uops:
-            regions.append((program.uop_addr, isa.UOP_BYTES * len(program.uops)))
-        if not regions:
-            return program.dram_size == 0
-        return all(self._allocator.owner(addr, n) is not None for addr, n in regions)
+        key = id(program)
+        self._resident[key] = weakref.ref(program)
+        weakref.finalize(program, self._forget, key, uop_addr)
+
+    def _forget(self, key: int, uop_addr: int | None) -> None:
+        self._resident.pop(key, None)
+        if uop_addr is not None:
+            self._allocator.free(uop_addr)
+
+    def _is_resident(self, program: Program) -> bool:
+        ref = self._resident.get(id(program))
+        return ref is not None and ref() is program
 
     def _place(self, program: Program) -> list[int]:
         """Put the program's DRAM image in place; return the temporary blocks to free after the run."""
         if self._is_resident(program):
-            if program.uops:
-                self.write(program.uop_addr, program.uop_segment.data)
+            for seg in program.segments:
+                if self._allocator.owner(seg.addr, len(seg.data)) is None:
+                    raise AllocationError(f"program {program.name!r} reads the device array at {seg.addr:#x} "
+                                          f"({seg.name or 'unnamed'}), which has been freed")
             return []
+        if not program.segments and not program.uops and program.dram_size == 0:
+            return []                     # bare instructions: they run on DRAM as it is
         if program.dram_size > self.dram_size:
             raise AllocationError(f"program {program.name!r} needs {program.dram_size} bytes of DRAM, the device "
                                   f"has {self.dram_size}")
