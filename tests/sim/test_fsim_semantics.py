@@ -270,3 +270,31 @@ def test_write_sram_rejects_unknown_buffers_and_ranges():
         m.write_sram("acc", 127, np.zeros((2, 1, 4)))
     with pytest.raises(MemoryAccessError, match=r"'dram' entries"):
         m.write_sram("dram", 0, np.zeros(1))
+
+
+def test_long_inner_loops_are_split_into_chunks_in_order(monkeypatch):
+    """Loops longer than one vectorised chunk give the same result as the naive order (ALU with aliasing)."""
+    import vtakit.sim.machine as machine_module
+
+    monkeypatch.setattr(machine_module, "_GEMM_CHUNK", 4)
+    m = _machine(seed=21)
+    _set_uops(m, [Uop(0, 1), Uop(1, 0)])
+    insn = AluInsn(alu_opcode=AluOp.ADD, uop_end=2, iter_out=3, iter_in=5, dst_factor_out=2, dst_factor_in=0,
+                   src_factor_out=1, src_factor_in=1)
+    acc = m.acc.copy()
+    for i in range(3):
+        for j in range(5):
+            for d0, s0 in ((0, 1), (1, 0)):
+                d, s = d0 + 2 * i, s0 + i + j
+                acc[d] = alu_reference(AluOp.ADD, acc[d], acc[s])
+    m.alu(insn)
+    assert np.array_equal(m.acc, acc)
+    gemm = _machine(seed=22)
+    reference = _machine(seed=22)
+    for target in (gemm, reference):
+        _set_uops(target, [Uop(0, 1, 2), Uop(1, 0, 3)])
+    insn = GemmInsn(uop_end=2, iter_out=3, iter_in=5, dst_factor_out=2, src_factor_in=1, wgt_factor_in=1)
+    gemm.gemm(insn)
+    monkeypatch.setattr(machine_module, "_GEMM_CHUNK", 1 << 16)
+    reference.gemm(insn)
+    assert np.array_equal(gemm.acc, reference.acc) and np.array_equal(gemm.out, reference.out)

@@ -319,12 +319,15 @@ class Machine:
                 f"the {name.upper()} buffer has {depth} entries")
 
     def _index_chunks(self, insn: GemmInsn | AluInsn, uops: np.ndarray, factors: list[tuple[int, int]]):
-        """Yield per-operand index arrays shaped [i, j, k] (micro-op order), a few outer iterations at a time."""
-        j = np.arange(insn.iter_in, dtype=np.int64)[None, :, None]
-        step = max(1, _GEMM_CHUNK // (insn.iter_in * len(uops)))
-        for i0 in range(0, insn.iter_out, step):
-            i = np.arange(i0, min(i0 + step, insn.iter_out), dtype=np.int64)[:, None, None]
-            yield [uops[:, c][None, None, :] + i * fo + j * fi for c, (fo, fi) in enumerate(factors)]
+        """Yield per-operand index arrays shaped [i, j, k], in micro-op order, about _GEMM_CHUNK at a time."""
+        per_i = insn.iter_in * len(uops)
+        step_i = max(1, _GEMM_CHUNK // per_i)
+        step_j = insn.iter_in if per_i <= _GEMM_CHUNK else max(1, _GEMM_CHUNK // len(uops))
+        for i0 in range(0, insn.iter_out, step_i):
+            i = np.arange(i0, min(i0 + step_i, insn.iter_out), dtype=np.int64)[:, None, None]
+            for j0 in range(0, insn.iter_in, step_j):
+                j = np.arange(j0, min(j0 + step_j, insn.iter_in), dtype=np.int64)[None, :, None]
+                yield [uops[:, c][None, None, :] + i * fo + j * fi for c, (fo, fi) in enumerate(factors)]
 
     def _require_written(self, name: str, where: slice | np.ndarray, insn: Instruction, index: int | None) -> None:
         mask = self.written[name][where]
