@@ -23,6 +23,12 @@ the scheduler and the program-level checks:
   (:class:`MemoryAccessError`), and at FINISH that every instruction of every module happens
   before it (:class:`ProgramError`).
 
+Whether a program is accepted does not depend on the stepping order either: addresses never
+depend on data, so the conflicting access pairs and the happens-before order are properties of
+the program, and the vector-clock check finds every unordered pair in any order. Only for a
+program that is rejected can the error differ between orders (a read that races with a write
+not yet performed is reported as uninitialised).
+
 The fetch model reads ``launch.insns`` (the decoded stream the runtime also encoded at
 ``insn_addr``); instruction bytes in DRAM are not re-read.
 """
