@@ -66,3 +66,58 @@ def test_random_fuse_split_vthread_match_numpy(f, nparts, fuse_first, vec, nthre
     out = np.zeros((6, 7), np.int32)
     run(vtakit.lower(s, [A, B]), a, out)
     np.testing.assert_array_equal(out, a * a + np.arange(7, dtype=np.int32))
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(data=st.data())
+def test_random_pipeline_schedules_match_numpy(data):
+    """Random mixes of split, reorder, compute_at/inline/root, cache_read/cache_write, vectorize, unroll and
+    virtual threads over E = f(A); C = E @ B; D = C + 1."""
+    n, m, l = data.draw(st.integers(2, 7)), data.draw(st.integers(2, 7)), data.draw(st.integers(2, 7))
+    A = te.placeholder((n, l), "int32", name="A")
+    B = te.placeholder((l, m), "int32", name="B")
+    E = te.compute((n, l), lambda i, k: A[i, k] * 2 - 3, name="E")
+    k = te.reduce_axis((0, l), name="k")
+    C = te.compute((n, m), lambda i, j: te.sum(E[i, k] * B[k, j], axis=k), name="C")
+    D = te.compute((n, m), lambda i, j: C[i, j] + 1, name="D")
+    s = te.create_schedule(D.op)
+    factor = st.integers(1, 5)
+
+    red = C
+    if data.draw(st.booleans(), "cache_write"):
+        red = s.cache_write(C, "local")
+    rs = s[red]
+    i, j = red.op.axis
+    (kk,) = red.op.reduce_axis
+    leaves = []
+    for ax in (i, j, kk):
+        if data.draw(st.booleans()):
+            leaves += list(rs.split(ax, factor=data.draw(factor)))
+        else:
+            leaves.append(ax)
+    order = data.draw(st.permutations(leaves))
+    rs.reorder(*order)
+    if red is not C:
+        ci, cj = C.op.axis
+        cio, cii = s[C].split(ci, factor=data.draw(factor))
+        rs.compute_at(s[C], data.draw(st.sampled_from([cio, cii, cj])))
+    where_e = data.draw(st.sampled_from(["root", "inline", "at"]))
+    if where_e == "inline":
+        s[E].compute_inline()
+    elif where_e == "at":
+        s[E].compute_at(rs, data.draw(st.sampled_from(order)))
+    if data.draw(st.booleans(), "cache_read"):
+        BB = s.cache_read(B, "shared", [red])
+        s[BB].compute_at(rs, data.draw(st.sampled_from(order)))
+    d_mode = data.draw(st.sampled_from(["root", "vectorize", "unroll", "vthread"]))
+    if d_mode in ("vectorize", "unroll"):
+        do, di = s[D].split(D.op.axis[1], factor=data.draw(factor))
+        getattr(s[D], d_mode)(di)
+    elif d_mode == "vthread":
+        t, rest = s[D].split(D.op.axis[0], nparts=2)
+        s[D].bind(t, te.thread_axis("vthread"))
+    a = np.arange(n * l, dtype=np.int32).reshape(n, l) % 7 - 3
+    b = np.arange(l * m, dtype=np.int32).reshape(l, m) % 5 - 2
+    d = np.zeros((n, m), np.int32)
+    run(vtakit.lower(s, [A, B, D]), a, b, d)
+    np.testing.assert_array_equal(d, (a * 2 - 3) @ b + 1)
