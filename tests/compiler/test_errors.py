@@ -388,3 +388,12 @@ def test_interpreter_runtime_errors():
     out = np.zeros(4, np.int32)
     run(f, np.arange(4, dtype=np.int32), out, intrinsics={"mystery": lambda x: x * 10})
     np.testing.assert_array_equal(out, [0, 10, 20, 30])
+
+
+def test_attached_stage_read_outside_its_loop():
+    A, B, C, D = pipeline()
+    E = te.compute((8,), lambda i: B[i] - 1.0, name="E")
+    s = te.create_schedule([C.op, E.op])
+    s[B].compute_at(s[C], C.op.axis[0])
+    with pytest.raises(ScheduleError, match="stage B is computed inside loop i of stage C, but stage E also reads it"):
+        vtakit.lower(s, [A, C, E])

@@ -286,7 +286,7 @@ class Interpreter:
                 if isinstance(v, (float, np.floating)):
                     if not math.isfinite(v):
                         raise CompileError(f"cast of non-finite {v} to {e.dtype} in {e}")
-                    v = math.trunc(v)
+                    v = math.trunc(float(v))
                 return wrap(int(v))
 
             return to_int

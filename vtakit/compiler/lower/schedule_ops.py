@@ -115,6 +115,7 @@ class _Builder:
                 if st.attach_stage not in self.bodies:
                     raise ScheduleError(f"stage {st.name} is attached to stage {st.attach_stage.name}, "
                                         f"which is {st.attach_stage.attach_type}d or not computed")
+        self._check_attach_scopes()
         # 2. bounds
         self.infos = infer_bounds(sch, self.bodies, outputs)
         # 3. buffers
@@ -144,6 +145,30 @@ class _Builder:
             if st in self.allocs:
                 body = ir.Allocate(self.allocs[st], body)
         return body
+
+    def _check_attach_scopes(self) -> None:
+        """Every reader of an attached stage must run inside the loop the stage is attached at."""
+        from vtakit.compiler.te.tensor import input_tensors  # noqa: PLC0415
+
+        readers: dict[Stage, list[Stage]] = {}
+        for st, body in self.bodies.items():
+            for t in input_tensors(body):
+                readers.setdefault(self.sch[t], []).append(st)
+        for st in self.bodies:
+            if st.attach_type != "scope":
+                continue
+            parent, leaves = st.attach_stage, st.attach_stage.leaf_iter_vars
+            pos = leaves.index(st.attach_ivar)
+            for r in readers.get(st, []):
+                node, inside = r, r is parent
+                while not inside and node.attach_type == "scope":
+                    if node.attach_stage is parent:
+                        inside = leaves.index(node.attach_ivar) >= pos
+                        break
+                    node = node.attach_stage
+                if not inside:
+                    raise ScheduleError(f"stage {st.name} is computed inside loop {st.attach_ivar.name} of stage "
+                                        f"{parent.name}, but stage {r.name} also reads it outside that loop")
 
     def _needed(self, outputs: set[Stage]) -> set[Stage]:
         from vtakit.compiler.te.tensor import input_tensors  # noqa: PLC0415
