@@ -306,20 +306,27 @@ class Machine:
         self._require_written("uop", slice(insn.uop_bgn, insn.uop_end), insn, index)
         return self.uop[insn.uop_bgn:insn.uop_end]
 
-    def _check_index_range(self, insn: GemmInsn | AluInsn, uops: np.ndarray, column: int, factors: tuple[int, int],
-                           name: str, index: int | None) -> None:
-        """The largest index the loop generates for one operand must fit its SRAM."""
-        depth = len(getattr(self, name))
-        top = int(uops[:, column].max()) + (insn.iter_out - 1) * factors[0] + (insn.iter_in - 1) * factors[1]
-        if top >= depth:
-            field = ("dst", "src", "wgt")[column]
-            raise MemoryAccessError(
-                f"{describe(index, insn)}: {field} index reaches {top} (micro-op {field}_idx up to "
-                f"{int(uops[:, column].max())} + ({insn.iter_out}-1)*{factors[0]} + ({insn.iter_in}-1)*{factors[1]}); "
-                f"the {name.upper()} buffer has {depth} entries")
+    def _check_index_ranges(self, insn: GemmInsn | AluInsn, uops: np.ndarray, factors: list[tuple[int, int]],
+                            buffers: tuple[str | None, ...], index: int | None) -> None:
+        """The largest index the loop generates for each operand must fit its SRAM (None: not read)."""
+        peaks = uops.max(axis=0).tolist()
+        for column, (name, (f_out, f_in)) in enumerate(zip(buffers, factors)):
+            if name is None:
+                continue
+            depth = len(getattr(self, name))
+            top = peaks[column] + (insn.iter_out - 1) * f_out + (insn.iter_in - 1) * f_in
+            if top >= depth:
+                field = ("dst", "src", "wgt")[column]
+                raise MemoryAccessError(
+                    f"{describe(index, insn)}: {field} index reaches {top} (micro-op {field}_idx up to "
+                    f"{peaks[column]} + ({insn.iter_out}-1)*{f_out} + ({insn.iter_in}-1)*{f_in}); "
+                    f"the {name.upper()} buffer has {depth} entries")
 
     def _index_chunks(self, insn: GemmInsn | AluInsn, uops: np.ndarray, factors: list[tuple[int, int]]):
         """Yield per-operand index arrays shaped [i, j, k], in micro-op order, about _GEMM_CHUNK at a time."""
+        if insn.iter_out == 1 and insn.iter_in == 1:
+            yield [uops[None, None, :, c] for c in range(len(factors))]
+            return
         per_i = insn.iter_in * len(uops)
         step_i = max(1, _GEMM_CHUNK // per_i)
         step_j = insn.iter_in if per_i <= _GEMM_CHUNK else max(1, _GEMM_CHUNK // len(uops))
@@ -344,10 +351,8 @@ class Machine:
         uops = self._uops(insn, index)
         factors = [(insn.dst_factor_out, insn.dst_factor_in), (insn.src_factor_out, insn.src_factor_in),
                    (insn.wgt_factor_out, insn.wgt_factor_in)]
-        self._check_index_range(insn, uops, 0, factors[0], "acc", index)
-        if not insn.reset_reg:
-            self._check_index_range(insn, uops, 1, factors[1], "inp", index)
-            self._check_index_range(insn, uops, 2, factors[2], "wgt", index)
+        self._check_index_ranges(insn, uops, factors, ("acc", None, None) if insn.reset_reg else ("acc", "inp", "wgt"),
+                                 index)
         obs = self.observer
         for dst, src, wgt in self._index_chunks(insn, uops, factors):
             dst = dst.ravel()
@@ -395,9 +400,7 @@ class Machine:
             return
         uops = self._uops(insn, index)
         factors = [(insn.dst_factor_out, insn.dst_factor_in), (insn.src_factor_out, insn.src_factor_in)]
-        self._check_index_range(insn, uops, 0, factors[0], "acc", index)
-        if not insn.use_imm:
-            self._check_index_range(insn, uops, 1, factors[1], "acc", index)
+        self._check_index_ranges(insn, uops, factors, ("acc", None) if insn.use_imm else ("acc", "acc"), index)
         for dst, src in self._index_chunks(insn, uops, factors):
             dst, src = dst.ravel(), src.ravel()
             if self.observer is not None:
@@ -438,7 +441,7 @@ def alu_op(op: AluOp, a: np.ndarray, b: np.ndarray | np.int64) -> np.ndarray:
         r = a * (((np.asarray(b) & 0xFFFF) ^ 0x8000) - 0x8000)        # low 16 bits, signed
     else:  # pragma: no cover - AluOp has no other members
         raise ProgramError(f"ALU opcode {op!r} is not one of {list(AluOp)}")
-    return np.broadcast_to(r, a.shape).astype(np.int32)
+    return r.astype(np.int32)
 
 
 def _segment_sum(dst: np.ndarray, values: np.ndarray, depth: int) -> tuple[np.ndarray, np.ndarray]:
