@@ -371,7 +371,7 @@ class Machine:
             self._require_written("inp", src.ravel(), insn, index)
             self._require_written("wgt", wgt.ravel(), insn, index)
             self._require_written("acc", dst, insn, index)
-            touched, sums = _segment_sum(dst, self._products(src, wgt, insn.wgt_factor_out == 0), len(self.acc))
+            touched, sums = self._accumulated_products(dst, src, wgt)
             total = self.acc[touched].astype(np.int64) + sums
             self.acc[touched] = total.astype(np.int32)                    # wraps mod 2**32
             self.out[touched] = total.astype(np.int8)                     # low 8 bits
@@ -379,20 +379,32 @@ class Machine:
         if not insn.reset_reg:
             self.counters["gemm_counter"] += insn.iter_out * insn.iter_in * len(uops)
 
-    def _products(self, src: np.ndarray, wgt: np.ndarray, shared_over_i: bool) -> np.ndarray:
-        """inp[src] . wgt[wgt]^T for index arrays shaped [i, j, k]: [n, batch, block_out] float32, exact.
+    def _accumulated_products(self, dst: np.ndarray, src: np.ndarray, wgt: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Sum of inp[src] . wgt[wgt]^T per destination, for index arrays shaped [i, j, k]: (dsts, int64 sums).
 
-        When the weight index does not move with the outer loop, each weight tile multiplies all
-        outer iterations' inputs in one matmul instead of being gathered once per micro-op.
+        Addition commutes, so the micro-ops may be combined in any order. Loop axes along which
+        the weight index stays put become the rows of one matmul per weight tile (instead of a
+        weight gather per micro-op); axes along which the destination stays put are summed
+        directly; whatever destinations still repeat go through a segmented sum.
         """
-        rows, inner, nuops = src.shape
-        if shared_over_i and rows > 1:
-            c = self.config
-            x = self._inp_f[src.transpose(1, 2, 0)].reshape(inner * nuops, rows * c.batch, c.block_in)
-            w = self._wgt_t[wgt[0].ravel()]                               # [j*k, block_in, block_out]
-            p = np.matmul(x, w).reshape(inner, nuops, rows, c.batch, c.block_out)
-            return p.transpose(2, 0, 1, 3, 4).reshape(-1, c.batch, c.block_out)
-        return np.matmul(self._inp_f[src.ravel()], self._wgt_t[wgt.ravel()])
+        c = self.config
+        dst = dst.reshape(src.shape)
+        steady_w = _steady_axes(wgt)
+        if steady_w:
+            moving = [a for a in range(3) if a not in steady_w]
+            order = moving + steady_w                                     # weight-moving axes first
+            src, dst = src.transpose(order), dst.transpose(order)
+            x = self._inp_f[src].reshape(int(np.prod(src.shape[:len(moving)])), -1, c.block_in)
+            w = self._wgt_t[wgt[tuple(slice(None) if a in moving else 0 for a in range(3))].ravel()]
+            products = np.matmul(x, w).reshape(*src.shape, c.batch, c.block_out)
+        else:
+            products = np.matmul(self._inp_f[src.ravel()], self._wgt_t[wgt.ravel()]).reshape(
+                *src.shape, c.batch, c.block_out)
+        steady_d = _steady_axes(dst)
+        if steady_d:   # float64 sums of float32 products are exact below 2**53
+            products = products.sum(axis=tuple(steady_d), dtype=np.float64)
+            dst = dst[tuple(0 if a in steady_d else slice(None) for a in range(3))]
+        return _segment_sum(dst.ravel(), products.reshape(-1, c.batch, c.block_out), len(self.acc))
 
     def alu(self, insn: AluInsn, index: int | None = None) -> None:
         """ALU: acc[dst] = op(acc[dst], imm if use_imm else acc[src]) in strict micro-op order."""
@@ -442,6 +454,11 @@ def alu_op(op: AluOp, a: np.ndarray, b: np.ndarray | np.int64) -> np.ndarray:
     else:  # pragma: no cover - AluOp has no other members
         raise ProgramError(f"ALU opcode {op!r} is not one of {list(AluOp)}")
     return r.astype(np.int32)
+
+
+def _steady_axes(index: np.ndarray) -> list[int]:
+    """The axes (of length > 1) along which an index array never changes."""
+    return [a for a in range(index.ndim) if index.shape[a] > 1 and not (np.diff(index, axis=a) != 0).any()]
 
 
 def _segment_sum(dst: np.ndarray, values: np.ndarray, depth: int) -> tuple[np.ndarray, np.ndarray]:
