@@ -1,0 +1,8 @@
+"""Code generators that turn lowered loop IR into something that runs.
+
+``llvm`` is the host CPU (llvmlite, JIT-compiled, parallel loops on a native thread pool).
+"""
+
+from vtakit.compiler.backend.llvm import ArgumentError, CPUModule, build_llvm
+
+__all__ = ["build_llvm", "CPUModule", "ArgumentError"]

@@ -1,0 +1,219 @@
+"""The CPU backend (``target="llvm"``): a lowered PrimFunc in, a callable module out.
+
+``build_llvm(func)`` generates LLVM IR (:mod:`.llvm_codegen`), optimises it at O3 for the host CPU
+(or the CPU a target string names), JIT-compiles it and wraps it in a :class:`CPUModule` that is
+called TVM-style with every argument, outputs included, as numpy arrays::
+
+    mod = build_llvm(func)
+    mod(a, b, c)            # c is written in place
+
+Modules are cached by content (a fingerprint of the IR that distinguishes variables by identity,
+not by name, plus the target), so rebuilding the same computation is free.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import threading
+import time
+from dataclasses import fields
+from typing import Any
+
+import llvmlite.binding as llvm
+import numpy as np
+
+from vtakit.compiler import ir
+from vtakit.compiler.backend import llvm_runtime as rt
+from vtakit.compiler.build import register_target
+from vtakit.compiler.backend.llvm_codegen import generate
+from vtakit.errors import CompileError, VtakitError
+
+__all__ = ["build_llvm", "CPUModule", "ArgumentError", "fingerprint", "clear_cache", "llvm_target_builder"]
+
+
+class ArgumentError(VtakitError, ValueError):
+    """A built module was called with arrays that do not match its parameters."""
+
+
+_ENTRY_TYPE = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p)
+
+
+class CPUModule:
+    """A compiled kernel: call it with one numpy array per parameter."""
+
+    def __init__(self, func: ir.PrimFunc, target: rt.CPUTarget, llvm_ir: str, engine: llvm.ExecutionEngine,
+                 entry: str, shape_vars: list[ir.Var], compile_seconds: float) -> None:
+        self.func = func
+        self.target = target
+        self.llvm_ir = llvm_ir
+        self.compile_seconds = compile_seconds
+        self._engine = engine  # owns the machine code; keep it alive as long as the module
+        self._entry = _ENTRY_TYPE(engine.get_function_address(entry))
+        self._shape_vars = shape_vars
+        self._written = _written_params(func)
+
+    @property
+    def name(self) -> str:
+        return self.func.name
+
+    def __repr__(self) -> str:
+        return f"<CPUModule {self.name}({', '.join(b.name for b in self.func.params)}) for {self.target}>"
+
+    def get_source(self, fmt: str = "ll") -> str:
+        """The optimised LLVM IR (``"ll"``) or the unoptimised IR as generated (``"ll-raw"``)."""
+        if fmt == "ll-raw":
+            return self.llvm_ir
+        if fmt == "ll":
+            module = llvm.parse_assembly(self.llvm_ir)
+            rt.optimize(module, self.target)
+            return str(module)
+        raise CompileError(f"unknown source format {fmt!r}; expected 'll' or 'll-raw'")
+
+    def __call__(self, *args: Any) -> None:
+        pointers, shapes = self._check(args)
+        argv = (ctypes.c_void_p * max(1, len(pointers)))(*pointers)
+        shapev = (ctypes.c_int64 * max(1, len(shapes)))(*shapes)
+        self._entry(argv, shapev)  # ctypes releases the GIL for the call
+
+    def _check(self, args: tuple[Any, ...]) -> tuple[list[int], list[int]]:
+        params = self.func.params
+        if len(args) != len(params):
+            raise ArgumentError(f"{self.name} takes {len(params)} arguments "
+                                f"({', '.join(b.name for b in params)}), got {len(args)}")
+        bound: dict[ir.Var, int] = {}
+        for k, (buf, arr) in enumerate(zip(params, args)):
+            where = f"{self.name}: argument {k} ({buf.name!r})"
+            if not isinstance(arr, np.ndarray):
+                raise ArgumentError(f"{where} must be a numpy array, got {type(arr).__name__}")
+            want = np.dtype(buf.dtype)
+            if arr.dtype != want:
+                raise ArgumentError(f"{where} has dtype {arr.dtype}, expected {want}")
+            if arr.ndim != buf.ndim:
+                raise ArgumentError(f"{where} has shape {arr.shape}, expected {_shape_str(buf)}")
+            for axis, (extent, got) in enumerate(zip(buf.shape, arr.shape)):
+                if isinstance(extent, ir.IntImm):
+                    ok = extent.value == got
+                elif isinstance(extent, ir.Var) and any(extent is v for v in self._shape_vars):
+                    ok = bound.setdefault(extent, got) == got
+                else:
+                    raise ArgumentError(f"{where}: extent {extent} of axis {axis} must be a constant or a variable")
+                if not ok:
+                    raise ArgumentError(f"{where} has shape {arr.shape}, expected {_shape_str(buf, bound)}")
+            if not arr.flags.c_contiguous:
+                raise ArgumentError(f"{where} must be C-contiguous (use np.ascontiguousarray)")
+            if buf.data in self._written and not arr.flags.writeable:
+                raise ArgumentError(f"{where} is written by the kernel but the array is read-only")
+        for k, a in enumerate(args):  # parameters are compiled as non-aliasing
+            for j in range(k):
+                written = params[k].data in self._written or params[j].data in self._written
+                if written and a.size and args[j].size and np.may_share_memory(a, args[j]):
+                    raise ArgumentError(f"{self.name}: arguments {j} ({params[j].name!r}) and {k} "
+                                        f"({params[k].name!r}) overlap in memory and one is written; pass distinct arrays")
+        missing = [v.name for v in self._shape_vars if v not in bound]
+        if missing:
+            raise ArgumentError(f"{self.name}: shape variables {missing} are not bound by any argument's shape")
+        return [a.ctypes.data for a in args], [bound[v] for v in self._shape_vars]
+
+
+def _shape_str(buf: ir.Buffer, bound: dict[ir.Var, int] | None = None) -> str:
+    bound = bound or {}
+    return "(" + ", ".join(str(bound.get(e, e)) if isinstance(e, ir.Var) else str(e) for e in buf.shape) + \
+        ("," if buf.ndim == 1 else "") + ")"
+
+
+def _written_params(func: ir.PrimFunc) -> set[ir.Var]:
+    written: set[ir.Var] = set()
+    ir.walk(func.body, lambda n: isinstance(n, ir.BufferStore) and written.add(n.buffer.data))
+    return written
+
+
+# ---------------------------------------------------------------------------- content cache
+def fingerprint(func: ir.PrimFunc) -> str:
+    """A digest of ``func`` that identifies variables and buffers by identity, not by name."""
+    ids: dict[int, int] = {}
+    out: list[str] = []
+
+    def emit(node: Any) -> None:
+        if isinstance(node, (ir.Var, ir.Buffer)):
+            key = id(node)
+            if key in ids:
+                out.append(f"#{ids[key]}")
+                return
+            ids[key] = len(ids)
+            out.append(f"#{ids[key]}=")
+        if isinstance(node, (ir.PrimExpr, ir.Stmt, ir.Buffer, ir.PrimFunc)):
+            out.append(type(node).__name__ + "(")
+            for f in fields(node):
+                out.append(f.name + ":")
+                emit(getattr(node, f.name))
+            out.append(")")
+        elif isinstance(node, (tuple, list)):
+            out.append("[")
+            for item in node:
+                emit(item)
+                out.append(",")
+            out.append("]")
+        elif isinstance(node, dict):
+            out.append("{")
+            for key in sorted(node, key=repr):
+                out.append(repr(key) + ":")
+                emit(node[key])
+            out.append("}")
+        else:
+            out.append(repr(node))
+    emit(func)
+    return hashlib.sha256("".join(out).encode()).hexdigest()
+
+
+_cache: dict[str, CPUModule] = {}
+_cache_lock = threading.Lock()
+
+
+def clear_cache() -> None:
+    with _cache_lock:
+        _cache.clear()
+
+
+def build_llvm(func: ir.PrimFunc, target: str | rt.CPUTarget = "llvm") -> CPUModule:
+    """Compile ``func`` for a CPU (default: this host, all its features) and load it."""
+    if not isinstance(func, ir.PrimFunc):
+        raise CompileError(f"build_llvm expects an ir.PrimFunc, got {type(func).__name__}")
+    cpu = rt.parse_target(target)
+    key = hashlib.sha256(f"{fingerprint(func)}|{cpu.triple}|{cpu.cpu}|{cpu.features}".encode()).hexdigest()
+    with _cache_lock:
+        if key in _cache:
+            return _cache[key]
+    start = time.perf_counter()
+    symbol = f"vtakit_{_c_name(func.name)}_{key[:12]}"
+    machine = rt.target_machine(cpu)
+    generated = generate(func, symbol, cpu.triple, str(machine.target_data))
+    try:
+        module = llvm.parse_assembly(generated.llvm_ir)
+        module.verify()
+    except RuntimeError as exc:  # a code generator bug, reported with the IR that caused it
+        raise CompileError(f"LLVM rejected the code generated for {func.name!r}: {exc}\n{func}") from None
+    rt.optimize(module, cpu)
+    engine = rt.jit(module, cpu)
+    result = CPUModule(func, cpu, generated.llvm_ir, engine, generated.entry, generated.shape_vars,
+                       time.perf_counter() - start)
+    with _cache_lock:
+        return _cache.setdefault(key, result)
+
+
+def _c_name(name: str) -> str:
+    return "".join(c if c.isalnum() else "_" for c in name) or "func"
+
+
+def llvm_target_builder(s: Any, args: Any, name: str, config: Any = None, target: str = "llvm") -> CPUModule:
+    """``vtakit.build(s, args, target="llvm ...")``: lower the schedule (unless already lowered) and compile."""
+    if isinstance(s, ir.PrimFunc):
+        func = s
+    else:
+        from vtakit.compiler.lower import lower  # noqa: PLC0415 (lowering imports te, which is heavier)
+
+        func = lower(s, args, name=name)
+    return build_llvm(func, target)
+
+
+register_target("llvm", llvm_target_builder)
