@@ -51,7 +51,7 @@ from vtakit.sim.hb import MODULES, RaceDetector
 from vtakit.sim.machine import POP_QUEUES, PUSH_QUEUES, QUEUE_NAMES, Machine, describe, validate_instruction
 from vtakit.sim.stats import RunStats
 
-__all__ = ["execute", "simulate", "check_program", "FsimRun", "Routing"]
+__all__ = ["execute", "simulate", "check_program", "check_finish", "FsimRun", "Routing"]
 
 _STAGES = (Stage.LOAD, Stage.COMPUTE, Stage.STORE)
 _COMPUTE = 1
@@ -101,6 +101,22 @@ def check_program(insns: list[Instruction], config: VTAConfig) -> list[Routing]:
         raise ProgramError(f"unbalanced dependency tokens ({'; '.join(unbalanced)}); every queue needs as many "
                            "pushes as pops")
     return routes
+
+
+def check_finish(hb: RaceDetector, routes: list[Routing], insns: list[Instruction], index: int) -> None:
+    """The FINISH rule, checked when FINISH (instruction ``index``) executes: every instruction of
+    every module happens before it (:class:`ProgramError` naming the first one that does not)."""
+    for m in range(len(MODULES)):
+        if m == _COMPUTE:
+            continue   # FINISH is compute's last instruction: program order covers the rest
+        indices = [i for i, route in enumerate(routes) if route.module == m]
+        seen = hb.clocks[_COMPUTE][m]
+        if seen < len(indices):
+            pending = indices[seen]
+            raise ProgramError(
+                f"FINISH (instruction {index}) does not wait for {describe(pending, insns[pending])}: "
+                f"only {seen} of the {len(indices)} {MODULES[m]} instructions happen before it; end the "
+                f"program with a {MODULES[m]}->compute token popped by FINISH (VTA's Synchronize)")
 
 
 @dataclass
@@ -199,21 +215,9 @@ class _Simulator:
         insn = self.insns[index]
         self.hb.module = unit.module
         if isinstance(insn, FinishInsn):
-            self._check_finish(index)
+            check_finish(self.hb, self.routes, self.insns, index)
         else:
             self.machine.apply(insn, index, validate=False)   # check_program validated it
-
-    def _check_finish(self, index: int) -> None:
-        for m in range(len(MODULES)):
-            if m == _COMPUTE:
-                continue   # FINISH is compute's last instruction: program order covers the rest
-            clock = self.hb.clocks[_COMPUTE][m]
-            if clock < self.totals[m]:
-                pending = [i for i, d in enumerate(self.routes) if d.module == m][clock]
-                raise ProgramError(
-                    f"FINISH (instruction {index}) does not wait for {describe(pending, self.insns[pending])}: "
-                    f"only {clock} of the {self.totals[m]} {MODULES[m]} instructions happen before it; end the "
-                    f"program with a {MODULES[m]}->compute token popped by FINISH (VTA's Synchronize)")
 
     # ------------------------------------------------------------------ driving
     def run(self, rng: random.Random | None) -> None:
