@@ -24,7 +24,7 @@ _TARGETS: dict[str, TargetBuilder] = {}
 _LAZY: dict[str, str] = {
     "llvm": "vtakit.compiler.backend.llvm",
     "nvptx": "vtakit.compiler.backend.nvptx",
-    "vta": "vtakit.compiler.backend.vta",
+    "vta": "vtakit.compiler.vta.module",
 }
 
 

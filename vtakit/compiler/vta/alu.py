@@ -1,0 +1,278 @@
+"""ALU injection: ``alu``-pragma element-wise stages in the accumulator run on the vector ALU.
+
+Two steps (VTA's AnnotateALUCoProcScope + InjectALUIntrin, plus the in-place buffer reuse that
+TVM's StorageRewrite provided):
+
+1. *Accumulate in place.* Each element-wise stage ``D = f(S, ...)`` of a schedule has its own
+   accumulator buffer, but the ALU updates ``acc[dst]`` in place. When ``S`` is read for the
+   last time by this stage, ``S`` and ``D`` are in the same loop scope and ``D`` is first
+   written here, ``D`` is renamed to ``S`` (its allocation disappears).
+2. *Decompose and inject.* The stored value is decomposed into a chain of ALU operations on
+   the destination: ``max``/``min``/``+``/``-`` constant, ``>>``/``<<`` constant (SHR with a
+   negative amount for left shifts), ``*`` when the configuration has ALU_MUL, each with an
+   immediate or another accumulator tensor (which may broadcast along whole entries). So
+   ``min(max(x >> 8, 0), 127)`` is three instructions. Each operation becomes a micro-op loop
+   (``vta.uop_push`` mode 1) in its own ``coproc_uop_scope`` on the compute queue; the loops that
+   walk one accumulator entry disappear, the others are folded later by FoldUopLoop.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from vtakit.compiler import ir
+from vtakit.compiler.arith import simplify
+from vtakit.compiler.vta.env import ACC_SCOPE, ALU, PUSH_ALU, QID_COMPUTE, VTA_AXIS, VTAEnv
+from vtakit.compiler.vta.intrin import uop_push
+from vtakit.compiler.vta.nest import access_ptr, affine, perfect_nest, split_entry
+from vtakit.errors import CompileError
+from vtakit.hw.isa import AluOp
+
+__all__ = ["inject_alu_intrin", "alu_chain", "AluStep"]
+
+IMM_RANGE = (-(1 << 15), (1 << 15) - 1)
+SHIFT_RANGE = (-32, 31)
+
+
+@dataclass
+class AluStep:
+    op: AluOp
+    operand: ir.BufferLoad | int       # a tensor operand or an immediate
+
+
+def _const(e: ir.PrimExpr) -> int | None:
+    e = simplify(e)
+    return e.value if isinstance(e, ir.IntImm) else None
+
+
+def _same_index(a: ir.BufferLoad, dst: ir.BufferStore) -> bool:
+    d = simplify(a.indices[0] - dst.indices[0])
+    return isinstance(d, ir.IntImm) and d.value == 0
+
+
+def alu_chain(value: ir.PrimExpr, store: ir.BufferStore, where: str, alu_mul: bool) -> tuple[ir.BufferLoad,
+                                                                                             list[AluStep]]:
+    """``value`` as a base accumulator load followed by ALU steps."""
+    e = value
+    while isinstance(e, ir.Cast) and e.dtype == e.value.dtype:
+        e = e.value
+    if isinstance(e, ir.Cast):
+        raise CompileError(f"{where}: the ALU computes int32; the cast {e} must happen in the store to DRAM")
+    if isinstance(e, ir.BufferLoad):
+        return e, []
+    if isinstance(e, ir.Call) and e.op in ("shift_right", "shift_left"):
+        amount = _const(e.args[1])
+        if amount is None:
+            raise CompileError(f"{where}: shift amounts must be constants, got {e.args[1]}")
+        amount = amount if e.op == "shift_right" else -amount
+        if not SHIFT_RANGE[0] <= amount <= SHIFT_RANGE[1]:
+            raise CompileError(f"{where}: shift by {amount} (right) is outside the ALU's range "
+                               f"[{SHIFT_RANGE[0]}, {SHIFT_RANGE[1]}]")
+        base, steps = alu_chain(e.args[0], store, where, alu_mul)
+        return base, steps + [AluStep(AluOp.SHR, amount)]
+    kinds = {ir.Add: AluOp.ADD, ir.Max: AluOp.MAX, ir.Min: AluOp.MIN, ir.Mul: AluOp.MUL, ir.Sub: AluOp.ADD}
+    op = kinds.get(type(e))
+    if op is None:
+        raise CompileError(f"{where}: {e} is not an ALU operation (max, min, +, - constant, * , >>, <<)")
+    if op == AluOp.MUL and not alu_mul:
+        raise CompileError(f"{where}: multiplication needs a configuration with ALU_MUL enabled")
+    a, b = e.a, e.b
+    cb = _const(b)
+    ca = _const(a) if not isinstance(e, ir.Sub) else None
+    if isinstance(e, ir.Sub):
+        if cb is None:
+            raise CompileError(f"{where}: the ALU subtracts constants only, not {b}")
+        cb = -cb
+    if cb is not None or ca is not None:
+        imm, rest = (cb, a) if cb is not None else (ca, b)
+        if not IMM_RANGE[0] <= imm <= IMM_RANGE[1]:
+            raise CompileError(f"{where}: immediate {imm} does not fit the ALU's 16-bit signed field")
+        base, steps = alu_chain(rest, store, where, alu_mul)
+        return base, steps + [AluStep(op, imm)]
+    loads = [x for x in (a, b) if isinstance(_strip(x), ir.BufferLoad)]
+    if not loads:
+        raise CompileError(f"{where}: {e} combines two computed values; the ALU needs one operand to be a tensor")
+    if len(loads) == 2:
+        operand_first = _same_index(_strip(b), store) and not _same_index(_strip(a), store)
+        rest, operand = (b, a) if operand_first else (a, b)
+    else:
+        operand = loads[0]
+        rest = b if operand is a else a
+    operand = _strip(operand)
+    if operand.buffer.scope != ACC_SCOPE:
+        raise CompileError(f"{where}: the ALU operand {operand.buffer.name} is in scope {operand.buffer.scope}; "
+                           f"load it into {ACC_SCOPE} with a dma_copy")
+    base, steps = alu_chain(rest, store, where, alu_mul)
+    return base, steps + [AluStep(op, operand)]
+
+
+def _strip(e: ir.PrimExpr) -> ir.PrimExpr:
+    while isinstance(e, ir.Cast) and e.dtype == e.value.dtype:
+        e = e.value
+    return e
+
+
+# ---------------------------------------------------------------------------- 1. in place
+class _Index:
+    """Pre-order positions, subtree ends and parents of every statement/expression node."""
+
+    def __init__(self, root: ir.Stmt) -> None:
+        self.pos: dict[int, int] = {}
+        self.end: dict[int, int] = {}
+        self.parent: dict[int, Any] = {}
+        self.uses: dict[ir.Var, list[int]] = {}
+        self.allocs: dict[ir.Var, ir.Allocate] = {}
+        self.counter = 0
+        self._visit(root, None)
+
+    def _visit(self, node: Any, parent: Any) -> None:
+        stack = [(node, parent, False)]
+        while stack:
+            n, p, done = stack.pop()
+            if done:
+                self.end[id(n)] = self.counter
+                continue
+            self.pos[id(n)] = self.counter
+            self.parent[id(n)] = p
+            self.counter += 1
+            data = None
+            if isinstance(n, (ir.BufferLoad, ir.BufferStore)):
+                data = n.buffer.data
+            elif isinstance(n, ir.Call) and n.op == "tvm_access_ptr":
+                data = n.args[1]
+            if data is not None:
+                self.uses.setdefault(data, []).append(self.pos[id(n)])
+            if isinstance(n, ir.Allocate):
+                self.allocs[n.buffer.data] = n
+            stack.append((n, p, True))
+            for c in reversed(list(ir.children(n))):
+                if not isinstance(c, ir.Buffer):
+                    stack.append((c, n, False))
+
+    def ancestors(self, node: Any) -> list[Any]:
+        out = []
+        p = self.parent.get(id(node))
+        while p is not None:
+            out.append(p)
+            p = self.parent.get(id(p))
+        return out
+
+
+class _RemoveAlloc(ir.IRMutator):
+    def __init__(self, alloc: ir.Allocate) -> None:
+        self.alloc = alloc
+
+    def visit_Allocate(self, node: ir.Allocate) -> ir.Stmt:
+        if node is self.alloc:
+            return self.visit(node.body)
+        return self.generic_visit(node)
+
+
+def _alu_attrs(body: ir.Stmt) -> list[ir.AttrStmt]:
+    out: list[ir.AttrStmt] = []
+    ir.walk(body, lambda n: out.append(n) if isinstance(n, ir.AttrStmt) and n.key == f"pragma_{ALU}" else None)
+    return out
+
+
+def _coalesce_once(body: ir.Stmt, alu_mul: bool) -> ir.Stmt | None:
+    """Rename one ALU destination to its source; None when nothing can be renamed."""
+    index = None
+    for attr in _alu_attrs(body):
+        where = "alu"
+        try:
+            _, store = perfect_nest(attr.body, where)
+        except CompileError:
+            continue
+        dst = store.buffer
+        try:
+            base, _ = alu_chain(store.value, store, f"alu stage {dst.name}", alu_mul)
+        except CompileError:
+            continue
+        src = base.buffer
+        if src.data is dst.data or src.scope != ACC_SCOPE or dst.scope != ACC_SCOPE or src.dtype != dst.dtype:
+            continue
+        if not _same_index(base, store):
+            continue
+        index = index or _Index(body)
+        a_src, a_dst = index.allocs.get(src.data), index.allocs.get(dst.data)
+        if a_src is None or a_dst is None:
+            continue
+        ancestors = index.ancestors(attr)
+        if a_src not in ancestors or any(isinstance(n, ir.For) for n in ancestors[:ancestors.index(a_src)]):
+            continue
+        start, end = index.pos[id(attr)], index.end[id(attr)]
+        if any(p >= end for p in index.uses.get(src.data, [])):
+            continue                        # the source is read again later
+        lo, hi = index.pos[id(a_src)], index.end[id(a_src)]
+        if any(p < start or p >= hi or p < lo for p in index.uses.get(dst.data, [])):
+            continue                        # the destination lives outside the source's scope
+        if not isinstance(dst.shape[0], ir.IntImm) or not isinstance(src.shape[0], ir.IntImm) \
+                or dst.shape[0].value > src.shape[0].value:
+            continue
+        out = _RemoveAlloc(a_dst).visit(body)
+        return ir.substitute(out, {dst.data: src.data}, {dst: src})
+    return None
+
+
+def coalesce_in_place(body: ir.Stmt, alu_mul: bool) -> ir.Stmt:
+    while True:
+        out = _coalesce_once(body, alu_mul)
+        if out is None:
+            return body
+        body = out
+
+
+# ---------------------------------------------------------------------------- 2. inject
+class _ALUInjector(ir.IRMutator):
+    def __init__(self, env: VTAEnv) -> None:
+        self.env = env
+
+    def visit_AttrStmt(self, node: ir.AttrStmt) -> ir.Stmt:
+        if node.key != f"pragma_{ALU}":
+            return self.generic_visit(node)
+        loops, store = perfect_nest(node.body, "alu")
+        dst = store.buffer
+        where = f"alu stage {dst.name}"
+        if dst.scope != ACC_SCOPE:
+            raise CompileError(f"{where}: the ALU works in {ACC_SCOPE}, but {dst.name} is in scope {dst.scope}; "
+                               "set_scope the stage to the accumulator")
+        base, steps = alu_chain(store.value, store, where, self.env.config.alu_mul)
+        if base.buffer.data is not dst.data or not _same_index(base, store):
+            raise CompileError(f"{where}: the ALU updates the accumulator in place, but {dst.name} is computed from "
+                               f"{base.buffer.name}, which is read again later or lives in another loop scope; "
+                               f"compute {dst.name} at the same loop as {base.buffer.name}")
+        lanes = self.env.lanes(ACC_SCOPE)
+        dst_c, _ = affine(store.indices[0], loops, where)
+        operands = [s.operand for s in steps if isinstance(s.operand, ir.BufferLoad)]
+        op_c = [affine(o.indices[0], loops, where)[0] for o in operands]
+        outer, entry = split_entry(loops, [dst_c] + op_c, lanes, where, "the element-wise loop nest")
+        zero = {loops[k].var: ir.IntImm("int32", 0) for k in entry}
+        dst_ptr = access_ptr(dst, ir.substitute(store.indices[0], zero), lanes, 3)
+        stmts = []
+        for step in steps:
+            if isinstance(step.operand, ir.BufferLoad):
+                src_ptr = access_ptr(step.operand.buffer, ir.substitute(step.operand.indices[0], zero), lanes, 1)
+                push = uop_push(1, 0, dst_ptr, src_ptr, 0, int(step.op), 0, 0)
+            else:
+                push = uop_push(1, 0, dst_ptr, dst_ptr, 0, int(step.op), 1, step.operand)
+            s: ir.Stmt = ir.Evaluate(push)
+            for k in reversed(outer):
+                s = ir.For(loops[k].var, ir.IntImm("int32", 0), ir.IntImm("int32", loops[k].extent),
+                           ir.ForKind.SERIAL, s)
+            s = ir.AttrStmt(VTA_AXIS, "coproc_uop_scope", PUSH_ALU, s)
+            stmts.append(ir.AttrStmt(VTA_AXIS, "coproc_scope", ir.IntImm("int32", QID_COMPUTE), s))
+        if not stmts:
+            return ir.Evaluate(ir.IntImm("int32", 0))
+        return ir.seq(*stmts)
+
+
+def inject_alu_intrin(env: VTAEnv):
+    """The pass for ``env`` (phase 1, after DMA injection)."""
+
+    def InjectALUIntrin(func: ir.PrimFunc) -> ir.PrimFunc:
+        body = coalesce_in_place(func.body, env.config.alu_mul)
+        return ir.PrimFunc(func.name, func.params, _ALUInjector(env).visit(body), dict(func.attrs))
+
+    return InjectALUIntrin
+

@@ -1,0 +1,271 @@
+"""Code generation: the lowered VTA function becomes a :class:`ProgramTemplate`.
+
+The host part of the function (loops, lets, conditions around the commands) is executed once at
+compile time by the reference interpreter, with the VTA intrinsics as callbacks that drive a
+:class:`~vtakit.runtime.builder.ProgramBuilder` (VTA's command queue: micro-op kernel caching,
+dependence-flag placement, the final synchronisation). SRAM buffers get static entry addresses
+(a stack per scope, following the allocation nesting). DRAM operands are the function's
+parameters: each DMA instruction records a relocation (instruction, parameter, memory) and the
+micro-op image is placed at run time, so one template serves any set of device arrays.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from vtakit.compiler import ir
+from vtakit.compiler.interpreter import Interpreter, Pointer
+from vtakit.compiler.vta.env import (ACC_SCOPE, DEP_POP, DEP_PUSH, INP_SCOPE, LOAD_2D, PUSH_ALU, PUSH_GEMM,
+                                     SCOPE_MEM, STORE_2D, UOP_LOOP_BEGIN, UOP_LOOP_END, UOP_PUSH, WGT_SCOPE, VTAEnv)
+from vtakit.errors import CompileError, ISAError, ProgramError
+from vtakit.hw import isa
+from vtakit.hw.config import ITER_BITS
+from vtakit.hw.isa import AluOp, MemId, Opcode, Stage
+from vtakit.runtime.builder import ProgramBuilder
+
+__all__ = ["ProgramTemplate", "Relocation", "generate"]
+
+_PAD_MAX = 15          # 4-bit padding fields
+_SCOPE_OF_MEM = {MemId.INP: INP_SCOPE, MemId.WGT: WGT_SCOPE, MemId.ACC: ACC_SCOPE, MemId.ACC_8BIT: ACC_SCOPE,
+                 MemId.OUT: ACC_SCOPE}
+
+
+@dataclass(frozen=True)
+class Relocation:
+    """Instruction ``insn`` addresses parameter ``param``: add its base in ``mem`` elements."""
+
+    insn: int
+    param: int
+    mem: MemId
+
+
+@dataclass
+class ProgramTemplate:
+    """Instructions and micro-ops with DRAM addresses relative to the parameters and the image."""
+
+    insns: list[isa.Instruction]
+    uops: list[isa.Uop]
+    relocations: list[Relocation]
+    uop_loads: list[int]               # LOAD UOP instructions: add the image base (in micro-ops)
+
+    def disasm(self) -> str:
+        lines = [f"{i:5d}  {isa.disasm(insn)}" for i, insn in enumerate(self.insns)]
+        return "\n".join(lines)
+
+
+def _dummy(size: int, dtype: str) -> np.ndarray:
+    """A placeholder array of ``size`` elements (no storage): code generation never touches data."""
+    base = np.zeros(1, dtype=np.dtype(ir.element_of(dtype)) if ir.element_of(dtype) != "bool" else np.bool_)
+    return np.lib.stride_tricks.as_strided(base, shape=(max(size, 0),), strides=(0,), writeable=False)
+
+
+def _const_size(buf: ir.Buffer) -> int:
+    size = 1
+    for s in buf.shape:
+        if not isinstance(s, ir.IntImm):
+            raise CompileError(f"buffer {buf.name} has non-constant shape {buf.shape}; the VTA target needs "
+                               "static shapes")
+        size *= s.value
+    return size
+
+
+class _CodeGen(Interpreter):
+    def __init__(self, func: ir.PrimFunc, env: VTAEnv) -> None:
+        self.env = env
+        self.builder = ProgramBuilder(env.config, name=func.name)
+        self.relocations: list[Relocation] = []
+        self.sram_base: dict[ir.Var, int] = {}
+        self.sram_scope: dict[ir.Var, str] = {}
+        self.sram_top = dict.fromkeys(SCOPE_MEM, 0)
+        self.params = {p.data: k for k, p in enumerate(func.params)}
+        self.kernel: list[isa.Uop] | None = None
+        self.kernel_sig: tuple | None = None
+        self.kernel_loops: list[tuple[int, int, int, int]] = []
+        intrinsics: dict[str, Callable[..., Any]] = {
+            LOAD_2D: self._load, STORE_2D: self._store, UOP_PUSH: self._uop_push, DEP_PUSH: self._dep_push,
+            DEP_POP: self._dep_pop, UOP_LOOP_BEGIN: self._loop_begin, UOP_LOOP_END: lambda: 0}
+        super().__init__(func, intrinsics)
+
+    # ------------------------------------------------------------------ run
+    def generate(self) -> ProgramTemplate:
+        env: dict = {}
+        for p in self.func.params:
+            env[p.data] = _dummy(_const_size(p), p.dtype)
+        self._body(env)
+        try:
+            program = self.builder.finish()
+        except (ISAError, ProgramError) as exc:
+            raise CompileError(f"{self.func.name}: the generated program does not encode: {exc}") from exc
+        loads = [i for i, insn in enumerate(program.insns)
+                 if insn.opcode == Opcode.LOAD and insn.memory_type == MemId.UOP and insn.x_size > 0]
+        return ProgramTemplate(list(program.insns), list(program.uops), self.relocations, loads)
+
+    # ------------------------------------------------------------------ statements
+    def _s_Allocate(self, s: ir.Allocate):
+        buf = s.buffer
+        if buf.scope not in SCOPE_MEM:
+            raise CompileError(f"buffer {buf.name} is allocated in scope {buf.scope!r}, but the VTA target runs no "
+                               f"host code; put intermediate stages in {sorted(SCOPE_MEM)}")
+        lanes, depth = self.env.lanes(buf.scope), self.env.depth(buf.scope)
+        size = _const_size(buf)
+        entries = -(-size // lanes)
+        body = self.stmt(s.body)
+
+        def alloc(e: dict) -> None:
+            base = self.sram_top[buf.scope]
+            if base + entries > depth:
+                raise CompileError(f"buffer {buf.name} needs {entries} entries of {buf.scope} at entry {base}, over "
+                                   f"its capacity of {depth} entries")
+            self.sram_top[buf.scope] = base + entries
+            self.sram_base[buf.data], self.sram_scope[buf.data] = base, buf.scope
+            e[buf.data] = _dummy(size, buf.dtype)
+            body(e)
+            del e[buf.data]
+            self.sram_top[buf.scope] = base
+
+        return alloc
+
+    def _s_BufferStore(self, s: ir.BufferStore):
+        raise CompileError(f"the store {str(s).strip()[:120]} would run on the host, but the VTA target has none: "
+                           "copies need the dma_copy pragma, element-wise stages in the accumulator the alu "
+                           "pragma, and the GEMM stage tensorize")
+
+    def _s_AttrStmt(self, s: ir.AttrStmt):
+        body = self.stmt(s.body)
+        if s.key != "coproc_uop_scope":
+            return body
+        kind = s.value
+
+        def kernel(e: dict) -> None:
+            if self.kernel is not None:
+                raise CompileError("nested coproc_uop_scope")
+            self.kernel, self.kernel_sig, self.kernel_loops = [], None, []
+            body(e)
+            self._emit_kernel(kind)
+            self.kernel = None
+
+        return kernel
+
+    # ------------------------------------------------------------------ helpers
+    def _sram_index(self, ptr: Pointer, scope: str, what: str) -> int:
+        if ptr.data not in self.sram_base:
+            raise CompileError(f"{what}: {ptr.data.name} is not an SRAM buffer")
+        have = self.sram_scope[ptr.data]
+        if have != scope:
+            raise CompileError(f"{what}: {ptr.data.name} is in {have}, expected {scope}")
+        lanes = self.env.lanes(scope)
+        if ptr.offset % lanes:
+            raise CompileError(f"{what}: offset {ptr.offset} in {ptr.data.name} is not a whole {scope} entry "
+                               f"({lanes} scalars)")
+        return self.sram_base[ptr.data] + ptr.offset // lanes
+
+    def _dram(self, ptr: Pointer, lanes: int, last: int, what: str) -> tuple[int, int]:
+        k = self.params.get(ptr.data)
+        if k is None:
+            raise CompileError(f"{what}: {ptr.data.name} is not a parameter of the function")
+        if ptr.offset % lanes:
+            raise CompileError(f"{what}: offset {ptr.offset} in {ptr.data.name} is not a multiple of the "
+                               f"{lanes}-scalar tile")
+        size = ptr.array.size
+        if ptr.offset < 0 or ptr.offset + last * lanes > size:
+            raise CompileError(f"{what}: reads/writes {ptr.data.name}[{ptr.offset}:{ptr.offset + last * lanes}], "
+                               f"outside its {size} scalars")
+        return k, ptr.offset // lanes
+
+    # ------------------------------------------------------------------ intrinsics
+    def _load(self, mem: int, sram: Pointer, dram: Pointer, y: int, x: int, stride: int,
+              y0: int, y1: int, x0: int, x1: int) -> int:
+        mem = MemId(mem)
+        what = f"load of {dram.data.name} into {sram.data.name}"
+        if y <= 0 or x <= 0:
+            raise CompileError(f"{what}: a {y}x{x} tile lies entirely in the padding; use larger tiles")
+        for name, v in (("y_pad_0", y0), ("y_pad_1", y1), ("x_pad_0", x0), ("x_pad_1", x1)):
+            if v > _PAD_MAX:
+                raise CompileError(f"{what}: {name}={v} exceeds the DMA's maximum padding of {_PAD_MAX}")
+        scope = _SCOPE_OF_MEM[mem]
+        base = self._sram_index(sram, scope, what)
+        k, offset = self._dram(dram, self.env.lanes(scope), (y - 1) * stride + x, what)
+        self.builder.load_2d(mem, base, offset, y, x, stride, y_pad_0=y0, y_pad_1=y1, x_pad_0=x0, x_pad_1=x1)
+        self.relocations.append(Relocation(len(self.builder.insns) - 1, k, mem))
+        return 0
+
+    def _store(self, sram: Pointer, dram: Pointer, y: int, x: int, stride: int) -> int:
+        what = f"store of {sram.data.name} to {dram.data.name}"
+        base = self._sram_index(sram, ACC_SCOPE, what)
+        k, offset = self._dram(dram, self.env.lanes(ACC_SCOPE), (y - 1) * stride + x, what)
+        self.builder.store_2d(base, offset, y, x, stride)
+        self.relocations.append(Relocation(len(self.builder.insns) - 1, k, MemId.OUT))
+        return 0
+
+    def _dep_push(self, src: int, dst: int) -> int:
+        self.builder.dep_push(Stage(src), Stage(dst))
+        return 0
+
+    def _dep_pop(self, src: int, dst: int) -> int:
+        self.builder.dep_pop(Stage(src), Stage(dst))
+        return 0
+
+    def _loop_begin(self, extent: int, dst: int, src: int, wgt: int) -> int:
+        if self.kernel is None:
+            raise CompileError("vta.uop_loop_begin outside a coproc_uop_scope")
+        self.kernel_loops.append((extent, dst, src, wgt))
+        return 0
+
+    def _uop_push(self, mode: int, reset: int, dst: Any, src: Any, wgt: Any, alu_op: int, use_imm: int,
+                  imm: int) -> int:
+        if self.kernel is None:
+            raise CompileError("vta.uop_push outside a coproc_uop_scope")
+        sig = (mode, reset, alu_op, use_imm, imm)
+        if self.kernel_sig is None:
+            self.kernel_sig = sig
+        elif self.kernel_sig != sig:
+            raise CompileError(f"one micro-op kernel mixes different operations {self.kernel_sig} and {sig}")
+        what = "GEMM micro-op" if mode == 0 else "ALU micro-op"
+        d = self._sram_index(dst, ACC_SCOPE, what)
+        if mode == 0:
+            s = self._sram_index(src, INP_SCOPE, what) if isinstance(src, Pointer) else 0
+            w = self._sram_index(wgt, WGT_SCOPE, what) if isinstance(wgt, Pointer) else 0
+        else:
+            s = self._sram_index(src, ACC_SCOPE, what) if isinstance(src, Pointer) else d
+            w = 0
+        self.kernel.append(isa.Uop(d, s, w))
+        return 0
+
+    def _emit_kernel(self, kind: str) -> None:
+        if not self.kernel:
+            return
+        mode, reset, alu_op, use_imm, imm = self.kernel_sig
+        if (mode == 0) != (kind == PUSH_GEMM) or (mode == 1) != (kind == PUSH_ALU):
+            raise CompileError(f"a {kind} scope holds micro-ops of mode {mode}")
+        env = self.env
+        lanes = (env.lanes(ACC_SCOPE), env.lanes(INP_SCOPE if mode == 0 else ACC_SCOPE), env.lanes(WGT_SCOPE))
+        loops = []
+        for extent, *factors in self.kernel_loops:
+            if not 1 <= extent < 1 << ITER_BITS:
+                raise CompileError(f"micro-op loop of extent {extent} does not fit the {ITER_BITS}-bit iteration field")
+            for f, n in zip(factors, lanes):
+                if f % n:
+                    raise CompileError(f"micro-op loop factor {f} scalars is not a whole SRAM entry ({n})")
+            loops.append((extent, *(f // n for f, n in zip(factors, lanes))))
+        while len(loops) < 2:
+            loops.append((1, 0, 0, 0))
+        (eo, do, so, wo), (ei, di, si, wi) = loops
+        try:
+            if mode == 0:
+                self.builder.gemm(self.kernel, iter_out=eo, iter_in=ei, dst_factor=(do, di), src_factor=(so, si),
+                                  wgt_factor=(wo, wi), reset=bool(reset))
+            else:
+                self.builder.alu(AluOp(alu_op), self.kernel, iter_out=eo, iter_in=ei, dst_factor=(do, di),
+                                 src_factor=(so, si), imm=imm if use_imm else None)
+        except ProgramError as exc:
+            raise CompileError(f"{self.func.name}: {exc}") from exc
+
+
+def generate(func: ir.PrimFunc, env: VTAEnv) -> ProgramTemplate:
+    """Run the host part of ``func`` and return the program it issues."""
+    return _CodeGen(func, env).generate()
+
+

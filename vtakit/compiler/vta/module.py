@@ -1,0 +1,135 @@
+"""``vtakit.build(s, args, target="vta", config=cfg)``: the VTA pass pipeline and the built module.
+
+:func:`build_config` is the :class:`~vtakit.compiler.transform.PassContext` of VTA's
+``vta.build_config``: the SRAM scopes of the configuration and the passes per phase
+
+* phase 1 (after storage flattening): InjectDMAIntrin, InjectALUIntrin (in-place accumulation,
+  ALU micro-op loops), LiftAttrScope of the coprocessor scopes, CoProcSync;
+* phase 2 (after virtual-thread injection and the scope capacity check): FoldUopLoop.
+
+``with build_config(cfg): vtakit.lower(s, args)`` shows the DMA, micro-op and token intrinsics.
+The built :class:`VTAModule` holds a :class:`ProgramTemplate`; calling it with device arrays
+relocates the template onto them, places the micro-op image and runs it on the arrays' device.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from vtakit.compiler import ir
+from vtakit.compiler.build import register_target
+from vtakit.compiler.transform import PassContext
+from vtakit.compiler.vta.alu import inject_alu_intrin
+from vtakit.compiler.vta.codegen import ProgramTemplate, generate
+from vtakit.compiler.vta.coproc_sync import inject_coproc_sync
+from vtakit.compiler.vta.dma import inject_dma_intrin
+from vtakit.compiler.vta.env import VTAEnv, get_env
+from vtakit.compiler.vta.lift import lift_coproc_scopes
+from vtakit.compiler.vta.uop_fold import fold_uop_loops
+from vtakit.errors import CompileError
+from vtakit.hw import isa
+from vtakit.hw.config import VTAConfig
+from vtakit.runtime.builder import elem_bytes
+from vtakit.runtime.device import DeviceArray
+from vtakit.sim.program import Program, Segment
+from vtakit.sim.stats import RunStats
+
+__all__ = ["build_config", "build", "VTAModule"]
+
+
+def build_config(config: VTAConfig | VTAEnv | None = None) -> PassContext:
+    """The PassContext that lowers schedules for the accelerator of ``config``."""
+    env = config if isinstance(config, VTAEnv) else get_env(config)
+    passes = [(1, inject_dma_intrin(env)), (1, inject_alu_intrin(env)), (1, lift_coproc_scopes),
+              (1, inject_coproc_sync), (2, fold_uop_loops)]
+    return PassContext(config={"tir.add_lower_pass": passes}, memory_scopes=dict(env.memory_scopes))
+
+
+class VTAModule:
+    """A compiled function for the accelerator: ``mod(*device_arrays) -> RunStats``."""
+
+    def __init__(self, func: ir.PrimFunc, template: ProgramTemplate, env: VTAEnv) -> None:
+        self.func = func
+        self.template = template
+        self.env = env
+
+    @property
+    def config(self) -> VTAConfig:
+        return self.env.config
+
+    def get_source(self) -> str:
+        """The lowered loop IR and the instruction template."""
+        return f"{self.func}\n\n; program template\n{self.template.disasm()}"
+
+    def _check(self, arrays: Sequence[Any]) -> Any:
+        params = self.func.params
+        if len(arrays) != len(params):
+            raise CompileError(f"{self.func.name} takes {len(params)} arrays ({', '.join(p.name for p in params)}), "
+                               f"got {len(arrays)}")
+        device = None
+        for k, (buf, arr) in enumerate(zip(params, arrays)):
+            if not isinstance(arr, DeviceArray):
+                raise CompileError(f"argument {k} ({buf.name}): expected a device array (Device.array), got "
+                                   f"{type(arr).__name__}")
+            device = device or arr.device
+            if arr.device is not device:
+                raise CompileError(f"argument {k} ({buf.name}) lives on another device than argument 0")
+            shape = tuple(int(s.value) for s in buf.shape)
+            if tuple(arr.shape) != shape or arr.dtype != np.dtype(buf.dtype):
+                raise CompileError(f"argument {k} ({buf.name}): expected shape {shape} and dtype {buf.dtype}, got "
+                                   f"{tuple(arr.shape)} {arr.dtype}")
+            arr._check_live()
+        if device.config != self.config:
+            raise CompileError(f"{self.func.name} was built for {self.config.model}, the device is "
+                               f"{device.config.model}")
+        return device
+
+    def program_for(self, *arrays: DeviceArray) -> Program:
+        """The program for these arrays, registered on their device (its micro-op image placed there)."""
+        device = self._check(arrays)
+        t = self.template
+        insns = list(t.insns)
+        for r in t.relocations:
+            addr = arrays[r.param].phys_addr
+            size = elem_bytes(self.config, r.mem)
+            if addr % size:
+                raise CompileError(f"argument {r.param} ({self.func.params[r.param].name}) at {addr:#x} is not "
+                                   f"aligned to its {size}-byte DMA element")
+            insns[r.insn] = _rebase(insns[r.insn], addr // size)
+        uop_bytes = isa.encode_uops(t.uops, self.config)
+        region = device.allocator.alloc(len(uop_bytes)) if t.uops else None
+        if region is not None:
+            device.write(region, uop_bytes)
+            for i in t.uop_loads:
+                insns[i] = _rebase(insns[i], region // isa.UOP_BYTES)
+        segments = [Segment(a.phys_addr, a.numpy().tobytes(), p.name) for a, p in zip(arrays, self.func.params)]
+        program = Program(self.config, insns, list(t.uops), region or 0, segments, name=self.func.name)
+        device.register_program(program, region)
+        return program
+
+    def __call__(self, *arrays: DeviceArray) -> RunStats:
+        program = self.program_for(*arrays)
+        return arrays[0].device.run(program)
+
+
+def _rebase(insn: isa.Instruction, base: int) -> isa.Instruction:
+    import dataclasses  # noqa: PLC0415
+
+    return dataclasses.replace(insn, dram_base=insn.dram_base + base)
+
+
+def build(s: Any, args: Sequence[Any], name: str = "main", config: Any = None) -> VTAModule:
+    """The ``vta`` target builder (see :mod:`vtakit.compiler.build`)."""
+    if config is not None and not isinstance(config, (VTAConfig, VTAEnv)):
+        raise CompileError(f"target vta: config must be a VTAConfig, got {type(config).__name__}")
+    env = config if isinstance(config, VTAEnv) else get_env(config)
+    from vtakit.compiler.lower import lower  # noqa: PLC0415
+
+    with build_config(env):
+        func = s if isinstance(s, ir.PrimFunc) else lower(s, args, name=name)
+    return VTAModule(func, generate(func, env), env)
+
+
+register_target("vta", build)
