@@ -61,14 +61,14 @@ class CPUModule:
         return f"<CPUModule {self.name}({', '.join(b.name for b in self.func.params)}) for {self.target}>"
 
     def get_source(self, fmt: str = "ll") -> str:
-        """The optimised LLVM IR (``"ll"``) or the unoptimised IR as generated (``"ll-raw"``)."""
+        """The optimised LLVM IR (``"ll"``), the IR as generated (``"ll-raw"``) or assembly (``"asm"``)."""
         if fmt == "ll-raw":
             return self.llvm_ir
-        if fmt == "ll":
-            module = llvm.parse_assembly(self.llvm_ir)
-            rt.optimize(module, self.target)
-            return str(module)
-        raise CompileError(f"unknown source format {fmt!r}; expected 'll' or 'll-raw'")
+        if fmt not in ("ll", "asm"):
+            raise CompileError(f"unknown source format {fmt!r}; expected 'll', 'll-raw' or 'asm'")
+        module = llvm.parse_assembly(self.llvm_ir)
+        rt.optimize(module, self.target)
+        return str(module) if fmt == "ll" else rt.target_machine(self.target).emit_assembly(module)
 
     def __call__(self, *args: Any) -> None:
         pointers, shapes = self._check(args)
