@@ -32,6 +32,7 @@ from vtakit.errors import ISAError, ProgramError
 from vtakit.hw import isa
 from vtakit.hw.config import VTAConfig
 from vtakit.hw.isa import AluInsn, AluOp, FinishInsn, GemmInsn, MemId, MemInsn, Opcode, Stage, Uop
+from vtakit.runtime.device import default_alignment
 from vtakit.sim.program import Program, Segment
 
 __all__ = ["ProgramBuilder", "HostArray", "DramArray", "Stage", "elem_bytes"]
@@ -142,11 +143,7 @@ class ProgramBuilder:
         self._host_end = 0
         self._dram_end = 0
         self._finished = False
-        if device is None:
-            from vtakit.runtime.device import default_alignment
-            self._alignment = default_alignment(config)
-        else:
-            self._alignment = device.alignment
+        self._alignment = default_alignment(config) if device is None else device.alignment
 
     # ------------------------------------------------------------------ inspection
     @property
@@ -335,10 +332,11 @@ class ProgramBuilder:
         self._finished = True
 
         uop_bytes = isa.encode_uops(self._image, self.config)
-        region = None
+        region = None                      # the device block holding the micro-op image
         if self.device is not None:
-            uop_addr = self.device.allocator.alloc(len(uop_bytes)) if self._image else 0
-            region = uop_addr if self._image else None
+            if self._image:
+                region = self.device.allocator.alloc(len(uop_bytes))
+            uop_addr = region or 0
             segments = [Segment(a.phys_addr, a.numpy().tobytes(), a.name) for a in self._sources.values()]
         else:
             uop_addr = -(-self._host_end // self._alignment) * self._alignment
