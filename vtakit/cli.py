@@ -181,9 +181,29 @@ def cmd_bench_gemm(args: argparse.Namespace) -> int:
     return 0 if result.correct else 1
 
 
+# ---------------------------------------------------------------------------- verilog
+def _add_verilog(verbs: argparse._SubParsersAction) -> None:
+    p = verbs.add_parser("verilog", help="write the accelerator as Verilog for FPGA synthesis",
+                         description="Write Verilog of the accelerator with its AXI4 master and AXI4-Lite control "
+                                     "shell (top module vtakit_top; registers: docs/registers.md).")
+    p.add_argument("-o", "--output", type=Path, required=True, metavar="FILE", help="Verilog file to write")
+    _config_option(p)
+    p.set_defaults(func=cmd_verilog)
+
+
+def cmd_verilog(args: argparse.Namespace) -> int:
+    from vtakit.hw.verilog import TOP_NAME, generate_verilog
+
+    config = _load_config(args) or VTAConfig()
+    text = generate_verilog(config)
+    args.output.write_text(text)
+    print(f"wrote {args.output}: {config.model}, top module {TOP_NAME}, {len(text)} bytes")
+    return 0
+
+
 # ---------------------------------------------------------------------------- entry point
 _VERBS: list[Callable[[argparse._SubParsersAction], None]] = [
-    _add_info, _add_disasm, _add_run_program, _add_random_program, _add_bench,
+    _add_info, _add_disasm, _add_run_program, _add_random_program, _add_bench, _add_verilog,
 ]
 
 

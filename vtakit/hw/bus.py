@@ -17,7 +17,7 @@ from amaranth.hdl import unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-__all__ = ["ADDR_BITS", "ID_BITS", "ar_layout", "r_layout", "w_layout",
+__all__ = ["ADDR_BITS", "ID_BITS", "ar_layout", "r_layout", "w_layout", "HandshakeSignature",
            "ReadPortSignature", "WritePortSignature", "Axi4Signature", "AxiLiteSignature",
            "MAX_BURST_BEATS", "BOUNDARY_BYTES"]
 
@@ -41,6 +41,13 @@ def w_layout(bus_width: int) -> data.StructLayout:
                               "last": unsigned(1)})
 
 
+class HandshakeSignature(wiring.Signature):
+    """A valid/ready handshake without payload (tokens, B responses), source side."""
+
+    def __init__(self):
+        super().__init__({"valid": Out(1), "ready": In(1)})
+
+
 class ReadPortSignature(wiring.Signature):
     """A DMA engine's read port, engine side: AR requests out, R beats in (always accepted)."""
 
@@ -58,7 +65,7 @@ class WritePortSignature(wiring.Signature):
         super().__init__({
             "aw": Out(stream.Signature(ar_layout())),
             "w": Out(stream.Signature(w_layout(bus_width))),
-            "b": In(stream.Signature(unsigned(0), always_ready=True)),
+            "b": In(HandshakeSignature()),
         })
 
 

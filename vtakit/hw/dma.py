@@ -295,7 +295,7 @@ class DmaStore2D(wiring.Component):
         w_stride = Signal(ADDR_BITS)
         w_burst_left = Signal(range(MAX_BURST_BEATS + 1))
         beats_left = Signal(_COUNT_BITS)
-        beat = Signal(range(beats_per_elem))
+        beat = Signal(range(max(beats_per_elem, 2)))
         rd_addr = Signal(SRAM_ADDR_BITS)
         bursts_issued = Signal(_COUNT_BITS)
         b_seen = Signal(_COUNT_BITS)
@@ -341,6 +341,7 @@ class DmaStore2D(wiring.Component):
         with m.If(reqs.fire):
             m.d.sync += bursts_issued.eq(bursts_issued + 1)
         b_in = self.mem.b.valid
+        m.d.comb += self.mem.b.ready.eq(1)
         with m.If(b_in):
             m.d.sync += b_seen.eq(b_seen + 1)
 

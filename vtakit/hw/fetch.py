@@ -84,7 +84,7 @@ class FetchModule(wiring.Component):
         ar_fire = ar.valid & ar.ready
 
         # ---- beats: assemble instructions into the buffer.
-        beat = Signal(range(beats_per_insn))
+        beat = Signal(range(max(beats_per_insn, 2)))
         word = Signal(INSN_BITS)
         complete = Signal()
         r = self.mem.r

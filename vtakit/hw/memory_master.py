@@ -79,6 +79,6 @@ class MemoryMaster(wiring.Component):
             st.aw.ready.eq(axi.awready),
             axi.wvalid.eq(st.w.valid), axi.wdata.eq(st.w.payload.data), axi.wstrb.eq(st.w.payload.strb),
             axi.wlast.eq(st.w.payload.last), st.w.ready.eq(axi.wready),
-            axi.bready.eq(1), st.b.valid.eq(axi.bvalid),
+            axi.bready.eq(st.b.ready), st.b.valid.eq(axi.bvalid),
         ]
         return m

@@ -17,11 +17,12 @@ cycles after it is taken (take, start, execute, retire).
 
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Const, Module, Signal, unsigned
+from amaranth.hdl import Cat, Const, Module, Signal
 from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from vtakit.hw import isa
+from vtakit.hw.bus import HandshakeSignature
 from vtakit.hw.config import INSN_BITS, VTAConfig
 from vtakit.hw.layouts import INDEX_BITS, command_layout, insn_layout
 
@@ -35,9 +36,9 @@ class ModuleState(enum.Enum, shape=2):
     RETIRE = 3
 
 
-def TokenSignature() -> stream.Signature:
-    """A dependency-token stream without payload (producer side: valid = push, ready = room)."""
-    return stream.Signature(unsigned(0))
+def TokenSignature() -> HandshakeSignature:
+    """A dependency-token handshake (producer side: valid = push, ready = room)."""
+    return HandshakeSignature()
 
 
 class RetireSignature(wiring.Signature):
