@@ -1,6 +1,8 @@
 """The DRAM allocator: alignment, first fit, coalescing, reservations and every error."""
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from vtakit.errors import AllocationError
 from vtakit.runtime.allocator import Allocator
@@ -79,3 +81,42 @@ def test_bad_alloc_arguments():
         a.alloc(-1)
     with pytest.raises(AllocationError, match="alignment 12 must be a power of two"):
         a.alloc(4, alignment=12)
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(st.lists(st.tuples(st.booleans(), st.integers(0, 300), st.sampled_from([1, 16, 64, 256])), max_size=60))
+def test_random_alloc_free_sequences_keep_blocks_disjoint(ops):
+    """Against a model: live blocks never overlap, are aligned, and freeing all restores one block."""
+    a = Allocator(4096, alignment=16)
+    live: dict[int, int] = {}
+    for is_alloc, size, align in ops:
+        if is_alloc or not live:
+            try:
+                addr = a.alloc(size, align)
+            except AllocationError:
+                assert not _model_fits(live, max(size, 1), align), (live, size, align)
+                continue
+            assert addr % align == 0 and addr + size <= 4096
+            for other, n in live.items():
+                assert addr + max(size, 1) <= other or other + max(n, 1) <= addr
+            live[addr] = size
+        else:
+            addr = sorted(live)[size % len(live)]
+            a.free(addr)
+            del live[addr]
+        assert a.blocks() == live and a.used == sum(live.values())
+    for addr in list(live):
+        a.free(addr)
+    assert a.alloc(4096) == 0
+
+
+def _model_fits(live: dict[int, int], need: int, align: int, size: int = 4096) -> bool:
+    """Whether some aligned gap between the model's live blocks holds ``need`` bytes."""
+    cursor = 0
+    for start in sorted(live) + [size]:
+        addr = -(-cursor // align) * align
+        if addr + need <= start:
+            return True
+        if start < size:
+            cursor = start + max(live[start], 1)
+    return False
