@@ -1,0 +1,163 @@
+"""Packed conv2d for the accelerator with a fused requantisation epilogue (VTA's ``vta_conv2d``).
+
+``conv2d_packed`` declares the computation in tensor expressions, in terms of the
+configuration's blocks: an optional zero-padding stage, the packed convolution (int8 x int8 ->
+int32), then ``>> shift``, ``+ bias`` and ``clip`` in the accumulator and a cast to int8.
+``schedule_conv2d_packed`` is VTA's default schedule with its knobs (:class:`Conv2dKnobs`):
+output tiles of ``tile_h x tile_w`` pixels and ``tile_co`` channel blocks, ``tile_ci`` input
+channel blocks per load, and ``oc_nthread`` / ``h_nthread`` virtual threads (``cthread``) over
+output-channel and row tiles. :func:`default_conv2d_knobs` picks a tiling that fits the SRAMs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from vtakit.compiler import te
+from vtakit.compiler.te import Schedule, Tensor
+from vtakit.compiler.topi_vta.tiling import choose_conv2d_tiles
+from vtakit.compiler.topi_vta.workloads import Conv2dWorkload
+from vtakit.compiler.vta.env import VTAEnv
+from vtakit.errors import CompileError
+
+__all__ = ["Conv2dKnobs", "conv2d_packed", "schedule_conv2d_packed", "default_conv2d_knobs", "conv2d"]
+
+
+@dataclass(frozen=True)
+class Conv2dKnobs:
+    """Schedule knobs: output tile (pixels, channel blocks), input channel blocks per load, threads."""
+
+    tile_h: int
+    tile_w: int
+    tile_co: int
+    tile_ci: int
+    oc_nthread: int = 1
+    h_nthread: int = 1
+
+    def check(self, wl: Conv2dWorkload, env: VTAEnv) -> None:
+        co_blocks, ci_blocks = wl.co // env.block_out, wl.ci // env.block_in
+        for name, value, total, per_thread in (("tile_h", self.tile_h, wl.oh, self.h_nthread),
+                                               ("tile_w", self.tile_w, wl.ow, 1),
+                                               ("tile_co", self.tile_co, co_blocks, self.oc_nthread),
+                                               ("tile_ci", self.tile_ci, ci_blocks, 1)):
+            if not isinstance(value, int) or value < 1 or total % (value * per_thread):
+                raise CompileError(f"conv2d knob {name}={value!r} must divide {total}"
+                                   + (f" into {per_thread} virtual threads" if per_thread > 1 else ""))
+
+
+def conv2d_packed(env: VTAEnv, wl: Conv2dWorkload, shift: int = 8, clip: tuple[int, int] = (0, 127),
+                  with_bias: bool = True) -> tuple[list[Tensor], dict[str, Tensor]]:
+    """The tensors ``[data, kernel, (bias,) out]`` and the named intermediate stages."""
+    b, bi, bo = env.batch, env.block_in, env.block_out
+    for what, n, block in (("batch", wl.batch, b), ("input channels", wl.ci, bi), ("output channels", wl.co, bo)):
+        if n % block:
+            raise CompileError(f"conv2d: {what} = {n} is not a multiple of the accelerator's block of {block}")
+    dshape = (wl.batch // b, wl.ci // bi, wl.h, wl.w, b, bi)
+    kshape = (wl.co // bo, wl.ci // bi, wl.kernel, wl.kernel, bo, bi)
+    oshape = (wl.batch // b, wl.co // bo, wl.oh, wl.ow, b, bo)
+    data = te.placeholder(dshape, env.inp_dtype, name="data")
+    kernel = te.placeholder(kshape, env.wgt_dtype, name="kernel")
+    p = wl.pad
+    if p:
+        data_pad = te.compute(
+            (dshape[0], dshape[1], wl.h + 2 * p, wl.w + 2 * p, b, bi),
+            lambda n, c, y, x, nb, ci: te.if_then_else(
+                te.all(y >= p, y < wl.h + p, x >= p, x < wl.w + p), data[n, c, y - p, x - p, nb, ci],
+                te.const(0, env.inp_dtype)), name="data_pad")
+    else:
+        data_pad = data
+    ic = te.reduce_axis((0, dshape[1]), name="ic")
+    dy = te.reduce_axis((0, wl.kernel), name="dy")
+    dx = te.reduce_axis((0, wl.kernel), name="dx")
+    ic_t = te.reduce_axis((0, bi), name="ic_t")
+    s = wl.stride
+    conv = te.compute(oshape, lambda n, o, y, x, nb, ot: te.sum(
+        data_pad[n, ic, y * s + dy, x * s + dx, nb, ic_t].astype(env.acc_dtype)
+        * kernel[o, ic, dy, dx, ot, ic_t].astype(env.acc_dtype), axis=[ic, dy, dx, ic_t]), name="conv")
+    stages = {"conv": conv}
+    res = te.compute(oshape, lambda *i: conv(*i) >> shift, name="shr")
+    stages["shr"] = res
+    args = [data, kernel]
+    if with_bias:
+        bias = te.placeholder((wl.co // bo, b, bo), env.acc_dtype, name="bias")
+        args.append(bias)
+        prev = res
+        res = te.compute(oshape, lambda n, o, y, x, nb, ot: prev[n, o, y, x, nb, ot] + bias[o, nb, ot],
+                         name="bias_add")
+        stages["bias_add"] = res
+    prev = res
+    res = te.compute(oshape, lambda *i: te.min(te.max(prev(*i), clip[0]), clip[1]), name="clip")
+    stages["clip"] = res
+    out = te.compute(oshape, lambda *i: res(*i).astype(env.inp_dtype), name="out")
+    if p:
+        stages["data_pad"] = data_pad
+    return args + [out], stages
+
+
+def schedule_conv2d_packed(env: VTAEnv, tensors: list[Tensor], stages: dict[str, Tensor],
+                           knobs: Conv2dKnobs) -> Schedule:
+    out = tensors[-1]
+    data, kernel = tensors[0], tensors[1]
+    conv = stages["conv"]
+    s = te.create_schedule(out.op)
+    if "data_pad" in stages:
+        cdata = stages["data_pad"]
+        s[cdata].set_scope(env.inp_scope)
+    else:
+        cdata = s.cache_read(data, env.inp_scope, [conv])
+    ckernel = s.cache_read(kernel, env.wgt_scope, [conv])
+    s[conv].set_scope(env.acc_scope)
+    ewise = [stages[k] for k in ("shr", "bias_add", "clip") if k in stages]
+    cbias = None
+    if "bias_add" in stages:
+        cbias = s.cache_read(tensors[2], env.acc_scope, [stages["bias_add"]])
+
+    x_bo, x_co, x_i, x_j, x_bi, x_ci = s[out].op.axis
+    x_co0, x_co1 = s[out].split(x_co, factor=knobs.tile_co)
+    x_i0, x_i1 = s[out].split(x_i, factor=knobs.tile_h)
+    x_j0, x_j1 = s[out].split(x_j, factor=knobs.tile_w)
+    s[out].reorder(x_bo, x_i0, x_co0, x_j0, x_co1, x_i1, x_j1, x_bi, x_ci)
+    store_pt = x_j0
+    s[conv].compute_at(s[out], store_pt)
+    for t in ewise:
+        s[t].set_scope(env.acc_scope)
+        s[t].pragma(s[t].op.axis[0], env.alu)
+        s[t].compute_at(s[out], store_pt)
+    if cbias is not None:
+        s[cbias].compute_at(s[out], store_pt)
+        s[cbias].pragma(s[cbias].op.axis[0], env.dma_copy)
+    if knobs.oc_nthread > 1:
+        v_t, _ = s[out].split(x_co0, nparts=knobs.oc_nthread)
+        s[out].reorder(v_t, x_bo)
+        s[out].bind(v_t, te.thread_axis("cthread"))
+    if knobs.h_nthread > 1:
+        v_t, _ = s[out].split(x_i0, nparts=knobs.h_nthread)
+        s[out].reorder(v_t, x_bo)
+        s[out].bind(v_t, te.thread_axis("cthread"))
+
+    c_bo, c_co, c_i, c_j, c_bi, c_ci = s[conv].op.axis
+    k_o, d_i, d_j, k_i = s[conv].op.reduce_axis
+    s[conv].reorder(c_bo, k_o, c_j, d_j, d_i, c_co, c_i, c_bi, c_ci, k_i)
+    k_o0, _ = s[conv].split(k_o, factor=knobs.tile_ci)
+    s[cdata].compute_at(s[conv], k_o0)
+    s[ckernel].compute_at(s[conv], k_o0)
+    s[cdata].pragma(s[cdata].op.axis[0], env.dma_copy)
+    s[ckernel].pragma(s[ckernel].op.axis[0], env.dma_copy)
+    s[conv].tensorize(c_bi, env.gemm)
+    s[out].pragma(x_co1, env.dma_copy)
+    return s
+
+
+def default_conv2d_knobs(env: VTAEnv, wl: Conv2dWorkload, vthreads: int = 2) -> Conv2dKnobs:
+    """A tiling that fits the SRAMs with ``vthreads`` virtual threads (see :mod:`.tiling`)."""
+    return choose_conv2d_tiles(env, wl, vthreads)
+
+
+def conv2d(env: VTAEnv, wl: Conv2dWorkload, knobs: Conv2dKnobs | None = None, vthreads: int = 2,
+           **kwargs: Any) -> tuple[Schedule, list[Tensor]]:
+    """Declaration and default schedule: ``(s, [data, kernel, bias, out])``."""
+    knobs = knobs or default_conv2d_knobs(env, wl, vthreads)
+    knobs.check(wl, env)
+    tensors, stages = conv2d_packed(env, wl, **kwargs)
+    return schedule_conv2d_packed(env, tensors, stages, knobs), tensors

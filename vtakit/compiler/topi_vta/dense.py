@@ -1,0 +1,115 @@
+"""Packed dense (GEMM) for the accelerator with the fused requantisation epilogue (VTA's
+``vta_dense``): ``out = clip((data . weight^T >> shift) + bias)`` as int8, on the packed layouts
+of :mod:`.pack`. Knobs: ``tile_b`` row blocks and ``tile_co`` column blocks per output tile,
+``tile_ci`` reduction blocks per load, ``oc_nthread`` virtual threads over column tiles.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from vtakit.compiler import te
+from vtakit.compiler.te import Schedule, Tensor
+from vtakit.compiler.topi_vta.tiling import choose_dense_tiles
+from vtakit.compiler.vta.env import VTAEnv
+from vtakit.errors import CompileError
+
+__all__ = ["DenseKnobs", "dense_packed", "schedule_dense_packed", "dense"]
+
+
+@dataclass(frozen=True)
+class DenseKnobs:
+    tile_b: int
+    tile_co: int
+    tile_ci: int
+    oc_nthread: int = 1
+
+    def check(self, mb: int, nb: int, kb: int) -> None:
+        for name, value, total, per in (("tile_b", self.tile_b, mb, 1), ("tile_co", self.tile_co, nb, self.oc_nthread),
+                                        ("tile_ci", self.tile_ci, kb, 1)):
+            if not isinstance(value, int) or value < 1 or total % (value * per):
+                raise CompileError(f"dense knob {name}={value!r} must divide {total}"
+                                   + (f" into {per} virtual threads" if per > 1 else ""))
+
+
+def dense_packed(env: VTAEnv, m: int, n: int, k: int, shift: int = 8, clip: tuple[int, int] = (0, 127),
+                 with_bias: bool = True) -> tuple[list[Tensor], dict[str, Tensor]]:
+    b, bi, bo = env.batch, env.block_in, env.block_out
+    for what, v, block in (("m", m, b), ("k", k, bi), ("n", n, bo)):
+        if not isinstance(v, int) or v < 1 or v % block:
+            raise CompileError(f"dense: {what} = {v!r} must be a positive multiple of the accelerator's block of {block}")
+    data = te.placeholder((m // b, k // bi, b, bi), env.inp_dtype, name="data")
+    weight = te.placeholder((n // bo, k // bi, bo, bi), env.wgt_dtype, name="weight")
+    ko = te.reduce_axis((0, k // bi), name="ko")
+    ki = te.reduce_axis((0, bi), name="ki")
+    oshape = (m // b, n // bo, b, bo)
+    gemm = te.compute(oshape, lambda i, j, x, y: te.sum(
+        data[i, ko, x, ki].astype(env.acc_dtype) * weight[j, ko, y, ki].astype(env.acc_dtype), axis=[ko, ki]),
+        name="gemm")
+    stages = {"gemm": gemm}
+    res = te.compute(oshape, lambda *i: gemm(*i) >> shift, name="shr")
+    stages["shr"] = res
+    args = [data, weight]
+    if with_bias:
+        bias = te.placeholder((n // bo, b, bo), env.acc_dtype, name="bias")
+        args.append(bias)
+        prev = res
+        res = te.compute(oshape, lambda i, j, x, y: prev[i, j, x, y] + bias[j, x, y], name="bias_add")
+        stages["bias_add"] = res
+    prev = res
+    res = te.compute(oshape, lambda *i: te.min(te.max(prev(*i), clip[0]), clip[1]), name="clip")
+    stages["clip"] = res
+    out = te.compute(oshape, lambda *i: res(*i).astype(env.inp_dtype), name="out")
+    return args + [out], stages
+
+
+def schedule_dense_packed(env: VTAEnv, tensors: list[Tensor], stages: dict[str, Tensor],
+                          knobs: DenseKnobs) -> Schedule:
+    out = tensors[-1]
+    gemm = stages["gemm"]
+    s = te.create_schedule(out.op)
+    cdata = s.cache_read(tensors[0], env.inp_scope, [gemm])
+    cweight = s.cache_read(tensors[1], env.wgt_scope, [gemm])
+    s[gemm].set_scope(env.acc_scope)
+    ewise = [stages[k] for k in ("shr", "bias_add", "clip") if k in stages]
+    cbias = s.cache_read(tensors[2], env.acc_scope, [stages["bias_add"]]) if "bias_add" in stages else None
+
+    x_b, x_c, x_bi, x_ci = s[out].op.axis
+    x_b0, x_b1 = s[out].split(x_b, factor=knobs.tile_b)
+    x_c0, x_c1 = s[out].split(x_c, factor=knobs.tile_co)
+    s[out].reorder(x_b0, x_c0, x_b1, x_c1, x_bi, x_ci)
+    if knobs.oc_nthread > 1:
+        v_t, x_c0 = s[out].split(x_c0, nparts=knobs.oc_nthread)
+        s[out].reorder(v_t, x_b0)
+        s[out].bind(v_t, te.thread_axis("cthread"))
+    store_pt = x_c0
+    s[gemm].compute_at(s[out], store_pt)
+    for t in ewise:
+        s[t].set_scope(env.acc_scope)
+        s[t].pragma(s[t].op.axis[0], env.alu)
+        s[t].compute_at(s[out], store_pt)
+    if cbias is not None:
+        s[cbias].compute_at(s[out], store_pt)
+        s[cbias].pragma(s[cbias].op.axis[0], env.dma_copy)
+
+    g_b, g_c, g_bi, g_ci = s[gemm].op.axis
+    k_o, k_i = s[gemm].op.reduce_axis
+    k_o0, k_o1 = s[gemm].split(k_o, factor=knobs.tile_ci)
+    s[gemm].reorder(k_o0, k_o1, g_b, g_c, g_bi, g_ci, k_i)
+    s[cdata].compute_at(s[gemm], k_o0)
+    s[cweight].compute_at(s[gemm], k_o0)
+    s[cdata].pragma(s[cdata].op.axis[0], env.dma_copy)
+    s[cweight].pragma(s[cweight].op.axis[0], env.dma_copy)
+    s[gemm].tensorize(g_bi, env.gemm)
+    s[out].pragma(x_b1, env.dma_copy)
+    return s
+
+
+def dense(env: VTAEnv, m: int, n: int, k: int, knobs: DenseKnobs | None = None, vthreads: int = 2,
+          **kwargs: Any) -> tuple[Schedule, list[Tensor]]:
+    """Declaration and default schedule: ``(s, [data, weight, bias, out])``."""
+    tensors, stages = dense_packed(env, m, n, k, **kwargs)
+    knobs = knobs or choose_dense_tiles(env, m, n, k, vthreads)
+    knobs.check(m // env.batch, n // env.block_out, k // env.block_in)
+    return schedule_dense_packed(env, tensors, stages, knobs), tensors

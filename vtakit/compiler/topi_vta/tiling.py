@@ -1,0 +1,108 @@
+"""Default tilings: the knob values that fit the SRAMs and minimise a simple cycle estimate.
+
+The estimate follows the timing contract (docs/timing.md) coarsely: one GEMM/ALU micro-op per
+cycle, DMA at BUS_WIDTH bits per cycle plus a latency per transfer. With one thread loads and
+compute alternate; with several, loads of one thread overlap the compute of another, so a tile
+costs the maximum of its compute and its loads. It only ranks candidates; the cycle simulator
+measures.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import TYPE_CHECKING
+
+from vtakit.compiler.vta.env import VTAEnv
+from vtakit.errors import CompileError
+from vtakit.hw.config import ITER_BITS
+
+if TYPE_CHECKING:
+    from vtakit.compiler.topi_vta.conv2d import Conv2dKnobs
+    from vtakit.compiler.topi_vta.dense import DenseKnobs
+    from vtakit.compiler.topi_vta.workloads import Conv2dWorkload
+
+__all__ = ["choose_conv2d_tiles", "choose_dense_tiles", "divisors"]
+
+_DMA_LATENCY = 40       # cycles per DMA instruction beyond its beats (request + DRAM latency)
+_INSN_OVERHEAD = 5      # cycles per compute instruction (F in docs/timing.md)
+_EPILOGUE_OPS = 4       # shift, bias, max, min
+
+
+def divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _cost(env: VTAEnv, threads: int, n_tiles: int, n_k: int, gemm: int, load_bytes: int, dma_insns: int,
+          acc_entries: int, store_bytes: int) -> float:
+    bus = env.config.bus_bytes
+    load = load_bytes / bus + _DMA_LATENCY * dma_insns
+    epilogue = (_EPILOGUE_OPS + 1) * (acc_entries + _INSN_OVERHEAD)
+    store = store_bytes / bus + _DMA_LATENCY
+    if threads == 1:
+        per_tile = n_k * (gemm + load + _INSN_OVERHEAD) + epilogue + store
+    else:
+        per_tile = max(n_k * (gemm + _INSN_OVERHEAD) + epilogue, n_k * load, store)
+    return n_tiles * per_tile + load + store
+
+
+def choose_conv2d_tiles(env: VTAEnv, wl: "Conv2dWorkload", vthreads: int = 2) -> "Conv2dKnobs":
+    from vtakit.compiler.topi_vta.conv2d import Conv2dKnobs  # noqa: PLC0415
+
+    c = env.config
+    if vthreads < 1:
+        raise CompileError(f"vthreads must be >= 1, got {vthreads}")
+    co_blocks, ci_blocks, k = wl.co // env.block_out, wl.ci // env.block_in, wl.kernel
+    best: tuple[float, Conv2dKnobs] | None = None
+    splits = [(1, 1)] if vthreads == 1 else [(vthreads, 1), (1, vthreads)]
+    for (oc_n, h_n), th, tw, tco, tci in itertools.product(splits, divisors(wl.oh), divisors(wl.ow),
+                                                            divisors(co_blocks), divisors(ci_blocks)):
+        if wl.oh % (th * h_n) or co_blocks % (tco * oc_n):
+            continue
+        rows, cols = (th - 1) * wl.stride + k, (tw - 1) * wl.stride + k
+        acc = th * tw * tco + tco
+        inp = tci * rows * cols
+        wgt = tco * tci * k * k
+        kernel = k * tco * th * (k if tci > 1 or tw == 1 else 1)
+        uops = (kernel + 3 * th * tco) * vthreads
+        if acc * vthreads > c.acc_depth or inp * vthreads > c.inp_depth or wgt * vthreads > c.wgt_depth \
+                or uops > c.uop_depth or tw >= 1 << ITER_BITS or th * tco * tw >= 1 << ITER_BITS:
+            continue
+        n_tiles = wl.batch // env.batch * (wl.oh // th) * (wl.ow // tw) * (co_blocks // tco)
+        gemm = th * tw * tco * tci * k * k
+        cost = _cost(env, vthreads, n_tiles, ci_blocks // tci, gemm,
+                     inp * c.inp_elem_bytes + wgt * c.wgt_elem_bytes, tci + 1, th * tw * tco,
+                     th * tw * tco * c.out_elem_bytes)
+        knobs = Conv2dKnobs(th, tw, tco, tci, oc_n, h_n)
+        if best is None or cost < best[0]:
+            best = (cost, knobs)
+    if best is None:
+        raise CompileError(f"no conv2d tiling of {wl} fits {c.model} with {vthreads} virtual threads")
+    return best[1]
+
+
+def choose_dense_tiles(env: VTAEnv, m: int, n: int, k: int, vthreads: int = 2) -> "DenseKnobs":
+    from vtakit.compiler.topi_vta.dense import DenseKnobs  # noqa: PLC0415
+
+    c = env.config
+    if vthreads < 1:
+        raise CompileError(f"vthreads must be >= 1, got {vthreads}")
+    mb, nb, kb = m // env.batch, n // env.block_out, k // env.block_in
+    best: tuple[float, DenseKnobs] | None = None
+    for tb, tco, tci in itertools.product(divisors(mb), divisors(nb), divisors(kb)):
+        if nb % (tco * vthreads):
+            continue
+        acc = tb * tco + tco
+        inp, wgt = tb * tci, tco * tci
+        uops = (tco + 3 * tco) * vthreads
+        if acc * vthreads > c.acc_depth or inp * vthreads > c.inp_depth or wgt * vthreads > c.wgt_depth \
+                or uops > c.uop_depth or tb >= 1 << ITER_BITS or tci >= 1 << ITER_BITS:
+            continue
+        n_tiles = (mb // tb) * (nb // tco)
+        cost = _cost(env, vthreads, n_tiles, kb // tci, tb * tco * tci,
+                     inp * c.inp_elem_bytes + wgt * c.wgt_elem_bytes, 2, tb * tco, tb * tco * c.out_elem_bytes)
+        knobs = DenseKnobs(tb, tco, tci, vthreads)
+        if best is None or cost < best[0]:
+            best = (cost, knobs)
+    if best is None:
+        raise CompileError(f"no dense tiling of {m}x{n}x{k} fits {c.model} with {vthreads} virtual threads")
+    return best[1]
