@@ -46,10 +46,12 @@ loop = dict(iter_out=st.integers(1, 4), iter_in=st.integers(1, 4), dst_factor_ou
             dst_factor_in=st.integers(0, 8), src_factor_out=st.integers(0, 8), src_factor_in=st.integers(0, 8))
 
 
-@SETTINGS
-@given(uops=st.lists(uop_fields, min_size=1, max_size=4), reset=st.booleans(),
-       wgt_out=st.integers(0, 8), wgt_in=st.integers(0, 8), data=st.data())
-def test_gemm_matches_naive_loop(uops, reset, wgt_out, wgt_in, data):
+GEMM_ARGS = dict(uops=st.lists(uop_fields, min_size=1, max_size=4), reset=st.booleans(),
+                 wgt_out=st.integers(0, 8), wgt_in=st.integers(0, 8), data=st.data())
+
+
+def check_gemm(uops, reset, wgt_out, wgt_in, data):
+    """One GEMM on random state equals the naive loop."""
     fields = {k: data.draw(v, label=k) for k, v in loop.items()}
     insn = GemmInsn(uop_bgn=0, uop_end=len(uops), reset_reg=reset, wgt_factor_out=wgt_out, wgt_factor_in=wgt_in,
                     **fields)
@@ -77,11 +79,15 @@ def test_gemm_matches_naive_loop(uops, reset, wgt_out, wgt_in, data):
     assert m.counters["gemm_counter"] == (0 if reset else insn.iter_out * insn.iter_in * len(uops))
 
 
-@SETTINGS
-@given(uops=st.lists(st.builds(Uop, st.integers(0, 12), st.integers(0, 12)), min_size=1, max_size=4),
-       op=st.sampled_from(list(AluOp)), use_imm=st.booleans(), imm=st.integers(-(1 << 15), (1 << 15) - 1),
-       data=st.data())
-def test_alu_matches_naive_sequential_loop(uops, op, use_imm, imm, data):
+test_gemm_matches_naive_loop = SETTINGS(given(**GEMM_ARGS)(check_gemm))
+
+
+ALU_ARGS = dict(uops=st.lists(st.builds(Uop, st.integers(0, 12), st.integers(0, 12)), min_size=1, max_size=4),
+                op=st.sampled_from(list(AluOp)), use_imm=st.booleans(),
+                imm=st.integers(-(1 << 15), (1 << 15) - 1), data=st.data())
+
+
+def check_alu(uops, op, use_imm, imm, data):
     """Micro-ops take effect strictly in order, including when destinations and sources alias."""
     fields = {k: data.draw(st.integers(0, 3) if "factor" in k else v, label=k) for k, v in loop.items()}
     insn = AluInsn(alu_opcode=op, use_imm=use_imm, imm=imm, uop_bgn=0, uop_end=len(uops), **fields)
@@ -100,6 +106,9 @@ def test_alu_matches_naive_sequential_loop(uops, op, use_imm, imm, data):
     assert np.array_equal(m.acc, acc)
     assert np.array_equal(m.out, out)
     assert m.counters["alu_counter"] == insn.iter_out * insn.iter_in * len(uops)
+
+
+test_alu_matches_naive_sequential_loop = SETTINGS(given(**ALU_ARGS)(check_alu))
 
 
 def test_alu_with_many_aliasing_micro_ops_matches_sequential_loop():
