@@ -272,3 +272,12 @@ def test_machine_rejects_a_bad_dram_image():
 def test_non_instruction_is_a_program_error():
     with pytest.raises(ProgramError, match="instruction 0: 'LOAD' is not a VTA instruction"):
         run(["LOAD", FinishInsn()])
+
+
+def test_fsim_cannot_write_a_trace(tmp_path):
+    from vtakit.sim.backend import Launch, get_backend
+    from vtakit.errors import SimError
+
+    launch = Launch(CFG, [FinishInsn()], np.zeros(16, dtype=np.uint8), trace=tmp_path / "t.json")
+    with pytest.raises(SimError, match=r"fsim models no time, so it cannot write the trace .*t\.json"):
+        get_backend("fsim")(launch)

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from vtakit.errors import DeadlockError, ProgramError
+from vtakit.errors import DeadlockError, ProgramError, SimError
 from vtakit.hw import isa
 from vtakit.hw.config import VTAConfig
 from vtakit.hw.isa import FinishInsn, Instruction, Stage
@@ -294,4 +294,7 @@ def simulate(config: VTAConfig, insns: list[Instruction], dram: np.ndarray, *, r
 
 def execute(launch: Launch) -> RunStats:
     """The ``fsim`` backend entry point (see :mod:`vtakit.sim.backend`)."""
+    if launch.trace is not None:
+        raise SimError(f"backend fsim models no time, so it cannot write the trace {str(launch.trace)!r}; "
+                       "use backend 'cycle' for a .json timeline or 'rtl' for a .vcd waveform")
     return simulate(launch.config, launch.insns, launch.dram).stats
