@@ -4,13 +4,17 @@ A command statement is ``coproc_scope(q) { [coproc_uop_scope(kind)] { ... } }``.
 loop's whole body is such a statement, the attributes move outside the loop, so the loop
 becomes part of the command: a micro-op loop that FoldUopLoop can turn into the instruction's
 iteration fields or the kernel's micro-ops, and one region for coprocessor synchronisation.
-Virtual-thread loops are never crossed (each thread keeps its own commands).
+Consecutive commands of one queue in a statement sequence merge into one ``coproc_scope``, as
+in TVM: virtual-thread injection then replicates the group, so a thread's input and weight
+loads stay together (``[inp_t0, wgt_t0, inp_t1, wgt_t1]``) and one thread's loads never wait
+behind another thread's. Virtual-thread loops are never crossed (each thread keeps its own
+commands).
 """
 
 from __future__ import annotations
 
 from vtakit.compiler import ir
-from vtakit.compiler.vta.env import VTA_AXIS
+from vtakit.compiler.vta.env import VTA_AXIS, coproc_scope_of
 
 __all__ = ["lift_coproc_scopes"]
 
@@ -39,6 +43,18 @@ class _Lifter(ir.IRMutator):
         for a in reversed(chain):
             out = ir.AttrStmt(a.node, a.key, a.value, out)
         return out
+
+    def visit_SeqStmt(self, node: ir.SeqStmt) -> ir.Stmt:
+        node = self.generic_visit(node)
+        stmts = node.stmts if isinstance(node, ir.SeqStmt) else (node,)
+        out: list[ir.Stmt] = []
+        for s in stmts:
+            q, prev = coproc_scope_of(s), out[-1] if out else None
+            if q is not None and prev is not None and coproc_scope_of(prev) == q:
+                out[-1] = ir.AttrStmt(prev.node, prev.key, prev.value, ir.seq(prev.body, s.body))
+            else:
+                out.append(s)
+        return ir.seq(*out)
 
 
 def lift_coproc_scopes(func: ir.PrimFunc) -> ir.PrimFunc:

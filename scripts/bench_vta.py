@@ -1,0 +1,71 @@
+"""Benchmark the accelerator backend: ResNet-18 C2-C11 (and optionally a dense GEMM) with 1 and
+2 virtual threads on a device backend (default: the cycle simulator).
+
+Every run is checked bit for bit against numpy. Prints a table and, with --json, a JSON object:
+per layer and thread count ``correct, cycles, ideal_cycles, utilization, sim_seconds,
+compile_seconds, instructions, knobs``, plus the totals (sum of ideal cycles / sum of cycles)
+per thread count.
+
+    python scripts/bench_vta.py                     # C2-C11, 1 and 2 threads, cycle backend
+    python scripts/bench_vta.py --backend fsim --layers C2 C5 --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from vtakit.compiler.topi_vta.bench import run_conv2d, run_dense
+from vtakit.compiler.topi_vta.workloads import RESNET18
+from vtakit.hw.config import VTAConfig
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--backend", default="cycle", choices=["fsim", "cycle", "rtl"])
+    ap.add_argument("--layers", nargs="*", default=list(RESNET18), help="ResNet-18 layer names (C2 .. C11)")
+    ap.add_argument("--vthreads", nargs="*", type=int, default=[1, 2])
+    ap.add_argument("--dense", type=int, default=0, metavar="N", help="also run an N x N x N dense GEMM")
+    ap.add_argument("--config", help="VTA config JSON (default: VTAConfig())")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+    config = VTAConfig.from_json(args.config) if args.config else VTAConfig()
+    results: dict = {"backend": args.backend, "config": config.model, "layers": {}, "total": {}}
+    for name in args.layers:
+        results["layers"][name] = {}
+        for vt in args.vthreads:
+            r = run_conv2d(RESNET18[name], config, args.backend, vt)
+            results["layers"][name][vt] = r.to_dict()
+            if not args.json:
+                util = f"{r.utilization:.3f}" if r.utilization is not None else "-"
+                print(f"{name:4s} vthreads={vt}  correct={r.correct}  cycles={r.cycles}  ideal={r.ideal_cycles}  "
+                      f"utilization={util}  knobs={r.knobs}", flush=True)
+    for vt in args.vthreads:
+        rows = [results["layers"][n][vt] for n in args.layers]
+        cycles = [r["cycles"] for r in rows]
+        ideal = sum(r["ideal_cycles"] for r in rows)
+        total = sum(cycles) if all(c is not None for c in cycles) else None
+        results["total"][vt] = {"cycles": total, "ideal_cycles": ideal,
+                                "utilization": ideal / total if total else None,
+                                "correct": all(r["correct"] for r in rows)}
+    if args.dense:
+        n = args.dense
+        results["dense"] = {vt: run_dense(n, n, n, config, args.backend, vt).to_dict() for vt in args.vthreads}
+    if args.json:
+        print(json.dumps(results, indent=1))
+    else:
+        for vt, t in results["total"].items():
+            util = f"{t['utilization']:.3f}" if t["utilization"] is not None else "-"
+            print(f"total vthreads={vt}: cycles={t['cycles']} ideal={t['ideal_cycles']} utilization={util} "
+                  f"correct={t['correct']}")
+        for vt, r in results.get("dense", {}).items():
+            print(f"dense {args.dense}^3 vthreads={vt}: correct={r['correct']} cycles={r['cycles']} "
+                  f"utilization={r['utilization']}")
+    ok = all(t["correct"] for t in results["total"].values()) and all(
+        r["correct"] for r in results.get("dense", {}).values())
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
