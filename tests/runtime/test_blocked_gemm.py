@@ -27,6 +27,14 @@ def test_bench_gemm_is_correct(config, m, n, k, vthreads):
     assert set(result.to_dict()) == {"correct", "cycles", "ideal_cycles", "utilization", "sim_seconds"}
 
 
+@pytest.mark.parametrize("depth, vthreads", [(1, 1), (2, 2), (3, 3)])
+def test_small_queues(depth, vthreads):
+    config = VTAConfig.small(token_queue_depth=depth, cmd_queue_depth=1)
+    assert bench_gemm(32, 32, 64, config=config, vthreads=vthreads).correct
+    with pytest.raises(ConfigError, match=f"vthreads={depth + 1} needs TOKEN_QUEUE_DEPTH >= {depth + 1}"):
+        plan_gemm(config, 32, 32, 64, depth + 1)
+
+
 def test_explicit_small_tiles_many_chunks_and_three_threads():
     """Tiles of one block each: many tiles and K chunks, so every token path is exercised."""
     cfg = SMALL

@@ -89,6 +89,11 @@ def plan_gemm(config: VTAConfig, m: int, n: int, k: int, vthreads: int = 1) -> G
     """
     if not 1 <= vthreads <= 8:
         raise ConfigError(f"vthreads={vthreads} must be between 1 and 8")
+    if vthreads > config.token_queue_depth:
+        # In stream order up to `vthreads` tokens wait on load->compute and store->compute;
+        # within the queue depth, running the program in stream order never blocks.
+        raise ConfigError(f"vthreads={vthreads} needs TOKEN_QUEUE_DEPTH >= {vthreads}, {config.model} has "
+                          f"{config.token_queue_depth}")
     mb, nb, kb = _blocks(config, m, n, k)
     inp_cap, wgt_cap = config.inp_depth // vthreads, config.wgt_depth // vthreads
     acc_cap = config.acc_depth // vthreads
@@ -167,7 +172,7 @@ def build_gemm(builder: ProgramBuilder, a: Any, w: Any, c: Any, m: int, n: int, 
         builder.load_2d(MemId.WGT, buf * wgt_part, w, t.tn, t.tk, kb, offset=no * kb + ko)
         loads.produced(unit)
 
-    for unit in range(min(vthreads, units)):
+    for unit in range(min(vthreads, units)):       # prefetch: one unit per thread
         load(unit)
     for unit in range(units):
         tile, chunk = divmod(unit, chunks)
