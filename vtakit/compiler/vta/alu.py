@@ -6,7 +6,9 @@ TVM's StorageRewrite provided):
 1. *Accumulate in place.* Each element-wise stage ``D = f(S, ...)`` of a schedule has its own
    accumulator buffer, but the ALU updates ``acc[dst]`` in place. When ``S`` is read for the
    last time by this stage, ``S`` and ``D`` are in the same loop scope and ``D`` is first
-   written here, ``D`` is renamed to ``S`` (its allocation disappears).
+   written here, ``D`` is renamed to ``S`` (its allocation disappears). Otherwise (``S`` is read
+   again, e.g. the epilogue runs per part of the GEMM tile) ``D`` is first set to ``S`` by a
+   GEMM reset micro-op loop and an ALU ADD of ``S``.
 2. *Decompose and inject.* The stored value is decomposed into a chain of ALU operations on
    the destination: ``max``/``min``/``+``/``-`` constant, ``>>``/``<<`` constant (SHR with a
    negative amount for left shifts), ``*`` when the configuration has ALU_MUL, each with an
@@ -23,7 +25,7 @@ from typing import Any
 
 from vtakit.compiler import ir
 from vtakit.compiler.arith import simplify
-from vtakit.compiler.vta.env import ACC_SCOPE, ALU, PUSH_ALU, QID_COMPUTE, VTA_AXIS, VTAEnv
+from vtakit.compiler.vta.env import ACC_SCOPE, ALU, PUSH_ALU, PUSH_GEMM, QID_COMPUTE, VTA_AXIS, VTAEnv
 from vtakit.compiler.vta.intrin import uop_push
 from vtakit.compiler.vta.nest import access_ptr, affine, perfect_nest, split_entry
 from vtakit.errors import CompileError
@@ -238,10 +240,12 @@ class _ALUInjector(ir.IRMutator):
             raise CompileError(f"{where}: the ALU works in {ACC_SCOPE}, but {dst.name} is in scope {dst.scope}; "
                                "set_scope the stage to the accumulator")
         base, steps = alu_chain(store.value, store, where, self.env.config.alu_mul)
-        if base.buffer.data is not dst.data or not _same_index(base, store):
-            raise CompileError(f"{where}: the ALU updates the accumulator in place, but {dst.name} is computed from "
-                               f"{base.buffer.name}, which is read again later or lives in another loop scope; "
-                               f"compute {dst.name} at the same loop as {base.buffer.name}")
+        copy = base.buffer.data is not dst.data or not _same_index(base, store)
+        if copy:                      # not in place: dst = 0 (a GEMM reset), dst += base, then the chain
+            if base.buffer.scope != ACC_SCOPE:
+                raise CompileError(f"{where}: {base.buffer.name} is in scope {base.buffer.scope}; the ALU reads "
+                                   f"{ACC_SCOPE} only (load it with a dma_copy)")
+            steps = [AluStep(AluOp.ADD, base)] + steps
         lanes = self.env.lanes(ACC_SCOPE)
         dst_c, _ = affine(store.indices[0], loops, where)
         operands = [s.operand for s in steps if isinstance(s.operand, ir.BufferLoad)]
@@ -250,21 +254,26 @@ class _ALUInjector(ir.IRMutator):
         zero = {loops[k].var: ir.IntImm("int32", 0) for k in entry}
         dst_ptr = access_ptr(dst, ir.substitute(store.indices[0], zero), lanes, 3)
         stmts = []
+        if copy:
+            stmts.append(self._wrap(loops, outer, ir.Evaluate(uop_push(0, 1, dst_ptr)), PUSH_GEMM))
         for step in steps:
             if isinstance(step.operand, ir.BufferLoad):
                 src_ptr = access_ptr(step.operand.buffer, ir.substitute(step.operand.indices[0], zero), lanes, 1)
                 push = uop_push(1, 0, dst_ptr, src_ptr, 0, int(step.op), 0, 0)
             else:
                 push = uop_push(1, 0, dst_ptr, dst_ptr, 0, int(step.op), 1, step.operand)
-            s: ir.Stmt = ir.Evaluate(push)
-            for k in reversed(outer):
-                s = ir.For(loops[k].var, ir.IntImm("int32", 0), ir.IntImm("int32", loops[k].extent),
-                           ir.ForKind.SERIAL, s)
-            s = ir.AttrStmt(VTA_AXIS, "coproc_uop_scope", PUSH_ALU, s)
-            stmts.append(ir.AttrStmt(VTA_AXIS, "coproc_scope", ir.IntImm("int32", QID_COMPUTE), s))
+            stmts.append(self._wrap(loops, outer, ir.Evaluate(push), PUSH_ALU))
         if not stmts:
             return ir.Evaluate(ir.IntImm("int32", 0))
         return ir.seq(*stmts)
+
+    @staticmethod
+    def _wrap(loops: list, outer: list[int], s: ir.Stmt, kind: str) -> ir.Stmt:
+        for k in reversed(outer):
+            s = ir.For(loops[k].var, ir.IntImm("int32", 0), ir.IntImm("int32", loops[k].extent),
+                       ir.ForKind.SERIAL, s)
+        s = ir.AttrStmt(VTA_AXIS, "coproc_uop_scope", kind, s)
+        return ir.AttrStmt(VTA_AXIS, "coproc_scope", ir.IntImm("int32", QID_COMPUTE), s)
 
 
 def inject_alu_intrin(env: VTAEnv):

@@ -9,7 +9,8 @@ pushes to its first region of the next iteration (a loop-carried token), and the
 as one region whose first pop and last push are still pending. Pending tokens are matched with
 the neighbours (a push after the previous region provides the first iteration's token, a pop
 after the loop drains the last one) and, at the top level, by a prologue push and an epilogue
-pop. Virtual-thread loops are transparent to the analysis of their surroundings but are planned
+pop. Load and store share no token queue, so a dependence between them is relayed by compute.
+Virtual-thread loops are transparent to the analysis of their surroundings but are planned
 as a top level of their own, so each thread gets its own prologue and epilogue when its
 statements are replicated. The pass runs before virtual-thread injection.
 """
@@ -21,7 +22,7 @@ from typing import Any
 
 from vtakit.compiler import ir
 from vtakit.compiler.lower.vthread import VIRTUAL_THREAD_TAGS
-from vtakit.compiler.vta.env import DEP_POP, DEP_PUSH, coproc_scope_of
+from vtakit.compiler.vta.env import DEP_POP, DEP_PUSH, QID_COMPUTE, coproc_scope_of
 
 __all__ = ["inject_coproc_sync"]
 
@@ -109,10 +110,20 @@ class _Planner:
         elif isinstance(s, (ir.Allocate, ir.LetStmt, ir.AttrStmt)):
             self.scan(s.body, chain)
 
+    def _hop(self, prev: _State, pair: Pair) -> Pair:
+        """Load and store have no token queue: relay through compute (a compute no-op pops the
+        producer's token and pushes on to the consumer). Returns the pair the consumer pops."""
+        if QID_COMPUTE in pair:
+            return pair
+        relay = [_call(DEP_PUSH, (pair[0], QID_COMPUTE)), _call(DEP_POP, (pair[0], QID_COMPUTE))]
+        self.after.setdefault(id(prev.node), []).extend(relay)
+        return QID_COMPUTE, pair[1]
+
     def inject_sync(self, prev: _State, nxt: _State, prev_exit_push: list[Pair], next_enter_pop: list[Pair]) -> None:
         if not prev.exit_push and not nxt.enter_pop and len(prev.exit_ctx) == 1 and len(nxt.enter_ctx) == 1:
             src, dst = next(iter(prev.exit_ctx)), next(iter(nxt.enter_ctx))
             if src != dst:
+                src, dst = self._hop(prev, (src, dst))
                 self.after.setdefault(id(prev.node), []).append(_call(DEP_PUSH, (src, dst)))
                 self.before.setdefault(id(nxt.node), []).append(_call(DEP_POP, (src, dst)))
                 prev_exit_push.append((src, dst))
@@ -120,6 +131,7 @@ class _Planner:
             return
         vpush, vpop = list(prev.exit_push), list(nxt.enter_pop)
         pending = [(a, b) for a in sorted(prev.exit_ctx) for b in sorted(nxt.enter_ctx) if a != b]
+        pending = list(dict.fromkeys(self._hop(prev, p) for p in pending))
         prev_after: list[ir.Stmt] = []
         next_before: list[ir.Stmt] = []
         for p in pending:
