@@ -144,6 +144,8 @@ def _add_bench(verbs: argparse._SubParsersAction) -> None:
                          description="Built-in workloads, checked against numpy.")
     workloads = p.add_subparsers(dest="workload", required=True, metavar="WORKLOAD")
     _add_bench_gemm(workloads)
+    _add_bench_conv2d(workloads)
+    _add_bench_dense(workloads)
 
 
 def _add_bench_gemm(workloads: argparse._SubParsersAction) -> None:
@@ -179,6 +181,79 @@ def cmd_bench_gemm(args: argparse.Namespace) -> int:
                       ("ideal cycles", result.ideal_cycles),
                       ("utilization", util), ("sim seconds", f"{result.sim_seconds:.3f}")])
     return 0 if result.correct else 1
+
+
+def _print_op_result(title: str, result: Any, as_json: bool) -> int:
+    """Report a compiled-op benchmark (vtakit.compiler.topi_vta.bench.BenchResult)."""
+    if as_json:
+        print(json.dumps(result.to_dict()))
+    else:
+        print(title)
+        untimed = f"n/a ({result.backend} has no timing)"
+        _print_table([("correct", "yes" if result.correct else "NO (differs from numpy)"),
+                      ("cycles", untimed if result.cycles is None else result.cycles),
+                      ("ideal cycles", result.ideal_cycles),
+                      ("utilization", untimed if result.utilization is None else f"{result.utilization:.1%}"),
+                      ("instructions", result.instructions), ("knobs", result.knobs),
+                      ("compile seconds", f"{result.compile_seconds:.3f}"),
+                      ("sim seconds", f"{result.sim_seconds:.3f}")])
+    return 0 if result.correct else 1
+
+
+def _add_bench_conv2d(workloads: argparse._SubParsersAction) -> None:
+    p = workloads.add_parser("conv2d", help="compiled packed conv2d + requantisation (TE -> VTA program)",
+                             description="out = clip((conv2d(x, w) >> 8) + bias, 0, 127) as int8, compiled from "
+                                         "tensor expressions with the default schedule, run on a backend and "
+                                         "checked against numpy. Give --layer or an explicit shape.")
+    p.add_argument("--layer", metavar="NAME", help="a named workload: resnet18.C2 ... resnet18.C11")
+    for name, default, what in (("h", 14, "input height"), ("w", 14, "input width"), ("ci", 64, "input channels"),
+                                ("co", 64, "output channels"), ("kernel", 3, "kernel size"), ("pad", 1, "padding"),
+                                ("stride", 1, "stride")):
+        p.add_argument(f"--{name}", type=int, default=default, help=f"{what} (default {default}; ignored with --layer)")
+    p.add_argument("--vthreads", type=int, default=2, help="virtual threads (cthread; default 2)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    _backend_option(p)
+    _config_option(p)
+    _json_option(p)
+    p.set_defaults(func=cmd_bench_conv2d)
+
+
+def cmd_bench_conv2d(args: argparse.Namespace) -> int:
+    from vtakit.compiler.topi_vta.bench import run_conv2d
+    from vtakit.compiler.topi_vta.workloads import Conv2dWorkload, get_workload
+
+    config = _load_config(args) or VTAConfig()
+    wl = get_workload(args.layer) if args.layer else Conv2dWorkload(args.h, args.w, args.ci, args.co, args.kernel,
+                                                                    args.pad, args.stride)
+    result = run_conv2d(wl, config, args.backend, args.vthreads, seed=args.seed)
+    name = args.layer or f"{wl.h}x{wl.w}x{wl.ci} -> {wl.co}, {wl.kernel}x{wl.kernel} pad {wl.pad} stride {wl.stride}"
+    return _print_op_result(f"conv2d {name} on {args.backend} ({config.model}, {args.vthreads} virtual "
+                            f"thread{'s' if args.vthreads != 1 else ''})", result, args.json)
+
+
+def _add_bench_dense(workloads: argparse._SubParsersAction) -> None:
+    p = workloads.add_parser("dense", help="compiled packed dense + requantisation (TE -> VTA program)",
+                             description="out = clip(((A . W^T) >> 8) + bias, 0, 127) as int8 for A (M x K) and "
+                                         "W (N x K), compiled from tensor expressions, run on a backend and checked "
+                                         "against numpy.")
+    p.add_argument("--m", type=int, default=256, help="rows of A (default 256)")
+    p.add_argument("--n", type=int, default=256, help="output columns (default 256)")
+    p.add_argument("--k", type=int, default=256, help="reduction size (default 256)")
+    p.add_argument("--vthreads", type=int, default=2, help="virtual threads (cthread; default 2)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    _backend_option(p)
+    _config_option(p)
+    _json_option(p)
+    p.set_defaults(func=cmd_bench_dense)
+
+
+def cmd_bench_dense(args: argparse.Namespace) -> int:
+    from vtakit.compiler.topi_vta.bench import run_dense
+
+    config = _load_config(args) or VTAConfig()
+    result = run_dense(args.m, args.n, args.k, config, args.backend, args.vthreads, seed=args.seed)
+    return _print_op_result(f"dense {args.m}x{args.n}x{args.k} on {args.backend} ({config.model}, {args.vthreads} "
+                            f"virtual thread{'s' if args.vthreads != 1 else ''})", result, args.json)
 
 
 # ---------------------------------------------------------------------------- verilog
