@@ -11,6 +11,24 @@ TVM, so use :func:`structural_equal` to compare trees. Python numbers mix freely
 
 Dtypes are TVM-style strings: ``int8``, ``int32``, ``int64``, ``uint8``, ``float32``, ``bool``;
 vectors append lanes (``float32x8``).
+
+Conventions of lowered functions (what ``vtakit.lower`` hands to backends):
+
+- ``PrimFunc.params`` are the argument buffers with their N-d shapes (extents may be shape
+  variables). After StorageFlatten every access has exactly one index into a 1-D buffer that
+  shares its ``data`` variable with the parameter or ``Allocate`` it views; identify storage by
+  ``buffer.data``.
+- Loops start at 0 unless a pass says otherwise; ``For.kind`` is serial, parallel, unrolled
+  (explicit unrolling already done by UnrollLoop) or thread binding (``thread_tag`` blockIdx.*,
+  threadIdx.*; vthread/cthread loops are gone after InjectVirtualThread). Vectorized loops are
+  gone too: their bodies use ``Ramp``/``Broadcast`` vectors.
+- ``Call("if_then_else", cond, a, b)`` evaluates only the taken branch (padding reads rely on
+  it); ``Select`` may evaluate both. ``tvm_access_ptr(dtype, data, offset, extent, rw_mask)``
+  is a pointer into a buffer (offset/extent in elements, mask 1 read | 2 write). ``shift_left``,
+  ``shift_right`` and math calls (``exp``, ``log``, ...) are intrinsics; anything else is a
+  target intrinsic.
+- ``AttrStmt`` keys: ``pragma_<key>`` wraps the loop it annotates; targets add their own
+  (``coproc_scope``, ...).
 """
 
 from __future__ import annotations
