@@ -30,8 +30,8 @@ def test_bench_dense_json(capsys):
 def test_bench_errors(capsys):
     assert main(["bench", "conv2d", "--layer", "resnet18.C1"]) == 1
     assert "unknown workload 'resnet18.C1'" in capsys.readouterr().err
-    assert main(["bench", "dense", "--m", "10"]) == 1
-    assert "m = 10" in capsys.readouterr().err
+    assert main(["bench", "dense", "--k", "10"]) == 1
+    assert "k = 10" in capsys.readouterr().err
     assert main(["bench", "conv2d", "--ci", "3"]) == 1
     assert "input channels = 3" in capsys.readouterr().err
     assert main(["bench", "dense", "--backend", "nosuch"]) == 1
