@@ -46,13 +46,18 @@ class Conv2dKnobs:
                                    + (f" into {per_thread} virtual threads" if per_thread > 1 else ""))
 
 
+def check_conv2d_shape(env: VTAEnv, wl: Conv2dWorkload) -> None:
+    for what, n, block in (("batch", wl.batch, env.batch), ("input channels", wl.ci, env.block_in),
+                           ("output channels", wl.co, env.block_out)):
+        if n % block:
+            raise CompileError(f"conv2d: {what} = {n} is not a multiple of the accelerator's block of {block}")
+
+
 def conv2d_packed(env: VTAEnv, wl: Conv2dWorkload, shift: int = 8, clip: tuple[int, int] = (0, 127),
                   with_bias: bool = True) -> tuple[list[Tensor], dict[str, Tensor]]:
     """The tensors ``[data, kernel, (bias,) out]`` and the named intermediate stages."""
+    check_conv2d_shape(env, wl)
     b, bi, bo = env.batch, env.block_in, env.block_out
-    for what, n, block in (("batch", wl.batch, b), ("input channels", wl.ci, bi), ("output channels", wl.co, bo)):
-        if n % block:
-            raise CompileError(f"conv2d: {what} = {n} is not a multiple of the accelerator's block of {block}")
     dshape = (wl.batch // b, wl.ci // bi, wl.h, wl.w, b, bi)
     kshape = (wl.co // bo, wl.ci // bi, wl.kernel, wl.kernel, bo, bi)
     oshape = (wl.batch // b, wl.co // bo, wl.oh, wl.ow, b, bo)

@@ -33,12 +33,16 @@ class DenseKnobs:
                                    + (f" into {per} virtual threads" if per > 1 else ""))
 
 
-def dense_packed(env: VTAEnv, m: int, n: int, k: int, shift: int = 8, clip: tuple[int, int] = (0, 127),
-                 with_bias: bool = True) -> tuple[list[Tensor], dict[str, Tensor]]:
-    b, bi, bo = env.batch, env.block_in, env.block_out
-    for what, v, block in (("m", m, b), ("k", k, bi), ("n", n, bo)):
+def check_dense_shape(env: VTAEnv, m: int, n: int, k: int) -> None:
+    for what, v, block in (("m", m, env.batch), ("k", k, env.block_in), ("n", n, env.block_out)):
         if not isinstance(v, int) or v < 1 or v % block:
             raise CompileError(f"dense: {what} = {v!r} must be a positive multiple of the accelerator's block of {block}")
+
+
+def dense_packed(env: VTAEnv, m: int, n: int, k: int, shift: int = 8, clip: tuple[int, int] = (0, 127),
+                 with_bias: bool = True) -> tuple[list[Tensor], dict[str, Tensor]]:
+    check_dense_shape(env, m, n, k)
+    b, bi, bo = env.batch, env.block_in, env.block_out
     data = te.placeholder((m // b, k // bi, b, bi), env.inp_dtype, name="data")
     weight = te.placeholder((n // bo, k // bi, bo, bi), env.wgt_dtype, name="weight")
     ko = te.reduce_axis((0, k // bi), name="ko")

@@ -46,8 +46,9 @@ def _cost(env: VTAEnv, threads: int, n_tiles: int, n_k: int, gemm: int, load_byt
 
 
 def choose_conv2d_tiles(env: VTAEnv, wl: "Conv2dWorkload", vthreads: int = 2) -> "Conv2dKnobs":
-    from vtakit.compiler.topi_vta.conv2d import Conv2dKnobs  # noqa: PLC0415
+    from vtakit.compiler.topi_vta.conv2d import Conv2dKnobs, check_conv2d_shape  # noqa: PLC0415
 
+    check_conv2d_shape(env, wl)
     c = env.config
     if vthreads < 1:
         raise CompileError(f"vthreads must be >= 1, got {vthreads}")
@@ -81,8 +82,9 @@ def choose_conv2d_tiles(env: VTAEnv, wl: "Conv2dWorkload", vthreads: int = 2) ->
 
 
 def choose_dense_tiles(env: VTAEnv, m: int, n: int, k: int, vthreads: int = 2) -> "DenseKnobs":
-    from vtakit.compiler.topi_vta.dense import DenseKnobs  # noqa: PLC0415
+    from vtakit.compiler.topi_vta.dense import DenseKnobs, check_dense_shape  # noqa: PLC0415
 
+    check_dense_shape(env, m, n, k)
     c = env.config
     if vthreads < 1:
         raise CompileError(f"vthreads must be >= 1, got {vthreads}")
