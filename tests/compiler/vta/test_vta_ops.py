@@ -1,0 +1,148 @@
+"""Packed conv2d and dense with their default schedules: numpy-exact on fsim, cycle and rtl.
+
+The default run keeps two real ResNet-18 layers (C10, C11) on fsim; every layer C2-C11 with 1
+and 2 virtual threads (fsim's token, deadlock and race checks), the 1024^3 dense and the cycle
+backend runs are ``slow``.
+"""
+
+import numpy as np
+import pytest
+
+from vtakit.compiler.topi_vta import (RESNET18, Conv2dKnobs, Conv2dWorkload, DenseKnobs, conv2d, conv2d_reference,
+                                      default_conv2d_knobs, dense, get_workload, pack_matrix, pack_nchw, pack_oihw,
+                                      unpack_matrix, unpack_nchw)
+from vtakit.compiler.topi_vta.bench import run_conv2d, run_dense
+from vtakit.errors import CompileError
+from vtakit.hw.config import VTAConfig
+
+from tests.compiler.vta.helpers import build_and_run, conv_case, dense_case
+
+
+def _has_cycle() -> bool:
+    try:
+        import vtakit.sim.cycle  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+needs_cycle = pytest.mark.skipif(not _has_cycle(), reason="the cycle backend is not in this build")
+
+
+# ---------------------------------------------------------------------------- small configuration
+@pytest.mark.parametrize("vthreads", [1, 2, 3])
+@pytest.mark.parametrize("wl", [Conv2dWorkload(6, 6, 8, 12, 3, 1, 1), Conv2dWorkload(9, 7, 4, 8, 3, 1, 2),
+                                Conv2dWorkload(8, 8, 8, 8, 1, 0, 2), Conv2dWorkload(5, 5, 4, 4, 3, 0, 1),
+                                Conv2dWorkload(4, 4, 4, 4, 3, 2, 1, batch=1)], ids=str)
+def test_conv2d_default_schedule_small(small_env, wl, vthreads):
+    co_blocks = wl.co // small_env.block_out
+    if co_blocks % vthreads and wl.oh % vthreads:
+        pytest.skip(f"no axis divides into {vthreads} threads")
+    s, tensors = conv2d(small_env, wl, vthreads=vthreads)
+    host, expect = conv_case(small_env, wl)
+    build_and_run(s, tensors, host, expect, small_env.config)
+
+
+@pytest.mark.parametrize("vthreads", [1, 2])
+@pytest.mark.parametrize("mnk", [(4, 8, 12), (16, 32, 16), (8, 4, 64)], ids=str)
+def test_dense_default_schedule_small(small_env, mnk, vthreads):
+    m, n, k = mnk
+    if (n // small_env.block_out) % vthreads:
+        pytest.skip("output blocks do not split into the threads")
+    s, tensors = dense(small_env, m, n, k, vthreads=vthreads)
+    host, expect = dense_case(small_env, m, n, k)
+    build_and_run(s, tensors, host, expect, small_env.config)
+
+
+def test_small_conv2d_on_rtl_and_cycle_agree():
+    wl = Conv2dWorkload(4, 4, 4, 8, 3, 1, 1)
+    rtl = run_conv2d(wl, VTAConfig.small(), backend="rtl", vthreads=2)
+    assert rtl.correct and rtl.cycles > rtl.ideal_cycles > 0
+    if _has_cycle():
+        cyc = run_conv2d(wl, VTAConfig.small(), backend="cycle", vthreads=2)
+        assert cyc.correct and cyc.cycles == rtl.cycles
+
+
+# ---------------------------------------------------------------------------- default configuration
+@pytest.mark.parametrize("layer", ["C10", "C11"])
+def test_resnet_layers_fsim(layer):
+    r = run_conv2d(RESNET18[layer], backend="fsim", vthreads=2)
+    assert r.correct and r.ideal_cycles == RESNET18[layer].macs // (16 * 16)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("vthreads", [1, 2])
+@pytest.mark.parametrize("layer", list(RESNET18))
+def test_all_resnet_layers_fsim(layer, vthreads):
+    """Every benchmark program passes fsim's token, deadlock and race checks and matches numpy."""
+    assert run_conv2d(RESNET18[layer], backend="fsim", vthreads=vthreads).correct
+
+
+@pytest.mark.slow
+@needs_cycle
+@pytest.mark.parametrize("layer", list(RESNET18))
+def test_all_resnet_layers_cycle(layer):
+    r = run_conv2d(RESNET18[layer], backend="cycle", vthreads=2)
+    assert r.correct and r.cycles >= r.ideal_cycles
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["fsim", pytest.param("cycle", marks=needs_cycle)])
+def test_dense_1024_cubed(backend):
+    r = run_dense(1024, 1024, 1024, backend=backend, vthreads=2)
+    assert r.correct and r.ideal_cycles == 1024 * 64 * 64
+
+
+# ---------------------------------------------------------------------------- helpers and errors
+def test_pack_roundtrips_and_layouts():
+    rng = np.random.default_rng(1)
+    x = rng.integers(-128, 128, (2, 32, 3, 5), dtype=np.int8)
+    px = pack_nchw(x, 2, 16)
+    assert px.shape == (1, 2, 3, 5, 2, 16) and px[0, 1, 2, 4, 1, 3] == x[1, 19, 2, 4]
+    np.testing.assert_array_equal(unpack_nchw(px), x)
+    w = rng.integers(-128, 128, (32, 16, 3, 3), dtype=np.int8)
+    pw = pack_oihw(w, 16, 16)
+    assert pw.shape == (2, 1, 3, 3, 16, 16) and pw[1, 0, 2, 1, 5, 7] == w[21, 7, 2, 1]
+    a = rng.integers(-128, 128, (8, 32), dtype=np.int8)
+    np.testing.assert_array_equal(unpack_matrix(pack_matrix(a, 4, 16)), a)
+    with pytest.raises(CompileError, match="channels = 32 is not a multiple"):
+        pack_nchw(x, 2, 12)
+
+
+def test_conv2d_reference_matches_direct_loops():
+    rng = np.random.default_rng(2)
+    x = rng.integers(-128, 128, (1, 3, 5, 6), dtype=np.int8)
+    w = rng.integers(-128, 128, (2, 3, 3, 3), dtype=np.int8)
+    got = conv2d_reference(x, w, stride=2, pad=1)
+    xp = np.pad(x.astype(np.int64), ((0, 0), (0, 0), (1, 1), (1, 1)))
+    for o in range(2):
+        for i in range(got.shape[2]):
+            for j in range(got.shape[3]):
+                assert got[0, o, i, j] == (xp[0, :, 2 * i:2 * i + 3, 2 * j:2 * j + 3] * w[o]).sum()
+
+
+def test_workload_and_knob_errors(small_env):
+    assert get_workload("resnet18.C5") is RESNET18["C5"] and get_workload("C5") is RESNET18["C5"]
+    with pytest.raises(CompileError, match="unknown workload 'resnet18.C1'"):
+        get_workload("resnet18.C1")
+    with pytest.raises(CompileError, match="stride must be a positive int, got 0"):
+        Conv2dWorkload(8, 8, 4, 4, 3, 1, 0)
+    with pytest.raises(CompileError, match="pad must be a non-negative int"):
+        Conv2dWorkload(8, 8, 4, 4, 3, -1, 1)
+    with pytest.raises(CompileError, match="does not fit a 2x2 input"):
+        Conv2dWorkload(2, 2, 4, 4, 3, 0, 1)
+    wl = Conv2dWorkload(8, 8, 8, 8, 3, 1, 1)
+    with pytest.raises(CompileError, match="tile_h=3 must divide 8"):
+        conv2d(small_env, wl, Conv2dKnobs(3, 8, 1, 1))
+    with pytest.raises(CompileError, match="tile_co=1 must divide 2 into 3 virtual threads"):
+        conv2d(small_env, wl, Conv2dKnobs(8, 8, 1, 1, oc_nthread=3))
+    with pytest.raises(CompileError, match="input channels = 6"):
+        conv2d(small_env, Conv2dWorkload(8, 8, 6, 8, 3, 1, 1))
+    with pytest.raises(CompileError, match="tile_ci=3 must divide 2"):
+        dense(small_env, 8, 8, 8, DenseKnobs(2, 1, 3))
+    with pytest.raises(CompileError, match="vthreads must be >= 1"):
+        default_conv2d_knobs(small_env, wl, 0)
+    with pytest.raises(CompileError, match="no conv2d tiling"):
+        default_conv2d_knobs(small_env, Conv2dWorkload(64, 64, 4, 4, 11, 5, 1), 2)
+    with pytest.raises(CompileError, match="no dense tiling"):
+        run_dense(4, 4, 4, VTAConfig.small(), vthreads=2)
