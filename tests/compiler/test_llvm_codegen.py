@@ -416,3 +416,24 @@ def test_portable_target_cpu_gives_same_results():
         b = np.zeros(64, "float32")
         build_llvm(func, target)(a, b)
         np.testing.assert_allclose(b, a * a)
+
+
+def test_freed_modules_leave_others_working():
+    import gc
+
+    from vtakit.compiler.backend.llvm import clear_cache
+
+    def func(scale):
+        A = ir.Buffer("A", (8,), "float32")
+        i = ir.Var("i")
+        return ir.PrimFunc("scale", (A,), loop(i, 8, ir.BufferStore(A, A[i] * scale, (i,))))
+
+    keep = build_llvm(func(2.0))
+    for k in range(3):
+        build_llvm(func(3.0 + k))
+        clear_cache()
+        gc.collect()  # engines are freed; each owned its own target machine
+    a = np.ones(8, "float32")
+    keep(a)
+    build_llvm(func(5.0))(a)
+    np.testing.assert_array_equal(a, 10.0)

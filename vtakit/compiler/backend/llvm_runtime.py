@@ -93,6 +93,11 @@ def parse_target(target: str | CPUTarget) -> CPUTarget:
 
 @cache
 def target_machine(target: CPUTarget) -> llvm.TargetMachine:
+    """A shared machine for optimisation and assembly output (never handed to an engine)."""
+    return _new_target_machine(target)
+
+
+def _new_target_machine(target: CPUTarget) -> llvm.TargetMachine:
     _init_llvm()
     try:
         llvm_target = llvm.Target.from_triple(target.triple)
@@ -117,8 +122,8 @@ def jit(module: llvm.ModuleRef, target: CPUTarget) -> llvm.ExecutionEngine:
     if target.triple != host_target().triple:
         raise CompileError(f"cannot run code for {target.triple!r} on this {host_target().triple!r} host")
     runtime()  # the parallel launcher must exist before the kernel's symbols are resolved
-    with _lock:
-        engine = llvm.create_mcjit_compiler(module, target_machine(target))
+    with _lock:  # an engine owns (and frees) its target machine, so each gets a new one
+        engine = llvm.create_mcjit_compiler(module, _new_target_machine(target))
         engine.finalize_object()
     return engine
 
@@ -338,7 +343,7 @@ class _Runtime:
         module = llvm.parse_assembly(_runtime_ir(host_target().triple))
         module.triple = host_target().triple
         module.verify()
-        self.engine = llvm.create_mcjit_compiler(module, target_machine(host_target()))
+        self.engine = llvm.create_mcjit_compiler(module, _new_target_machine(host_target()))
         self.engine.finalize_object()
         address = self.engine.get_function_address
         self.size = num_threads()

@@ -98,15 +98,15 @@ def _parallel(stage, axes: list, elements: int):
     return fused
 
 
-def _main_stage(s: Schedule, outs: list[Tensor], tags: tuple[str, ...]) -> tuple[Tensor, Tensor]:
-    """(output stage to tile, reduction stage to compute per tile); epilogues inlined."""
+def _main_stage(s: Schedule, outs: list[Tensor], tags: tuple[str, ...]) -> tuple[Tensor, Tensor, str]:
+    """(output stage to tile, reduction stage to compute per tile, the reduction's tag); epilogues inlined."""
     last = outs[0]
     main, between = _find(last, tags)
     for t in {id(t): t for t in between}.values():
         s[t].compute_inline()
     if main is last:
-        return last, s.cache_write(main, "local")
-    return last, main
+        return last, s.cache_write(main, "local"), main.op.tag
+    return last, main, main.op.tag
 
 
 def _materialize(s: Schedule, t: Tensor) -> None:
@@ -183,13 +183,13 @@ def schedule_dense(outs: Tensor | Sequence[Tensor], batch_block: int | None = No
     the output features; plain weights: parallel over output features."""
     outs = _outputs(outs)
     s = te.create_schedule([t.op for t in outs])
-    last, dense = _main_stage(s, outs, ("dense", "dense_packed"))
+    last, dense, tag = _main_stage(s, outs, ("dense", "dense_packed"))
     batch, features = _shape(last)
     b, n = s[last].op.axis
     packed = _input_tagged(dense, "weight_pack")
     if packed is not None:
         _materialize(s, packed)
-    if dense.op.tag != "dense_packed":
+    if tag != "dense_packed":
         fused = _parallel(s[last], [b, n], batch * features * 64)
         s[dense].compute_at(s[last], fused)
         return s
@@ -235,7 +235,7 @@ def schedule_conv2d_nchw(outs: Tensor | Sequence[Tensor], oc_block: int | None =
     """conv2d_nchw (any groups, dilation): tiles of ``oc_block`` channels x ``x_block`` pixels in registers."""
     outs = _outputs(outs)
     s = te.create_schedule([t.op for t in outs])
-    last, conv = _main_stage(s, outs, ("conv2d_nchw",))
+    last, conv, _ = _main_stage(s, outs, ("conv2d_nchw",))
     padded = _input_tagged(conv, "pad")
     if padded is not None:
         _materialize(s, padded)
@@ -248,7 +248,7 @@ def schedule_conv2d_nchw(outs: Tensor | Sequence[Tensor], oc_block: int | None =
 def schedule_depthwise_conv2d_nchw(outs: Tensor | Sequence[Tensor], x_block: int | None = None) -> Schedule:
     outs = _outputs(outs)
     s = te.create_schedule([t.op for t in outs])
-    last, conv = _main_stage(s, outs, ("depthwise_conv2d_nchw",))
+    last, conv, _ = _main_stage(s, outs, ("depthwise_conv2d_nchw",))
     padded = _input_tagged(conv, "pad")
     if padded is not None:
         _materialize(s, padded)
@@ -295,7 +295,7 @@ def schedule_pool(outs: Tensor | Sequence[Tensor], x_block: int | None = None) -
     """pool2d (max, avg) and global_avg_pool2d: per-tile window reductions vectorised over pixels."""
     outs = _outputs(outs)
     s = te.create_schedule([t.op for t in outs])
-    last, pool = _main_stage(s, outs, ("pool2d",))
+    last, pool, _ = _main_stage(s, outs, ("pool2d",))
     padded = _input_tagged(pool, "pad")
     if padded is not None:
         _materialize(s, padded)
