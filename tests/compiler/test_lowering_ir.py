@@ -205,3 +205,18 @@ def test_build_interpreter_target():
     arrays = make_arrays(args, 2)
     mod(*arrays)
     np.testing.assert_allclose(arrays[2], arrays[0] @ arrays[1], rtol=1e-5)
+
+
+def test_default_scope_follows_the_threads_around_the_attach_point():
+    A = te.placeholder((64,), name="A")
+    B = te.compute((64,), lambda i: A[i] + 1.0, name="B")
+    C = te.compute((64,), lambda i: A[i] * 2.0, name="C")
+    D = te.compute((64,), lambda i: C[i] - B[i], name="D")
+    s = te.create_schedule(D.op)
+    bx, tx = s[D].split(D.op.axis[0], factor=16)
+    s[D].bind(bx, te.thread_axis("blockIdx.x"))
+    s[D].bind(tx, te.thread_axis("threadIdx.x"))
+    s[C].compute_at(s[D], bx)
+    s[B].compute_at(s[D], tx)
+    f = vtakit.lower(s, [A, D])
+    assert {a.buffer.name: a.buffer.scope for a in nodes(f, ir.Allocate)} == {"C": "shared", "B": "local"}

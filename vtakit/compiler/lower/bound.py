@@ -8,6 +8,9 @@ the result is clipped to the tensor's shape. Thread-bound variables are relaxed 
 storage rank is not above the thread's rank (TVM's ``NeedRelax``): a global buffer inside a
 ``vthread`` covers all threads, a ``local.*`` buffer is per thread.
 
+A stage without an explicit scope gets one from the threads around its attach point (global
+outside threads, shared under blockIdx only, local under threadIdx/vthread/cthread).
+
 Leaf domains then follow the split/fuse relations downwards (splits round up; the tail is guarded
 by a predicate), and each root axis gets its value as an expression of the leaf loop variables.
 """
@@ -159,8 +162,9 @@ def infer_bounds(sch: Schedule, bodies: dict[Stage, ir.PrimExpr], outputs: set[S
     an = Analyzer()
 
     for stage in reversed([s for s in sch.stages if s in bodies]):
-        info = StageInfo(stage, bodies[stage], scope=stage.scope or "global")
+        info = StageInfo(stage, bodies[stage])
         info.scope_vars = _scope_vars(stage, infos)
+        info.scope = stage.scope or _default_scope(info.scope_vars, var_tag)
         if stage.attach_type == "scope":
             if stage.attach_stage not in infos:
                 raise ScheduleError(f"stage {stage.name} is attached to stage {stage.attach_stage.name}, which is "
@@ -187,6 +191,12 @@ def infer_bounds(sch: Schedule, bodies: dict[Stage, ir.PrimExpr], outputs: set[S
                 var_tag[v] = attr.bind_thread.thread_tag
         infos[stage] = info
     return infos
+
+
+def _default_scope(scope_vars: list[ir.Var], var_tag: dict[ir.Var, str]) -> str:
+    """TVM's InferStorageScope: by the highest thread rank around the attach point."""
+    rank = max((thread_rank(var_tag[v]) for v in scope_vars if v in var_tag), default=-1)
+    return ("global", "shared", "local")[rank + 1]
 
 
 def _scope_vars(stage: Stage, infos: dict[Stage, StageInfo]) -> list[ir.Var]:
