@@ -93,6 +93,10 @@ def alu_chain(value: ir.PrimExpr, store: ir.BufferStore, where: str, alu_mul: bo
         base, steps = alu_chain(rest, store, where, alu_mul)
         return base, steps + [AluStep(op, imm)]
     loads = [x for x in (a, b) if isinstance(_strip(x), ir.BufferLoad)]
+    if not loads and isinstance(e, (ir.Max, ir.Min)):
+        common = _common_addend(a, b)     # min(x + c, y + c) -> min(x, y) + c (the simplifier distributes)
+        if common is not None:
+            return alu_chain(ir.Add(type(e)(common[0], common[1]), common[2]), store, where, alu_mul)
     if not loads:
         raise CompileError(f"{where}: {e} combines two computed values; the ALU needs one operand to be a tensor")
     if len(loads) == 2:
@@ -107,6 +111,14 @@ def alu_chain(value: ir.PrimExpr, store: ir.BufferStore, where: str, alu_mul: bo
                            f"load it into {ACC_SCOPE} with a dma_copy")
     base, steps = alu_chain(rest, store, where, alu_mul)
     return base, steps + [AluStep(op, operand)]
+
+
+def _common_addend(a: ir.PrimExpr, b: ir.PrimExpr) -> tuple[ir.PrimExpr, ir.PrimExpr, ir.PrimExpr] | None:
+    if isinstance(a, ir.Add) and isinstance(b, ir.Add):
+        ca, cb = _const(a.b), _const(b.b)
+        if ca is not None and ca == cb:
+            return a.a, b.a, a.b
+    return None
 
 
 def _strip(e: ir.PrimExpr) -> ir.PrimExpr:
@@ -263,8 +275,9 @@ class _ALUInjector(ir.IRMutator):
             else:
                 push = uop_push(1, 0, dst_ptr, dst_ptr, 0, int(step.op), 1, step.operand)
             stmts.append(self._wrap(loops, outer, ir.Evaluate(push), PUSH_ALU))
-        if not stmts:
-            return ir.Evaluate(ir.IntImm("int32", 0))
+        if not steps:                 # a bare copy: SHR by 0 still writes OUT, which the store reads
+            push = uop_push(1, 0, dst_ptr, dst_ptr, 0, int(AluOp.SHR), 1, 0)
+            stmts.append(self._wrap(loops, outer, ir.Evaluate(push), PUSH_ALU))
         return ir.seq(*stmts)
 
     @staticmethod

@@ -115,7 +115,7 @@ class _DMAInjector(ir.IRMutator):
         where = "dma_copy"
         loops, store = perfect_nest(body, where)
         where = f"dma_copy into {store.buffer.name}"
-        value, cond = store.value, None
+        value, cond = _strip_casts(store.value), None
         if isinstance(value, ir.Call) and value.op == "if_then_else":
             cond, value, other = value.args
         elif isinstance(value, ir.Select):

@@ -40,7 +40,11 @@ def perfect_nest(stmt: ir.Stmt, where: str) -> tuple[list[Loop], ir.BufferStore]
         if isinstance(s, ir.For):
             if not isinstance(s.min, ir.IntImm) or s.min.value != 0:
                 raise CompileError(f"{where}: loop {s.loop_var.name} starts at {s.min}, expected 0")
-            ext = const_value(s.extent, f"{where}: the extent of loop {s.loop_var.name}")
+            ext = simplify(s.extent)
+            if not isinstance(ext, ir.IntImm):
+                raise CompileError(f"{where}: loop {s.loop_var.name} has the non-constant extent {ext} (a tail of a "
+                                   "split); choose split factors that divide the axes evenly")
+            ext = ext.value
             if ext == 1:
                 vmap[s.loop_var] = ir.IntImm(s.loop_var.dtype, 0)
             else:

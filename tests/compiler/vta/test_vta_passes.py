@@ -1,0 +1,199 @@
+"""The VTA passes on small hand-written schedules: ALU operations (positive and rejected), DMA
+patterns, memory scopes, code generation and module-call errors."""
+
+import numpy as np
+import pytest
+
+import vtakit
+from vtakit.compiler import te
+from vtakit.compiler.topi_vta import Conv2dKnobs, Conv2dWorkload, DenseKnobs, conv2d, dense
+from vtakit.compiler.vta import build_config, get_env
+from vtakit.errors import CompileError
+from vtakit.hw.config import VTAConfig
+from vtakit.runtime import Device
+
+CFG = VTAConfig.small()
+ENV = get_env(CFG)
+SHAPE = (2, 3, ENV.batch, ENV.block_out)
+
+
+def _copy(t):
+    return lambda *i: t(*i).astype("int32")
+
+
+def _padded(t, value):
+    return lambda i, j, x, y: te.if_then_else(j > 0, t[i, j, x, y], value).astype("int32")
+
+
+def alu_schedule(fexpr, *, n_inputs=1, alu=True, dma_in=True, cast=True, in_dtype="int32", pad_value=None,
+                 scope=ENV.acc_scope, split=None):
+    """out = cast(fexpr(a_buf, b_buf, ...)) with the inputs DMA-loaded into the accumulator."""
+    ins = [te.placeholder(SHAPE, in_dtype, name=f"in{k}") for k in range(n_inputs)]
+    bufs = []
+    for k, t in enumerate(ins):
+        bufs.append(te.compute(SHAPE, _copy(t) if pad_value is None else _padded(t, pad_value), name=f"buf{k}"))
+    res = te.compute(SHAPE, lambda *i: fexpr(*[b(*i) for b in bufs]), name="res")
+    out = te.compute(SHAPE, lambda *i: res(*i).astype("int8") if cast else res(*i), name="out")
+    s = te.create_schedule(out.op)
+    i0, i1, i2, i3 = s[out].op.axis
+    at = i0
+    if split is not None:
+        i1o, i1i = s[out].split(i1, factor=split)
+        at = i1o
+    for b in bufs:
+        s[b].set_scope(scope)
+        s[b].compute_at(s[out], at)
+        if dma_in:
+            s[b].pragma(s[b].op.axis[0], ENV.dma_copy)
+    s[res].set_scope(ENV.acc_scope)
+    s[res].compute_at(s[out], at)
+    if alu:
+        s[res].pragma(s[res].op.axis[0], ENV.alu)
+    s[out].pragma(i1 if split is None else i1i, ENV.dma_copy)
+    return s, ins + [out]
+
+
+def run(s, args, config=CFG, seed=0):
+    mod = vtakit.build(s, args, target="vta", config=config)
+    dev = Device(config)
+    rng = np.random.default_rng(seed)
+    host = [rng.integers(-300, 300, SHAPE).astype(t.dtype) for t in args[:-1]]
+    out = dev.empty(SHAPE, np.int8)
+    mod(*[dev.array(h) for h in host], out)
+    return host, out.numpy()
+
+
+def wrap8(x):
+    return np.asarray(x, dtype=np.int64).astype(np.int32).astype(np.int8)
+
+
+ALU_CASES = {
+    "add-imm": (lambda a: a + 5, lambda a: a + 5),
+    "sub-imm": (lambda a: a - 7, lambda a: a - 7),
+    "imm-first": (lambda a: 3 + te.max(a, -20), lambda a: 3 + np.maximum(a, -20)),
+    "relu-clip": (lambda a: te.min(te.max(a, 0), 127), lambda a: np.clip(a, 0, 127)),
+    "shr": (lambda a: a >> 3, lambda a: a >> 3),
+    "shl": (lambda a: a << 2, lambda a: a << 2),
+    "copy": (lambda a: a, lambda a: a),
+    "chain": (lambda a: te.min((a >> 1) + 9, 50), lambda a: np.minimum((a >> 1) + 9, 50)),
+}
+
+
+@pytest.mark.parametrize("name", list(ALU_CASES))
+def test_alu_immediate_ops(name):
+    f, ref = ALU_CASES[name]
+    s, args = alu_schedule(f)
+    (a,), got = run(s, args)
+    np.testing.assert_array_equal(got, wrap8(ref(a.astype(np.int64))))
+
+
+@pytest.mark.parametrize("op,ref", [(lambda a, b: a + b, lambda a, b: a + b),
+                                    (lambda a, b: te.max(a, b), np.maximum),
+                                    (lambda a, b: te.min(b, a) + 1, lambda a, b: np.minimum(a, b) + 1),
+    (lambda a, b: te.max(a + 2, b + 2) >> 1, lambda a, b: np.maximum(a + 2, b + 2) >> 1)])
+def test_alu_tensor_ops(op, ref):
+    s, args = alu_schedule(op, n_inputs=2)
+    (a, b), got = run(s, args)
+    np.testing.assert_array_equal(got, wrap8(ref(a.astype(np.int64), b.astype(np.int64))))
+
+
+def test_alu_multiply_needs_alu_mul():
+    s, args = alu_schedule(lambda a, b: a * b, n_inputs=2)
+    with pytest.raises(CompileError, match="ALU_MUL"):
+        vtakit.build(s, args, target="vta", config=CFG)
+    cfg = CFG.replace(alu_mul=True)
+    (a, b), got = run(*alu_schedule(lambda a, b: a * b, n_inputs=2), config=cfg)
+    np.testing.assert_array_equal(got, wrap8(a.astype(np.int64) * (b.astype(np.int64) & 0xFFFF).astype(np.int16)))
+    (a,), got = run(*alu_schedule(lambda a: a * 3), config=cfg)
+    np.testing.assert_array_equal(got, wrap8(a.astype(np.int64) * 3))
+
+
+@pytest.mark.parametrize("fexpr,n,match", [
+    (lambda a: a >> 40, 1, "shift by 40"),
+    (lambda a: a << 33, 1, r"shift by -33"),
+    (lambda a: a + 70000, 1, "16-bit signed"),
+    (lambda a: a // 3, 1, "not an ALU operation"),
+    (lambda a, b: a - b, 2, "subtracts constants only"),
+    (lambda a, b: (a + 1) * (b + 1), 2, "ALU_MUL"),
+    (lambda a, b: te.max(a + 1, b + 2), 2, "combines two computed values"),
+    (lambda a: a >> a, 1, "shift amounts must be constants"),
+])
+def test_alu_rejects(fexpr, n, match):
+    s, args = alu_schedule(fexpr, n_inputs=n)
+    with pytest.raises(CompileError, match=match):
+        vtakit.build(s, args, target="vta", config=CFG)
+
+
+def test_dma_and_codegen_rejects():
+    with pytest.raises(CompileError, match="padding value 1 is not 0"):
+        vtakit.build(*alu_schedule(lambda a: a, pad_value=1), target="vta", config=CFG)
+    with pytest.raises(CompileError, match="stores int8"):
+        vtakit.build(*alu_schedule(lambda a: a, cast=False), target="vta", config=CFG)
+    with pytest.raises(CompileError, match="would run on the host"):
+        vtakit.build(*alu_schedule(lambda a: a + 1, alu=False), target="vta", config=CFG)
+    with pytest.raises(CompileError, match="would run on the host"):
+        vtakit.build(*alu_schedule(lambda a: a, dma_in=False), target="vta", config=CFG)
+    with pytest.raises(CompileError, match="holds int8, not int32"):
+        vtakit.build(*alu_schedule(lambda a: a, scope=ENV.inp_scope), target="vta", config=CFG)
+    with pytest.raises(CompileError, match="split factors that divide"):
+        vtakit.build(*alu_schedule(lambda a: a, split=2), target="vta", config=CFG)
+
+
+def test_padded_acc8_load():
+    """int8 DRAM data into the accumulator (ACC_8BIT) with zero padding on a row."""
+    s, args = alu_schedule(lambda a: a + 1, in_dtype="int8", pad_value=te.const(0, "int8"))
+    (a,), got = run(s, args)
+    ref = a.astype(np.int8).astype(np.int64) + 1
+    ref[:, 0] = 1
+    np.testing.assert_array_equal(got, wrap8(ref))
+
+
+def test_scope_overflow_names_buffer_size_capacity():
+    s, args = dense(ENV, 64, 8, 64, DenseKnobs(tile_b=64, tile_co=1, tile_ci=4))
+    with pytest.raises(CompileError, match=r"data\.local\.inp_buffer needs 8192 bits \(1024 bytes\) in scope "
+                                           r"local\.inp_buffer, over its capacity of 4096 bits \(512 bytes\)"):
+        vtakit.build(s, args, target="vta", config=CFG)
+
+
+def test_padding_limits():
+    env = get_env(VTAConfig())
+    s, args = conv2d(ENV, Conv2dWorkload(4, 4, 4, 4, 3, 3, 1), Conv2dKnobs(1, 8, 1, 1, 1, 1))
+    with pytest.raises(CompileError, match="entirely in the padding"):
+        vtakit.build(s, args, target="vta", config=CFG)
+    s, args = conv2d(env, Conv2dWorkload(4, 4, 16, 16, 3, 16, 1), Conv2dKnobs(34, 34, 1, 1, 1, 1))
+    with pytest.raises(CompileError, match="y_pad_0=16 exceeds the DMA's maximum padding of 15"):
+        vtakit.build(s, args, target="vta", config=env.config)
+
+
+def test_lower_shows_vta_intrinsics_and_folded_loops():
+    s, args = dense(ENV, 8, 8, 16, DenseKnobs(tile_b=8, tile_co=2, tile_ci=2))
+    with build_config(CFG):
+        text = str(vtakit.lower(s, args))
+    for name in ("vta.load_buffer_2d", "vta.store_buffer_2d", "vta.uop_push", "vta.uop_loop_begin",
+                 "vta.uop_loop_end", "vta.dep_push", "vta.dep_pop", "coproc_scope", "coproc_uop_scope"):
+        assert name in text, name
+    mod = vtakit.build(s, args, target="vta", config=CFG)
+    assert "GEMM" in mod.get_source() and "primfn" in mod.get_source()
+    gemms = [i for i in mod.template.insns if type(i).__name__ == "GemmInsn" and not i.reset_reg]
+    assert gemms and all(i.iter_out * i.iter_in > 1 for i in gemms)   # loops folded into the instruction
+
+
+def test_module_call_errors():
+    s, args = dense(ENV, 4, 4, 4, DenseKnobs(1, 1, 1))
+    mod = vtakit.build(s, args, target="vta", config=CFG)
+    dev = Device(CFG)
+    arrays = [dev.empty(tuple(int(x) for x in t.shape), t.dtype) for t in args]
+    mod(*arrays)
+    with pytest.raises(CompileError, match="takes 4 arrays"):
+        mod(*arrays[:3])
+    with pytest.raises(CompileError, match="expected a device array"):
+        mod(np.zeros(arrays[0].shape, np.int8), *arrays[1:])
+    with pytest.raises(CompileError, match="expected shape"):
+        mod(dev.empty((9,), np.int8), *arrays[1:])
+    with pytest.raises(CompileError, match="lives on another device"):
+        mod(Device(CFG).empty(arrays[0].shape, np.int8), *arrays[1:])
+    other = Device(VTAConfig.small(log_inp_buff_size=10))
+    with pytest.raises(CompileError, match="was built for"):
+        mod(*[other.empty(a.shape, a.dtype) for a in arrays])
+    with pytest.raises(CompileError, match="config must be a VTAConfig"):
+        vtakit.build(s, args, target="vta", config="small")
