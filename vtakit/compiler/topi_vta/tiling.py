@@ -40,8 +40,8 @@ def _cost(env: VTAEnv, threads: int, n_tiles: int, n_k: int, gemm: int, load_byt
     store = store_bytes / bus + _DMA_LATENCY
     if threads == 1:
         per_tile = n_k * (gemm + load + _INSN_OVERHEAD) + epilogue + store
-    else:
-        per_tile = max(n_k * (gemm + _INSN_OVERHEAD) + epilogue, n_k * load, store)
+    else:   # loads overlap other threads' compute, except a tile's first load waits for its reset
+        per_tile = max(n_k * (gemm + _INSN_OVERHEAD) + epilogue, n_k * load, store) + (load + store) / threads
     return n_tiles * per_tile + load + store
 
 
