@@ -49,3 +49,20 @@ def test_corpus_default(name, rtl_cache_dir):
 @pytest.mark.parametrize("seed", RANDOM_SEEDS)
 def test_random_program_small(seed, rtl_cache_dir):
     _assert_same(random_program(SMALL, seed), rtl_cache_dir)
+
+
+#: Configurations whose DMA and queue paths differ from the small one: narrow and wide buses,
+#: batch 2, and every queue and the memory system at their tightest.
+EXOTIC = {
+    "bus32": SMALL.replace(bus_width=32),
+    "bus256": SMALL.replace(bus_width=256),
+    "batch2": SMALL.replace(log_batch=1),
+    "tight": SMALL.replace(dram_latency=1, dram_outstanding=1, cmd_queue_depth=1, token_queue_depth=1),
+    "default_bus512": DEFAULT.replace(bus_width=512, dram_outstanding=2),
+}
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("config_name", EXOTIC)
+def test_random_program_other_configs(config_name, seed, rtl_cache_dir):
+    _assert_same(random_program(EXOTIC[config_name], 1000 + seed), rtl_cache_dir)

@@ -21,11 +21,12 @@ from amaranth.lib.wiring import In, Out
 from vtakit.hw import isa
 from vtakit.hw.bus import ReadPortSignature
 from vtakit.hw.config import ITER_BITS, VTAConfig
+from vtakit.hw.datapath import TensorDatapath
 from vtakit.hw.dma import DmaLoad2D
 from vtakit.hw.layouts import insn_layout, uop_layout
 from vtakit.hw.sequencer import Sequencer, sequencer_ports
 
-__all__ = ["ComputeModule", "gemm_datapath", "alu_datapath"]
+__all__ = ["ComputeModule"]
 
 _POPS = ("pop_prev", "pop_next")
 _PUSHES = ("push_prev", "push_next")
@@ -33,42 +34,6 @@ _PUSHES = ("push_prev", "push_next")
 
 def _log2(n: int) -> int:
     return n.bit_length() - 1
-
-
-def _tree_sum(terms):
-    while len(terms) > 1:
-        terms = [terms[i] + terms[i + 1] if i + 1 < len(terms) else terms[i] for i in range(0, len(terms), 2)]
-    return terms[0]
-
-
-def gemm_datapath(config: VTAConfig, inp, wgt, acc):
-    """acc[b][o] + sum_i inp[b][i] * wgt[o][i] for every lane, wrapped to 32 bits (a list of lanes)."""
-    lanes = []
-    for b in range(config.batch):
-        for o in range(config.block_out):
-            products = [inp.word_select(b * config.block_in + i, 8).as_signed()
-                        * wgt.word_select(o * config.block_in + i, 8).as_signed() for i in range(config.block_in)]
-            old = acc.word_select(b * config.block_out + o, 32)
-            lanes.append((old + _tree_sum(products))[:32])
-    return lanes
-
-
-def alu_datapath(config: VTAConfig, alu_opcode, lhs, rhs):
-    """One ALU lane: op(lhs, rhs) on int32 with DESIGN §2.3's SHR and MUL rules (32-bit result)."""
-    a = lhs.as_signed()
-    b = rhs.as_signed()
-    shift = rhs[:6].as_signed()
-    right = (a >> shift[:5])[:32]
-    left = (a << (-shift)[:6])[:32]
-    result = Signal(32)
-    choices = {isa.AluOp.MIN: Mux(a < b, a, b)[:32], isa.AluOp.MAX: Mux(a > b, a, b)[:32],
-               isa.AluOp.ADD: (a + b)[:32], isa.AluOp.SHR: Mux(shift[5], left, right)}
-    if config.alu_mul:
-        choices[isa.AluOp.MUL] = (a * rhs[:16].as_signed())[:32]
-    expr = Const(0, 32)
-    for op, value in choices.items():
-        expr = Mux(alu_opcode == op, value, expr)
-    return expr
 
 
 class ComputeModule(wiring.Component):
@@ -194,13 +159,14 @@ class ComputeModule(wiring.Component):
 
         # stage C: execute and write back
         lanes = cfg.batch * cfg.block_out
-        gemm_lanes = gemm_datapath(cfg, self.inp_rd.data, self.wgt_rd.data, acc_rd_dst.data)
-        alu_lanes = []
-        for lane in range(lanes):
-            rhs = Mux(use_imm, imm, acc_rd_src.data.word_select(lane, 32))
-            alu_lanes.append(alu_datapath(cfg, alu_op, acc_rd_dst.data.word_select(lane, 32), rhs))
-        result = Signal(cfg.acc_elem_bits)
-        m.d.comb += result.eq(Mux(is_alu_l, Cat(*alu_lanes), Mux(reset, 0, Cat(*gemm_lanes))))
+        m.submodules.datapath = datapath = TensorDatapath(cfg)
+        m.d.comb += [
+            datapath.inp.eq(self.inp_rd.data), datapath.wgt.eq(self.wgt_rd.data),
+            datapath.acc_dst.eq(acc_rd_dst.data), datapath.acc_src.eq(acc_rd_src.data),
+            datapath.is_alu.eq(is_alu_l), datapath.reset.eq(reset), datapath.use_imm.eq(use_imm),
+            datapath.alu_op.eq(alu_op), datapath.imm.eq(imm),
+        ]
+        result = datapath.result
 
         acc_ld_we = dma.wr_en & (is_acc_ld | is_acc8_ld)
         m.d.comb += [
