@@ -397,3 +397,16 @@ def test_attached_stage_read_outside_its_loop():
     s[B].compute_at(s[C], C.op.axis[0])
     with pytest.raises(ScheduleError, match="stage B is computed inside loop i of stage C, but stage E also reads it"):
         vtakit.lower(s, [A, C, E])
+
+
+def test_tensorize_stride_variable_bound_twice():
+    a = te.placeholder((4, 16), "int32", name="a")
+    b = te.placeholder((16, 4), "int32", name="b")
+    k = te.reduce_axis((0, 16), name="k")
+    c = te.compute((4, 4), lambda i, j: te.sum(a[i, k] * b[k, j], axis=k), name="c")
+    shared = dict(offset_factor=1, strides=[te.var("s"), 1])  # one stride variable for every buffer
+    intrin = te.decl_tensor_intrin(c.op, lambda ins, outs: te.call_intrin("int32", "nop"),
+                                   default_buffer_params=shared)
+    s, args = tiled(intrin)
+    with pytest.raises(CompileError, match="stride variable s of b would be 8 here but is 16 for another buffer"):
+        vtakit.lower(s, args)

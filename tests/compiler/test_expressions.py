@@ -99,3 +99,16 @@ def test_float_intrinsics(fn, ref):
     a = np.linspace(0.1, 3.0, 13).astype(np.float32)
     got = elementwise(lambda x, i: fn(x), "float32")(a)
     np.testing.assert_allclose(got, ref(a).astype(np.float32), rtol=1e-6)
+
+
+def test_iter_vars_compare_into_expressions_and_keep_identity():
+    A = te.placeholder((4, 5), "int32", name="A")
+    k = te.reduce_axis((0, 5), name="k")
+    S = te.compute((4,), lambda i: te.sum(te.if_then_else(k == 0, A[i, k] * 100, A[i, k]), axis=k), name="S")
+    f = vtakit.lower(te.create_schedule(S.op), [A, S])
+    a = np.arange(20, dtype=np.int32).reshape(4, 5)
+    s = np.zeros(4, np.int32)
+    run(f, a, s)
+    np.testing.assert_array_equal(s, a[:, 0] * 100 + a[:, 1:].sum(axis=1))
+    other = te.reduce_axis((0, 5), name="k")
+    assert k in [other, k] and [other, k].index(k) == 1 and k != other and not (k == None)  # noqa: E711

@@ -220,3 +220,56 @@ def test_default_scope_follows_the_threads_around_the_attach_point():
     s[B].compute_at(s[D], tx)
     f = vtakit.lower(s, [A, D])
     assert {a.buffer.name: a.buffer.scope for a in nodes(f, ir.Allocate)} == {"C": "shared", "B": "local"}
+
+
+def test_cthread_replicates_coproc_scopes_and_splits_scoped_buffers():
+    """The VTA shape: a call intrinsic under coproc_scope, the accumulator in a tagged scope, two cthreads."""
+    from vtakit.compiler.ir_builder import IRBuilder
+    from vtakit.compiler.scope import MemoryInfo
+    from vtakit.compiler.testing import TOY_INTRINSICS
+
+    a = te.placeholder((4, 4), "int32", name="a")
+    b = te.placeholder((4, 4), "int32", name="b")
+    kk = te.reduce_axis((0, 4), name="kk")
+    c = te.compute((4, 4), lambda i, j: te.sum(a[i, kk] * b[kk, j], axis=kk), name="c")
+    vta = te.thread_axis("vta")
+
+    def fcompute(ins, outs):
+        def cmd(reset):
+            ib = IRBuilder()
+            ib.scope_attr(vta, "coproc_scope", 2)
+            ib.emit(te.call_intrin("int32", "toy_gemm", ins[0].access_ptr("r"), ins[1].access_ptr("r"),
+                                   outs[0].access_ptr("rw"), ins[0].strides[0], ins[1].strides[0],
+                                   outs[0].strides[0], 4, 4, 4, reset))
+            return ib.get()
+        return cmd(1), None, cmd(0)
+
+    binds = {t: te.decl_buffer(t.shape, "int32", t.name, scope="local.acc2" if t is c else "", offset_factor=1,
+                               strides=[te.var(t.name + "_s"), 1]) for t in (a, b, c)}
+    intrin = te.decl_tensor_intrin(c.op, fcompute, binds=binds)
+    A = te.placeholder((8, 12), "int32", name="A")
+    B = te.placeholder((12, 16), "int32", name="B")
+    k = te.reduce_axis((0, 12), name="k")
+    C = te.compute((8, 16), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
+    s = te.create_schedule(C.op)
+    CL = s.cache_write(C, "local.acc2")
+    io, jo, ii, ji = s[C].tile(C.op.axis[0], C.op.axis[1], 4, 4)
+    t, jo = s[C].split(jo, nparts=2)
+    s[C].reorder(t, io, jo, ii, ji)
+    s[C].bind(t, te.thread_axis("cthread"))
+    s[CL].compute_at(s[C], jo)
+    ko, ki = s[CL].split(CL.op.reduce_axis[0], factor=4)
+    s[CL].reorder(ko, *CL.op.axis, ki)
+    s[CL].tensorize(CL.op.axis[0], intrin)
+    with PassContext(memory_scopes={"local.acc2": MemoryInfo(32, 32 * 32)}):
+        f = vtakit.lower(s, [A, B, C])
+    attrs = [n for n in nodes(f, ir.AttrStmt) if n.key == "coproc_scope"]
+    assert len(attrs) == 4  # (first iteration + update) x 2 threads
+    assert [x.buffer.shape[0].value for x in nodes(f, ir.Allocate)] == [32]  # 16 per thread
+    arrays = [np.arange(96, dtype=np.int32).reshape(8, 12) % 5 - 2, np.arange(192, dtype=np.int32).reshape(12, 16) % 3,
+              np.zeros((8, 16), np.int32)]
+    run(f, *arrays, intrinsics=TOY_INTRINSICS)
+    np.testing.assert_array_equal(arrays[2], arrays[0] @ arrays[1])
+    with PassContext(memory_scopes={"local.acc2": MemoryInfo(32, 32 * 16)}):
+        with pytest.raises(vtakit.errors.CompileError, match="buffer C.local.acc2 needs 1024 bits"):
+            vtakit.lower(s, [A, B, C])  # fits one thread, not two

@@ -258,6 +258,9 @@ def _bind(where: str, ib: ir.Buffer, real: ir.Buffer, rel: list[ir.PrimExpr], vs
     if ib.strides:
         for k, (want, have) in enumerate(zip(ib.strides, view_strides)):
             if isinstance(want, ir.Var):
+                if want in vsub and not an.can_prove(ir.EQ(vsub[want], have)):
+                    raise CompileError(f"{where}: stride variable {want.name} of {ib.name} would be {have} here but "
+                                       f"is {vsub[want]} for another buffer; give each buffer its own variables")
                 vsub[want] = have
             elif not an.can_prove(ir.EQ(want, have)):
                 raise CompileError(f"{where}: buffer {ib.name} declares stride {want} for dimension {k}, "

@@ -97,6 +97,20 @@ def _delegate(name: str) -> Callable:
     return method
 
 
+def _compare(kind: type) -> Callable:
+    def method(self: IterVar, other: Any) -> Any:
+        other = other.var if isinstance(other, IterVar) else other
+        try:
+            return kind.make(self.var, other)
+        except CompileError:  # not an expression (None, a string, ...): plain inequality
+            return kind is ir.NE
+
+    return method
+
+
+IterVar.__eq__ = _compare(ir.EQ)  # type: ignore[method-assign,assignment]
+IterVar.__ne__ = _compare(ir.NE)  # type: ignore[method-assign,assignment]
+
 for _name in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__",
               "__rtruediv__", "__floordiv__", "__rfloordiv__", "__mod__", "__rmod__", "__neg__",
               "__lt__", "__le__", "__gt__", "__ge__", "astype"):
