@@ -695,8 +695,11 @@ class _CodeGen:
             value = self._broadcast(self.b.load(self._address(buf, self.index(form.base)), typ=elem, align=align),
                                     form.lanes)
         else:
-            offsets = self.index(flat)
-            value = self._per_lane(lambda xs: self.b.load(self._address(buf, xs[0]), typ=elem, align=align), [offsets])
+            lanes = [self.b.load(self._address(buf, offset), typ=elem, align=align)
+                     for offset in self._lane_offsets(flat, form)]
+            value = lir.Constant(lir.VectorType(elem, len(lanes)), None)
+            for k, lane in enumerate(lanes):
+                value = self.b.insert_element(value, lane, _const(_I32, k))
         if ir.element_of(buf.dtype) == "bool":
             value = self.b.icmp_unsigned("!=", value, _const(value.type, 0))
         return value
@@ -753,10 +756,17 @@ class _CodeGen:
         if lanes == 1 or (form is not None and form.stride == 1):
             self.b.store(value, self._address(buf, self.index(form.base)), align=align)
             return
-        offsets = self.index(flat)
-        for k in range(lanes):
+        for k, offset in enumerate(self._lane_offsets(flat, form)):
             lane = self.b.extract_element(value, _const(_I32, k))
-            self.b.store(lane, self._address(buf, self.b.extract_element(offsets, _const(_I32, k))), align=align)
+            self.b.store(lane, self._address(buf, offset), align=align)
+
+    def _lane_offsets(self, flat: ir.PrimExpr, form: _RampForm | None) -> list[lir.Value]:
+        """Scalar element offsets of each lane of a gathered/scattered index."""
+        if form is not None:  # base + k * stride: scalar arithmetic, no vector index
+            base = self.index(form.base)
+            return [self.b.add(base, _const(_I64, k * form.stride)) if k else base for k in range(form.lanes)]
+        offsets = self.index(flat)
+        return [self.b.extract_element(offsets, _const(_I32, k)) for k in range(_lanes(offsets))]
 
     def _stmt_Allocate(self, s: ir.Allocate) -> None:
         buf = s.buffer

@@ -281,6 +281,7 @@ def schedule_conv2d_nchw_packed(outs: Tensor | Sequence[Tensor], x_block: int | 
     xo, xi = s[last].split(x, x_block or _divisor(_shape(last)[3], 8))
     s[last].reorder(n, oo, y, xo, oi, xi)
     _parallel(s[last], [n, oo, y], _size(last) * 16)
+    s[last].unroll(oi)  # constant indices into the tile: it stays in registers, transposed by shuffles
     s[last].vectorize(xi)
     s[blocked].compute_at(s[last], xo)
     bn, bb, by, bx, bc = s[blocked].op.axis
