@@ -197,3 +197,14 @@ def test_module_call_errors():
         mod(*[other.empty(a.shape, a.dtype) for a in arrays])
     with pytest.raises(CompileError, match="config must be a VTAConfig"):
         vtakit.build(s, args, target="vta", config="small")
+
+
+def test_micro_op_kernel_over_the_uop_buffer():
+    """Loops left inside a micro-op scope expand into the kernel, which must fit the uop SRAM."""
+    cfg = VTAConfig.small(log_uop_buff_size=5)          # 8 micro-ops
+    env = get_env(cfg)
+    from tests.compiler.vta.test_vta_reschedule import dense_schedule
+
+    s, args = dense_schedule(env, 4, 8, 64, tile_b=2, tile_co=2, tile_ci=16, inner="cb")
+    with pytest.raises(CompileError, match="kernel of 16 micro-ops exceeds the micro-op SRAM"):
+        vtakit.build(s, args, target="vta", config=cfg)
