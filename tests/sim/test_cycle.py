@@ -1,0 +1,287 @@
+"""The cycle model (backend ``cycle``) against the RTL: cycle-exact, byte-exact, and its own contract.
+
+Every comparison with the RTL goes through the session cache of tests/hw/rtl_cache.py (the same
+programs the RTL tests run, so a full session runs each on the RTL once). The programs are the
+shared corpus and the RTL tests' random programs on ``VTAConfig.small()``, the RTL tests' short
+default-configuration programs, and (``slow``) a campaign of 200 default-configuration random
+programs. Each comparison checks the final DRAM, ``cycles``, every retire cycle and the busy-cycle
+counters.
+"""
+
+import json
+
+import numpy as np
+import pytest
+
+from tests.hw.rtl_cache import rtl_run, session_cache_dir
+from tests.hw.test_rtl_differential import DEFAULT_PROGRAMS, RANDOM_SEEDS
+from tests.programs import CASES, Unsupported, run_program
+from tests.programs.runner import insn_address
+from vtakit.errors import DeadlockError, MemoryAccessError, ProgramError, RaceError, SimError
+from vtakit.hw import isa
+from vtakit.hw.config import VTAConfig
+from vtakit.hw.isa import AluInsn, AluOp, FinishInsn, GemmInsn, MemId, MemInsn, Opcode, Uop
+from vtakit.runtime import Device
+from vtakit.runtime.random_program import random_program
+from vtakit.sim.backend import Launch
+from vtakit.sim.cycle import simulate
+from vtakit.sim.program import Program, Segment
+
+SMALL = VTAConfig.small()
+DEFAULT = VTAConfig()
+SLOW_SEEDS = range(1000, 1200)
+
+
+@pytest.fixture(scope="session")
+def rtl_cache_dir(tmp_path_factory, worker_id):
+    return session_cache_dir(tmp_path_factory, worker_id)
+
+
+def first_divergence(program: Program, rtl_cache_dir) -> str | None:
+    """None when cycle == rtl on ``program``; else the first difference, for the assertion message."""
+    expected = rtl_run(program, rtl_cache_dir)
+    dram, stats = run_program(program, "cycle")
+    for index, (want, got) in enumerate(zip(expected.retire_cycles, stats.retire_cycles)):
+        if want != got:
+            return (f"{program.name}: instruction {index} ({isa.disasm(program.insns[index])}) retires in cycle "
+                    f"{got}, the RTL in {want}")
+    if stats.cycles != expected.cycles:
+        return f"{program.name}: {stats.cycles} cycles, the RTL {expected.cycles}"
+    busy = {name: stats.busy_cycles[name] for name in expected.busy_cycles}
+    if busy != expected.busy_cycles:
+        return f"{program.name}: busy cycles {busy}, the RTL {expected.busy_cycles}"
+    diff = np.flatnonzero(dram != expected.dram)
+    if diff.size:
+        return f"{program.name}: DRAM differs from the RTL at byte(s) {diff[:8].tolist()}"
+    return None
+
+
+def _corpus(name, config):
+    try:
+        return CASES[name](config).program
+    except Unsupported as exc:
+        pytest.skip(str(exc))
+
+
+# ---------------------------------------------------------------------------- cycle == rtl
+@pytest.mark.parametrize("name", CASES)
+def test_corpus_small_matches_rtl(name, rtl_cache_dir):
+    assert first_divergence(_corpus(name, SMALL), rtl_cache_dir) is None
+
+
+@pytest.mark.parametrize("name", DEFAULT_PROGRAMS)
+def test_corpus_default_matches_rtl(name, rtl_cache_dir):
+    assert first_divergence(_corpus(name, DEFAULT), rtl_cache_dir) is None
+
+
+@pytest.mark.parametrize("seed", RANDOM_SEEDS)
+def test_random_small_matches_rtl(seed, rtl_cache_dir):
+    assert len(RANDOM_SEEDS) >= 50
+    assert first_divergence(random_program(SMALL, seed), rtl_cache_dir) is None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", SLOW_SEEDS)
+def test_random_default_matches_rtl(seed, rtl_cache_dir):
+    assert first_divergence(random_program(DEFAULT, seed), rtl_cache_dir) is None
+
+
+# ---------------------------------------------------------------------------- the contract on its own
+def _launch(config, insns, uops=(), dram_size=1 << 16, trace=None):
+    rng = np.random.default_rng(len(insns))
+    data = rng.integers(0, 256, dram_size - 0x1000, dtype=np.uint8).tobytes()
+    program = Program(config, list(insns), list(uops), uop_addr=0x100, segments=[Segment(0x1000, data, "data")],
+                      dram_size=dram_size)
+    addr = insn_address(program)
+    encoded = program.encoded_insns()
+    dram = program.initial_dram(addr + len(encoded))
+    dram[addr:addr + len(encoded)] = np.frombuffer(encoded, dtype=np.uint8)
+    return program, Launch(config, list(insns), dram, addr, trace)
+
+
+def _load(mem, sram, dram, y, x, **kw):
+    return MemInsn(opcode=Opcode.LOAD, memory_type=mem, sram_base=sram, dram_base=dram, y_size=y, x_size=x,
+                   x_stride=kw.pop("stride", x), **kw)
+
+
+def _gemm_program(config, n_uops, iters, moving=True):
+    uops = [Uop(i % 8, i % 16, i % 32) for i in range(n_uops)]
+    loop = dict(uop_bgn=0, uop_end=n_uops, iter_out=iters[0], iter_in=iters[1], dst_factor_out=1)
+    factors = dict(src_factor_in=1, wgt_factor_out=2) if moving else {}
+    return [_load(MemId.UOP, 0, 0x100 // 4, 1, n_uops),
+            _load(MemId.INP, 0, 0x1000 // config.inp_elem_bytes, 1, 32),
+            _load(MemId.WGT, 0, 0x2000 // config.wgt_elem_bytes, 1, 32, push_next=True),
+            GemmInsn(reset_reg=True, pop_prev=True, **loop),
+            GemmInsn(**factors, **loop),
+            AluInsn(alu_opcode=AluOp.MAX, use_imm=True, imm=0, **loop),
+            FinishInsn()], uops
+
+
+@pytest.mark.parametrize("config", [SMALL, SMALL.replace(dram_latency=5), DEFAULT.replace(bus_width=128)],
+                         ids=["small", "small-L5", "default-bus128"])
+def test_finish_only_program(config):
+    """docs/timing.md §2-§4: request in cycle 1, last beat, dispatch, take, start, e = s, retire."""
+    _, launch = _launch(config, [FinishInsn()])
+    stats = simulate(launch).stats
+    beats = max(1, 16 // config.bus_bytes)
+    assert stats.cycles == stats.retire_cycles[0] == 1 + config.dram_latency + beats - 1 + 5
+    assert stats.busy_cycles["compute"] == 2
+
+
+@pytest.mark.parametrize("n_uops,iters", [(16, (1, 1)), (7, (3, 2)), (1, (1, 1))])
+def test_gemm_and_alu_retire_n_plus_5_after_the_previous(n_uops, iters):
+    insns, uops = _gemm_program(DEFAULT, n_uops, iters)
+    _, launch = _launch(DEFAULT, insns, uops)
+    r = simulate(launch).stats.retire_cycles
+    n = n_uops * iters[0] * iters[1]
+    assert r[4] - r[3] == n + 5 and r[5] - r[4] == n + 5
+
+
+def test_long_gemm_is_one_event():
+    """Event-driven: a GEMM of 2**20 micro-ops costs a handful of evaluated cycles, not a million."""
+    insns, uops = _gemm_program(DEFAULT, 1024, (32, 32), moving=False)
+    _, launch = _launch(DEFAULT, insns, uops)
+    run = simulate(launch)
+    r = run.stats.retire_cycles
+    assert r[4] - r[3] == (1 << 20) + 5
+    assert run.events < 400 and run.stats.cycles > 3 << 20
+
+
+def test_stats_partition_the_cycles():
+    program = CASES["blocked_gemm_vt2"](DEFAULT).program
+    _, stats = run_program(program, "cycle")
+    for name in ("load", "compute", "store"):
+        busy, token, idle = stats.busy_cycles[name], stats.token_stall_cycles[name], stats.idle_cycles[name]
+        assert busy + token + idle == stats.cycles and min(busy, token, idle) >= 0
+        assert 0 <= stats.memory_stall_cycles[name] <= busy
+    assert stats.memory_stall_cycles["load"] > 0                  # DRAM latency shows up
+    assert stats.busy_cycles["fetch"] + stats.idle_cycles["fetch"] == stats.cycles
+    assert stats.utilization == stats.counters["gemm_counter"] / stats.cycles
+    assert stats.dram_read_bytes >= sum(stats.counters[k] for k in ("inp_load_nbytes", "wgt_load_nbytes",
+                                                                    "acc_load_nbytes", "uop_load_nbytes"))
+    assert stats.dram_write_bytes == stats.counters["out_store_nbytes"]
+    assert 0 < stats.dram_bandwidth <= 2 * DEFAULT.bus_bytes
+
+
+def test_counters_equal_fsim():
+    program = random_program(SMALL, 3)
+    fsim_dram, fsim = run_program(program, "fsim")
+    dram, cycle = run_program(program, "cycle")
+    assert np.array_equal(dram, fsim_dram)
+    assert cycle.counters == fsim.counters
+
+
+def test_two_virtual_threads_hide_memory_latency():
+    """A memory-bound GEMM shape (one row block, many weights): 2 virtual threads take fewer cycles."""
+    from vtakit.runtime.blocked_gemm import bench_gemm
+    one = bench_gemm(16, 256, 256, backend="cycle", vthreads=1)
+    two = bench_gemm(16, 256, 256, backend="cycle", vthreads=2)
+    assert one.correct and two.correct
+    assert two.cycles < one.cycles
+
+
+# ---------------------------------------------------------------------------- timeline
+def test_trace_tracks_do_not_overlap_and_end_at_cycles(tmp_path):
+    path = tmp_path / "run.json"
+    program = CASES["blocked_gemm_vt2"](SMALL).program
+    device = Device(SMALL, backend="cycle")
+    stats = device.run(program, trace=path)
+    trace = json.loads(path.read_text())
+    slices = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    names = {e["args"]["name"]: e["tid"] for e in trace["traceEvents"] if e["name"] == "thread_name"}
+    assert {"fetch", "load", "compute", "store"} <= set(names)
+    for track, tid in names.items():
+        spans = sorted((e["ts"], e["ts"] + e["dur"]) for e in slices if e["tid"] == tid)
+        assert all(e["dur"] > 0 for e in slices if e["tid"] == tid)
+        assert all(a_end <= b_begin for (_, a_end), (b_begin, _) in zip(spans, spans[1:])), track
+    module_ends = [e["ts"] + e["dur"] for e in slices if e["tid"] in (names["load"], names["compute"], names["store"])]
+    assert max(module_ends) == stats.cycles
+    compute = [e["name"] for e in slices if e["tid"] == names["compute"] and e["cat"] == "exec"]
+    assert compute[-1] == isa.disasm(program.insns[-1])          # FINISH, named by its disassembly
+    kinds = {e["cat"] for e in slices}
+    assert {"exec", "token", "memory"} <= kinds
+
+
+def test_trace_needs_a_json_path(tmp_path):
+    _, launch = _launch(SMALL, [FinishInsn()], trace=tmp_path / "run.vcd")
+    with pytest.raises(SimError, match=r"must end in \.json"):
+        simulate(launch)
+
+
+# ---------------------------------------------------------------------------- errors, like the other backends
+def _nop(opcode, **flags):
+    return MemInsn(opcode=opcode, memory_type=MemId.OUT if opcode == Opcode.STORE else MemId.INP, x_size=0, **flags)
+
+
+def test_circular_token_wait_is_a_deadlock():
+    program = Program(SMALL, [_nop(Opcode.STORE, pop_prev=True, push_prev=True),
+                              GemmInsn(uop_bgn=0, uop_end=0, pop_next=True, push_next=True), FinishInsn()])
+    with pytest.raises(DeadlockError) as info:
+        run_program(program, "cycle")
+    message = str(info.value)
+    assert "store: instruction 0" in message and "compute->store" in message
+    assert "compute: instruction 1" in message and "store->compute" in message
+
+
+def test_full_command_queue_deadlock():
+    depth = SMALL.cmd_queue_depth
+    insns = ([_nop(Opcode.STORE, pop_prev=True, push_prev=True) for _ in range(depth + 2)]
+             + [GemmInsn(uop_bgn=0, uop_end=0, push_next=True) for _ in range(depth + 2)]
+             + [GemmInsn(uop_bgn=0, uop_end=0, pop_next=True) for _ in range(depth + 1)]
+             + [FinishInsn(pop_next=True)])
+    with pytest.raises(DeadlockError, match="fetch: .* waits for room in the store command queue"):
+        run_program(Program(SMALL, insns), "cycle")
+
+
+def test_full_token_queue_deadlock():
+    """Load blocks pushing into a full load->compute queue while compute waits for store, whose
+    instructions sit behind a full compute command queue: fsim and cycle both report a deadlock."""
+    tokens, commands = SMALL.token_queue_depth, SMALL.cmd_queue_depth
+    insns = ([_nop(Opcode.LOAD, push_next=True) for _ in range(tokens + 1)]
+             + [GemmInsn(uop_bgn=0, uop_end=0, pop_next=True) for _ in range(commands + 2)]
+             + [_nop(Opcode.STORE, push_prev=True) for _ in range(commands + 2)]
+             + [GemmInsn(uop_bgn=0, uop_end=0, pop_prev=True) for _ in range(tokens + 1)] + [FinishInsn()])
+    program = Program(SMALL, insns)
+    with pytest.raises(DeadlockError):
+        run_program(program, "fsim")
+    with pytest.raises(DeadlockError, match="load: .* waits to push a token to load->compute") as info:
+        run_program(program, "cycle")
+    assert "waits to pop a token from store->compute" in str(info.value)
+    assert "waits for room in the compute command queue" in str(info.value)
+
+
+def test_misaligned_instruction_address():
+    _, launch = _launch(SMALL, [FinishInsn()])
+    launch.insn_addr += 4
+    with pytest.raises(ProgramError, match="not 16-byte aligned"):
+        simulate(launch)
+
+
+def test_instruction_stream_past_dram():
+    _, launch = _launch(SMALL, [FinishInsn()])
+    launch.insn_addr = launch.dram.size
+    with pytest.raises(MemoryAccessError, match="runs past the end of DRAM"):
+        simulate(launch)
+
+
+def test_program_errors_come_from_fsims_checks():
+    with pytest.raises(ProgramError, match="no FINISH"):
+        run_program(Program(SMALL, [GemmInsn(uop_bgn=0, uop_end=0)]), "cycle")
+    # FINISH that does not wait for the store module
+    insns = [GemmInsn(uop_bgn=0, uop_end=0, push_next=True), _nop(Opcode.STORE, pop_prev=True), FinishInsn()]
+    with pytest.raises(ProgramError, match="does not wait for"):
+        run_program(Program(SMALL, insns), "cycle")
+
+
+def test_races_are_detected():
+    """LOAD INP and a GEMM reading it with no token between them: a data race, as on fsim."""
+    cfg = SMALL
+    insns = [_load(MemId.UOP, 0, 0x100 // 4, 1, 1), _load(MemId.ACC, 0, 0x1000 // cfg.acc_elem_bytes, 1, 1),
+             _load(MemId.INP, 0, 0x1000 // cfg.inp_elem_bytes, 1, 1),
+             _load(MemId.WGT, 0, 0x1000 // cfg.wgt_elem_bytes, 1, 1, push_next=True),
+             _load(MemId.INP, 0, 0x2000 // cfg.inp_elem_bytes, 1, 1),
+             GemmInsn(uop_bgn=0, uop_end=1, iter_out=1, iter_in=1, pop_prev=True),
+             FinishInsn()]
+    _, launch = _launch(cfg, insns, [Uop(0, 0, 0)])
+    with pytest.raises(RaceError, match="data race on INP entry 0"):
+        simulate(launch)
