@@ -52,7 +52,11 @@ class TokenQueue(wiring.Component):
         push = self.push.valid & self.push.ready
         pop = self.pop.valid & self.pop.ready
         m.d.comb += [self.push.ready.eq(self.count < self._depth), self.pop.valid.eq(self.count != 0)]
-        m.d.sync += self.count.eq(self.count + push - pop)
+        m.d.sync += [
+            self.count.eq(self.count + push - pop),
+            Assert(~self.push.valid | self.push.ready, "token queue: push to a full queue"),
+            Assert(~self.pop.ready | self.pop.valid, "token queue: pop from an empty queue"),
+        ]
         return m
 
 

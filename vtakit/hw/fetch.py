@@ -10,7 +10,7 @@ LOAD INP/WGT -> load, everything else -> compute); a full target queue stalls di
 
 from __future__ import annotations
 
-from amaranth.hdl import Module, Mux, Signal
+from amaranth.hdl import Assert, Module, Mux, Signal
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -102,6 +102,7 @@ class FetchModule(wiring.Component):
             with m.If(r.valid):
                 m.d.sync += [word.word_select(beat, bus).eq(r.payload.data), beat.eq(beat + 1)]
         m.d.comb += buffer.w_en.eq(complete)
+        m.d.sync += Assert(~complete | buffer.w_rdy, "fetch: instruction buffer overflow")
         m.d.sync += in_flight.eq(in_flight + Mux(ar_fire, n, 0) - complete)
         with m.If(ar_fire):
             m.d.sync += [requested.eq(requested + n), addr.eq(addr + (n << 4))]

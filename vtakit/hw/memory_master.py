@@ -12,7 +12,7 @@ stays stable while ARVALID is high, as AXI4 requires.
 
 from __future__ import annotations
 
-from amaranth.hdl import Module, Mux, Signal
+from amaranth.hdl import Assert, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -66,7 +66,10 @@ class MemoryMaster(wiring.Component):
         m.d.sync += [held.eq(axi.arvalid & ~axi.arready), held_id.eq(grant)]
 
         r_last = axi.rvalid & axi.rlast
-        m.d.sync += outstanding.eq(outstanding + ar_fire - r_last)
+        m.d.sync += [
+            outstanding.eq(outstanding + ar_fire - r_last),
+            Assert(~axi.rvalid | (outstanding != 0), "memory master: R beat with no read burst in flight"),
+        ]
         m.d.comb += [axi.rready.eq(1), self.reads_in_flight.eq(outstanding)]
         for index, port in enumerate(ports):
             m.d.comb += [port.r.valid.eq(axi.rvalid & (axi.rid == index)),
