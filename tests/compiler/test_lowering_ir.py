@@ -273,3 +273,23 @@ def test_cthread_replicates_coproc_scopes_and_splits_scoped_buffers():
     with PassContext(memory_scopes={"local.acc2": MemoryInfo(32, 32 * 16)}):
         with pytest.raises(vtakit.errors.CompileError, match="buffer C.local.acc2 needs 1024 bits"):
             vtakit.lower(s, [A, B, C])  # fits one thread, not two
+
+
+@pytest.mark.parametrize("name", ["vectorize_nondividing", "split_nondividing", "tile_matmul", "conv2d_padded_tiled",
+                                  "compute_at_middle", "fuse_then_split", "cache_write_local"])
+def test_loop_partition_preserves_results(name):
+    with PassContext(config={"tir.LoopPartition.partition_const_loop": True}):
+        c = case(name)
+        s, args = c.build()
+        run_case(name, vtakit.lower(s, args))
+
+
+def test_loop_partition_lets_the_main_part_vectorize():
+    s, args = case("vectorize_nondividing").build()
+    with PassContext(config={"tir.LoopPartition.partition_const_loop": True}):
+        f = vtakit.lower(s, args)
+    ramps = nodes(f, ir.Ramp)
+    guards = nodes(f, ir.IfThenElse)
+    assert ramps and not guards  # main part 4 lanes, tail 2 lanes: no guard left
+    assert {r.lanes for r in ramps} == {4, 2}
+    assert "for (j.outer, 0, 2)" in str(f)

@@ -7,6 +7,7 @@ import vtakit
 from vtakit import te
 from vtakit.compiler.interpreter import run
 from vtakit.compiler.testing import make_arrays, matmul_variant
+from vtakit.compiler.transform import PassContext
 
 SETTINGS = settings(max_examples=25, deadline=None, derandomize=True)
 
@@ -18,7 +19,9 @@ SETTINGS = settings(max_examples=25, deadline=None, derandomize=True)
 def test_random_splits_and_orders_match_numpy(n, m, l, factors, order):
     s, args = matmul_variant(n, m, l, factors, order)
     a, b, c = make_arrays(args, 2, seed=n * 100 + m * 10 + l)
-    run(vtakit.lower(s, args), a, b, c)
+    with PassContext(config={"tir.LoopPartition.partition_const_loop": bool(order[0] % 2)}):
+        func = vtakit.lower(s, args)
+    run(func, a, b, c)
     np.testing.assert_array_equal(c, a.astype(np.int64) @ b.astype(np.int64))
 
 
@@ -119,5 +122,8 @@ def test_random_pipeline_schedules_match_numpy(data):
     a = np.arange(n * l, dtype=np.int32).reshape(n, l) % 7 - 3
     b = np.arange(l * m, dtype=np.int32).reshape(l, m) % 5 - 2
     d = np.zeros((n, m), np.int32)
-    run(vtakit.lower(s, [A, B, D]), a, b, d)
+    partition = data.draw(st.booleans(), "partition")
+    with PassContext(config={"tir.LoopPartition.partition_const_loop": partition}):
+        func = vtakit.lower(s, [A, B, D])
+    run(func, a, b, d)
     np.testing.assert_array_equal(d, (a * 2 - 3) @ b + 1)

@@ -6,7 +6,8 @@ A pass is a callable ``PrimFunc -> PrimFunc``. ``lower`` runs its built-in passe
 with ``memory_scopes=``, and can switch built-in passes off by name with ``disabled_pass=``.
 
 Config keys: ``tir.add_lower_pass`` (list of (phase, pass)), ``tir.UnrollLoop.auto_max_step``
-(int, default 0), ``tir.disable_vectorize`` (bool: vectorized loops stay serial).
+(int, default 0), ``tir.disable_vectorize`` (bool: vectorized loops stay serial),
+``tir.LoopPartition.partition_const_loop`` (bool, default False: peel split tails off loops).
 """
 
 from __future__ import annotations
@@ -21,9 +22,10 @@ __all__ = ["Pass", "PassContext", "BUILTIN_PASSES", "KNOWN_CONFIG"]
 
 Pass = Callable[[ir.PrimFunc], ir.PrimFunc]
 
-BUILTIN_PASSES = ("StorageFlatten", "Simplify", "VectorizeLoop", "InjectVirtualThread", "VerifyMemoryScopes",
+BUILTIN_PASSES = ("StorageFlatten", "Simplify", "LoopPartition", "VectorizeLoop", "InjectVirtualThread", "VerifyMemoryScopes",
                   "UnrollLoop", "RemoveNoOp")
-KNOWN_CONFIG = ("tir.add_lower_pass", "tir.UnrollLoop.auto_max_step", "tir.disable_vectorize")
+KNOWN_CONFIG = ("tir.add_lower_pass", "tir.UnrollLoop.auto_max_step", "tir.disable_vectorize",
+                "tir.LoopPartition.partition_const_loop")
 
 
 @dataclass

@@ -1,6 +1,7 @@
 """``vtakit.lower``: a schedule becomes a :class:`~vtakit.compiler.ir.PrimFunc` through phased passes.
 
-Phase 0: user passes. Phase 1: StorageFlatten, Simplify, user passes. Phase 2: VectorizeLoop,
+Phase 0: user passes. Phase 1: StorageFlatten, Simplify, user passes. Phase 2: LoopPartition
+(opt-in), VectorizeLoop,
 InjectVirtualThread, VerifyMemoryScopes, UnrollLoop, user passes. Phase 3: Simplify (incl. no-op
 removal), user passes. Targets add passes through :class:`~vtakit.compiler.transform.PassContext`.
 """
@@ -11,6 +12,7 @@ from typing import Any, Sequence
 
 from vtakit.compiler import ir
 from vtakit.compiler.lower.flatten import flatten_storage
+from vtakit.compiler.lower.loop_partition import partition_loops
 from vtakit.compiler.lower.schedule_ops import schedule_to_primfunc
 from vtakit.compiler.lower.simplify import simplify_func
 from vtakit.compiler.lower.unroll import unroll_loops
@@ -30,13 +32,16 @@ def phase_passes(ctx: PassContext) -> list[list[tuple[str, Pass]]]:
     builtin: list[list[tuple[str, Pass]]] = [
         [],
         [("StorageFlatten", flatten_storage), ("Simplify", simplify_func)],
-        [("VectorizeLoop", vectorize_loops), ("InjectVirtualThread", inject_virtual_thread),
+        [("LoopPartition", partition_loops), ("VectorizeLoop", vectorize_loops), ("InjectVirtualThread", inject_virtual_thread),
          ("VerifyMemoryScopes", verify_memory_scopes),
          ("UnrollLoop", lambda f: unroll_loops(f, auto))],
         [("RemoveNoOp", simplify_func)],
     ]
+    if not ctx.config.get("tir.LoopPartition.partition_const_loop"):
+        builtin[2] = builtin[2][1:]
     if ctx.config.get("tir.disable_vectorize"):
-        builtin[2][0] = ("VectorizeLoop", _serialize_vectorized)
+        builtin[2] = [("VectorizeLoop", _serialize_vectorized) if n == "VectorizeLoop" else (n, p)
+                      for n, p in builtin[2]]
     out = []
     for phase, passes in enumerate(builtin):
         kept = [(n, p) for n, p in passes if ctx.enabled(n)]
