@@ -215,7 +215,7 @@ class _DMAInjector(ir.IRMutator):
             raise CompileError(f"{where}: loading {src.buffer.name} of dtype {src.buffer.dtype} into {dst.scope} "
                                f"needs {expect}" + (" or int8" if mem == MemId.ACC else ""))
         lanes = env.lanes(dst.scope)
-        sram, sram_base = affine(store.indices[0], loops, where)
+        sram, _ = affine(store.indices[0], loops, where)
         dram, _ = affine(src.indices[0], loops, where)
         outer, entry = split_entry(loops, [sram, dram], lanes, where, "the copy")
         pads = _pad_ranges(cond, loops, where) if cond is not None else {}
@@ -241,7 +241,6 @@ class _DMAInjector(ir.IRMutator):
                                           access_ptr(src.buffer, dram_off, lanes, 1), y_size, x_size, x_stride,
                                           y0, y1, x0, x1))
         qid = QID_COMPUTE if mem in (MemId.ACC, MemId.ACC_8BIT) else QID_LOAD
-        del sram_base
         return self._emit(qid, loops, host, call)
 
     def store(self, where: str, loops: list[Loop], store: ir.BufferStore, src: ir.BufferLoad) -> ir.Stmt:

@@ -14,6 +14,7 @@ relocates the template onto them, places the micro-op image and runs it on the a
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Sequence
 
 import numpy as np
@@ -115,8 +116,6 @@ class VTAModule:
 
 
 def _rebase(insn: isa.Instruction, base: int) -> isa.Instruction:
-    import dataclasses  # noqa: PLC0415
-
     return dataclasses.replace(insn, dram_base=insn.dram_base + base)
 
 
