@@ -410,3 +410,15 @@ def test_tensorize_stride_variable_bound_twice():
     s, args = tiled(intrin)
     with pytest.raises(CompileError, match="stride variable s of b would be 8 here but is 16 for another buffer"):
         vtakit.lower(s, args)
+
+
+def test_attached_stage_needs_a_constant_size():
+    n = te.var("n")
+    A = te.placeholder((n,), name="A")
+    B = te.compute((n,), lambda i: A[i] + 1.0, name="B")
+    C = te.compute((n,), lambda i: B[te.floormod(i * i, n)], name="C")
+    s = te.create_schedule(C.op)
+    xo, xi = s[C].split(C.op.axis[0], factor=4)
+    s[B].compute_at(s[C], xo)
+    with pytest.raises(CompileError, match="stage B: cannot bound the extent n of dimension 0 by a constant"):
+        vtakit.lower(s, [A, C])

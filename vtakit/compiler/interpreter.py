@@ -10,7 +10,8 @@ show up in results. Out-of-range accesses raise :class:`~vtakit.errors.MemoryAcc
 Target intrinsics are supplied as ``intrinsics={"op": fn}``; ``fn`` receives the evaluated
 arguments (ints, floats, numpy arrays, strings, and :class:`Pointer` for ``tvm_access_ptr``).
 Thread-binding loops run serially (one iteration per thread); a loop re-binding a thread variable
-that is already bound runs its body once, for the current thread.
+that is already bound runs its body once, for the current thread. GPU kernels whose threads
+cooperate through shared memory and barriers are therefore not modelled.
 
 Works on IR before and after storage flattening: an access with one index per dimension uses the
 buffer's strides and ``elem_offset``; a single index into a multi-dimensional buffer is a flat

@@ -136,7 +136,8 @@ class CPUModule:
                 written = params[k].data in self._written or params[j].data in self._written
                 if written and a.size and args[j].size and np.may_share_memory(a, args[j]):
                     raise ArgumentError(f"{self.name}: arguments {j} ({params[j].name!r}) and {k} "
-                                        f"({params[k].name!r}) overlap in memory and one is written; pass distinct arrays")
+                                        f"({params[k].name!r}) overlap in memory and one is written; "
+                                        "pass distinct arrays")
         missing = [v.name for v in self._shape_vars if v not in bound]
         if missing:
             raise ArgumentError(f"{self.name}: shape variables {missing} are not bound by any argument's shape")

@@ -343,7 +343,8 @@ class _CodeGen:
             return value
         vec_ty = lir.VectorType(value.type, lanes)
         one = self.b.insert_element(lir.Constant(vec_ty, None), value, _const(_I32, 0))
-        return self.b.shuffle_vector(one, lir.Constant(vec_ty, None), lir.Constant(lir.VectorType(_I32, lanes), [0] * lanes))
+        zeros = lir.Constant(lir.VectorType(_I32, lanes), [0] * lanes)
+        return self.b.shuffle_vector(one, lir.Constant(vec_ty, None), zeros)
 
     def _match(self, a: lir.Value, b: lir.Value) -> tuple[lir.Value, lir.Value]:
         lanes = max(_lanes(a), _lanes(b))
@@ -509,7 +510,9 @@ class _CodeGen:
             return self.b.uitofp(v, ty) if ir.is_float(dst) else self.b.zext(v, ty)
         if ir.is_float(src) and ir.is_float(dst):
             src_bits, dst_bits = ir._bits(src), ir._bits(dst)
-            return v if src_bits == dst_bits else (self.b.fpext(v, ty) if dst_bits > src_bits else self.b.fptrunc(v, ty))
+            if src_bits == dst_bits:
+                return v
+            return self.b.fpext(v, ty) if dst_bits > src_bits else self.b.fptrunc(v, ty)
         if ir.is_float(dst):
             return self.b.sitofp(v, ty) if _signed(src) else self.b.uitofp(v, ty)
         if ir.is_float(src):
@@ -548,11 +551,10 @@ class _CodeGen:
         if lanes == 1:
             return fn(args)
         args = [self._broadcast(a, lanes) for a in args]
-        out = None
-        for k in range(lanes):
-            lane = fn([self.b.extract_element(a, _const(_I32, k)) for a in args])
-            out = self.b.insert_element(out if out is not None else lir.Constant(lir.VectorType(lane.type, lanes), None),
-                                        lane, _const(_I32, k))
+        results = [fn([self.b.extract_element(a, _const(_I32, k)) for a in args]) for k in range(lanes)]
+        out = lir.Constant(lir.VectorType(results[0].type, lanes), None)
+        for k, lane in enumerate(results):
+            out = self.b.insert_element(out, lane, _const(_I32, k))
         return out
 
     def _expr_Call(self, e: ir.Call) -> lir.Value:
@@ -742,7 +744,6 @@ class _CodeGen:
 
     def _stmt_BufferStore(self, s: ir.BufferStore) -> None:
         buf = s.buffer
-        elem = _storage_type(buf.dtype)
         align = _byte_size(buf.dtype)
         value = self.expr(s.value)
         if ir.element_of(buf.dtype) == "bool":
@@ -853,7 +854,8 @@ class _CodeGen:
         values = [env[v] for v in captured]
         self.n_outlined += 1
         name = f"{self.symbol}_parallel{self.n_outlined}"
-        task = lir.Function(self.module, lir.FunctionType(_VOID, [_I32, _I32] + [v.type for v in values]), f"{name}_task")
+        task_type = lir.FunctionType(_VOID, [_I32, _I32] + [v.type for v in values])
+        task = lir.Function(self.module, task_type, f"{name}_task")
         task.linkage = "internal"
         task.attributes.add("nounwind")
         outer = self.frame

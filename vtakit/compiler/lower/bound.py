@@ -24,6 +24,7 @@ from vtakit.compiler import ir
 from vtakit.compiler.arith import Analyzer
 from vtakit.compiler.te.expr import IterVar
 from vtakit.compiler.te.schedule import Fuse, Schedule, Split, Stage
+from vtakit.compiler.te.tensor import input_tensors
 from vtakit.errors import CompileError, ScheduleError
 
 __all__ = ["StageInfo", "infer_bounds", "scope_rank", "thread_rank", "eval_interval"]
@@ -146,13 +147,11 @@ def _minus(hi: ir.PrimExpr, lo: ir.PrimExpr) -> ir.PrimExpr:
 
 
 # ---------------------------------------------------------------------------- the pass
-def infer_bounds(sch: Schedule, bodies: dict[Stage, ir.PrimExpr], outputs: set[Stage]) -> dict[Stage, StageInfo]:
+def infer_bounds(sch: Schedule, bodies: dict[Stage, ir.PrimExpr]) -> dict[Stage, StageInfo]:
     """Domains of every non-inline compute stage. ``bodies`` are the stage bodies after inlining."""
     infos: dict[Stage, StageInfo] = {}
     consumers: dict[Stage, list[Stage]] = {s: [] for s in bodies}
     for s, body in bodies.items():
-        from vtakit.compiler.te.tensor import input_tensors  # noqa: PLC0415
-
         for t in input_tensors(body):
             p = sch[t]
             if p in consumers:

@@ -117,7 +117,7 @@ class _Builder:
                                         f"which is {st.attach_stage.attach_type}d or not computed")
         self._check_attach_scopes()
         # 2. bounds
-        self.infos = infer_bounds(sch, self.bodies, outputs)
+        self.infos = infer_bounds(sch, self.bodies)
         # 3. buffers
         self.buffers: dict[Tensor, tuple[ir.Buffer, list[ir.PrimExpr]]] = {}
         self.allocs: dict[Stage, ir.Buffer] = {}

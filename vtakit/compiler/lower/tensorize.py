@@ -66,7 +66,7 @@ def make_tensorize(builder: "_Builder", info: StageInfo, tloc: int) -> ir.Stmt:
     # 1. region of every root axis
     one = ir.IntImm("int32", 1)
     dom = {info.loop_var[iv]: (ir.IntImm("int32", 0), info.extent[iv] - one) for iv in inner}
-    an = Analyzer({v: b for v, b in builder_bounds(builder).items()})
+    an = Analyzer({v: b for v, b in _builder_bounds(builder).items()})
     region: dict[Any, tuple[ir.PrimExpr, int]] = {}
     for iv in st.axis + st.reduce_axis:
         r = eval_interval(info.offset[iv], dom, an)
@@ -188,7 +188,7 @@ def make_tensorize(builder: "_Builder", info: StageInfo, tloc: int) -> ir.Stmt:
     return builder.nest(st, outer, guard(ir.IfThenElse(first, update_s, body_s)))
 
 
-def builder_bounds(builder: "_Builder") -> dict[ir.Var, tuple[int, int]]:
+def _builder_bounds(builder: "_Builder") -> dict[ir.Var, tuple[int, int]]:
     an = Analyzer()
     out = {}
     for info in builder.infos.values():

@@ -15,8 +15,8 @@ from vtakit.compiler import te
 from vtakit.compiler.te.tensor import Tensor
 from vtakit.errors import CompileError
 
-__all__ = ["pad", "dense", "dense_packed", "matmul", "conv2d_nchw", "conv2d_nchw_packed", "depthwise_conv2d_nchw", "pool2d",
-           "global_avg_pool2d", "softmax", "conv2d_output_shape", "padding_of"]
+__all__ = ["pad", "dense", "dense_packed", "matmul", "conv2d_nchw", "conv2d_nchw_packed", "depthwise_conv2d_nchw",
+           "pool2d", "global_avg_pool2d", "softmax", "conv2d_output_shape", "padding_of"]
 
 
 def _ints(value: int | Sequence[int], n: int, what: str) -> tuple[int, ...]:
@@ -128,7 +128,8 @@ def _check_block(extent: int, block: int, what: str) -> None:
         raise CompileError(f"{what}: pack_block {block!r} must be a positive divisor of {extent}")
 
 
-def dense_packed(data: Tensor, packed_weight: Tensor, bias: Tensor | None = None, out_dtype: str | None = None) -> Tensor:
+def dense_packed(data: Tensor, packed_weight: Tensor, bias: Tensor | None = None,
+                 out_dtype: str | None = None) -> Tensor:
     """Dense with the weight pre-packed as ``[out // block, in, block]``.
 
     Pack constant weights with :func:`~vtakit.compiler.ops.layout.pack_dense_weight`.
@@ -156,7 +157,9 @@ def _add_bias(out: Tensor, bias: Tensor | None, channel_axis: int) -> Tensor:
                       tag="bias_add")
 
 
-def conv2d_output_shape(in_hw: tuple[int, int], kernel_hw: tuple[int, int], strides, padding, dilation) -> tuple[int, int]:
+def conv2d_output_shape(in_hw: tuple[int, int], kernel_hw: tuple[int, int], strides: int | Sequence[int],
+                        padding: int | Sequence[int], dilation: int | Sequence[int]) -> tuple[int, int]:
+    """(OH, OW) of a convolution or pooling window sliding over ``in_hw``."""
     top, left, bottom, right = padding_of(padding)
     sh, sw = _ints(strides, 2, "strides")
     dh, dw = _ints(dilation, 2, "dilation")
@@ -192,8 +195,8 @@ def conv2d_nchw(data: Tensor, kernel: Tensor, strides: int | Sequence[int] = 1, 
         return rc if groups == 1 else (oc // opg) * cg + rc
 
     return te.compute((n, o, oh, ow), lambda b, oc, y, x: te.sum(
-        _acc(padded[b, channel(oc), y * sh + ry * dh, x * sw + rx * dw], out_dtype) * _acc(kernel[oc, rc, ry, rx], out_dtype),
-        axis=[rc, ry, rx]), name="conv2d", tag="conv2d_nchw")
+        _acc(padded[b, channel(oc), y * sh + ry * dh, x * sw + rx * dw], out_dtype)
+        * _acc(kernel[oc, rc, ry, rx], out_dtype), axis=[rc, ry, rx]), name="conv2d", tag="conv2d_nchw")
 
 
 def conv2d_nchw_packed(data: Tensor, packed_kernel: Tensor, strides: int | Sequence[int] = 1,
