@@ -208,3 +208,35 @@ def test_micro_op_kernel_over_the_uop_buffer():
     s, args = dense_schedule(env, 4, 8, 64, tile_b=2, tile_co=2, tile_ci=16, inner="cb")
     with pytest.raises(CompileError, match="kernel of 16 micro-ops exceeds the micro-op SRAM"):
         vtakit.build(s, args, target="vta", config=cfg)
+
+
+def test_gemm_intrinsic_body_when_the_reduction_is_inside():
+    """K = BLOCK_IN and the reduction axes inside the tensorized region: the intrinsic's body
+    (reset + update) is used; loads attached at the output tile."""
+    from vtakit.compiler.topi_vta import dense_packed
+    from tests.compiler.vta.helpers import build_and_run, dense_case
+
+    tensors, st = dense_packed(ENV, 8, 8, 4)
+    data, weight, bias, out = tensors
+    gemm = st["gemm"]
+    s = te.create_schedule(out.op)
+    loads = [s.cache_read(data, ENV.inp_scope, [gemm]), s.cache_read(weight, ENV.wgt_scope, [gemm]),
+             s.cache_read(bias, ENV.acc_scope, [st["bias_add"]])]
+    s[gemm].set_scope(ENV.acc_scope)
+    b, c, bi, ci = s[out].op.axis
+    ewise = (st["shr"], st["bias_add"], st["clip"])
+    for t in (gemm, *ewise, *loads):
+        s[t].compute_at(s[out], c)
+    for t in ewise:
+        s[t].set_scope(ENV.acc_scope)
+        s[t].pragma(s[t].op.axis[0], ENV.alu)
+    for t in loads:
+        s[t].pragma(s[t].op.axis[0], ENV.dma_copy)
+    g_b, g_c, g_bi, g_ci = s[gemm].op.axis
+    ko, ki = s[gemm].op.reduce_axis
+    s[gemm].reorder(g_b, g_c, ko, g_bi, g_ci, ki)
+    s[gemm].tensorize(ko, ENV.gemm)
+    s[out].pragma(bi, ENV.dma_copy)
+    host, expect = dense_case(ENV, 8, 8, 4)
+    mod, _ = build_and_run(s, tensors, host, expect, CFG)
+    assert sum(1 for i in mod.template.insns if type(i).__name__ == "GemmInsn" and i.reset_reg) == 8 * 2
