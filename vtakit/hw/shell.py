@@ -17,6 +17,7 @@ from amaranth.lib.wiring import In, Out
 from vtakit.hw.bus import Axi4Signature, AxiLiteSignature
 from vtakit.hw.config import VTAConfig
 from vtakit.hw.core import VTACore
+from vtakit.hw.sequencer import RetireSignature
 
 __all__ = ["VTAShell", "Register", "REGISTERS", "SHELL_ID", "config_words", "registers_markdown"]
 
@@ -74,6 +75,8 @@ class VTAShell(wiring.Component):
     s_axil : AXI4-Lite slave (32-bit registers, :data:`REGISTERS`)
     m_axi : AXI4 master (the core's memory port)
     irq : out, high while CONTROL.done is set
+    retire_load, retire_compute, retire_store : out, retire events (``valid``, program ``index``) for
+        harnesses that record retire cycles (docs/timing.md §1)
     """
 
     def __init__(self, config: VTAConfig):
@@ -83,12 +86,15 @@ class VTAShell(wiring.Component):
             "s_axil": Out(AxiLiteSignature(addr_width=_ADDR_BITS)),
             "m_axi": Out(Axi4Signature(data_width=config.bus_width)),
             "irq": Out(1),
+            **{f"retire_{name}": Out(RetireSignature()) for name in ("load", "compute", "store")},
         })
 
     def elaborate(self, platform):
         m = Module()
         m.submodules.core = core = self.core
         wiring.connect(m, core.axi, wiring.flipped(self.m_axi))
+        for name in ("load", "compute", "store"):
+            wiring.connect(m, getattr(core, f"retire_{name}"), wiring.flipped(getattr(self, f"retire_{name}")))
         bus = self.s_axil
         insn_count = Signal(32)
         insn_addr = Signal(32)
@@ -141,8 +147,9 @@ def registers_markdown() -> str:
              "The shell (`VTAShell`, Verilog top `vtakit_top` from `vtakit verilog`) has a 32-bit AXI4-Lite slave "
              "`s_axil` with 8 address bits (word-aligned registers; other offsets read 0 and ignore writes), an "
              "AXI4 master `m_axi` (INCR bursts, ID width 2, address width 32, data width BUS_WIDTH; see "
-             "docs/timing.md §5) and an `irq` output that is high while CONTROL.done is set. Clock `clk`, "
-             "synchronous active-high reset `rst`.", "",
+             "docs/timing.md §5), an `irq` output that is high while CONTROL.done is set, and the retire events "
+             "`retire_{load,compute,store}__valid` / `__index` (an instruction's program index, for harnesses that "
+             "record retire cycles). Clock `clk`, synchronous active-high reset `rst`.", "",
              "Launch sequence: write INSN_COUNT and INSN_ADDR, write 1 to CONTROL, wait for `irq` (or poll "
              "CONTROL until done or deadlock is set), then read the counters.", "",
              "| offset | name | access | description |", "|---|---|---|---|"]
