@@ -257,7 +257,7 @@ def _infer_region(info: StageInfo, consumers: list[Stage], infos: dict[Stage, St
 
 def _const_upper(ext: ir.PrimExpr, an: Analyzer, stage: Stage, dim: int) -> int:
     ub = an.const_int_bound(ext)[1]
-    if ub == float("inf") or ub > 2 ** 40:
+    if ub == float("inf") or ub >= 2 ** 31 - 1:  # only the dtype range bounds it
         raise CompileError(f"stage {stage.name}: cannot bound the extent {ext} of dimension {dim} by a constant")
     return max(int(ub), 0)
 
