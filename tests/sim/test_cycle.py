@@ -4,7 +4,7 @@ Every comparison with the RTL goes through the session cache of tests/hw/rtl_cac
 programs the RTL tests run, so a full session runs each on the RTL once). The programs are the
 shared corpus and the RTL tests' random programs on ``VTAConfig.small()``, the RTL tests' short
 default-configuration programs, and (``slow``) a campaign of 200 default-configuration random
-programs. Each comparison checks the final DRAM, ``cycles``, every retire cycle and the busy-cycle
+programs, plus the RTL tests' random programs on unusual configurations. Each comparison checks the final DRAM, ``cycles``, every retire cycle and the busy-cycle
 counters.
 """
 
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from tests.hw.rtl_cache import rtl_run, session_cache_dir
-from tests.hw.test_rtl_differential import DEFAULT_PROGRAMS, RANDOM_SEEDS
+from tests.hw.test_rtl_differential import DEFAULT_PROGRAMS, EXOTIC, RANDOM_SEEDS
 from tests.programs import CASES, Unsupported, run_program
 from tests.programs.runner import insn_address
 from vtakit.errors import DeadlockError, MemoryAccessError, ProgramError, RaceError, SimError
@@ -80,6 +80,13 @@ def test_random_small_matches_rtl(seed, rtl_cache_dir):
     assert first_divergence(random_program(SMALL, seed), rtl_cache_dir) is None
 
 
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("config_name", EXOTIC)
+def test_random_other_configs_match_rtl(config_name, seed, rtl_cache_dir):
+    """Narrow and wide buses, batch 2, every queue and the memory system at their tightest."""
+    assert first_divergence(random_program(EXOTIC[config_name], 1000 + seed), rtl_cache_dir) is None
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", SLOW_SEEDS)
 def test_random_default_matches_rtl(seed, rtl_cache_dir):
@@ -102,6 +109,38 @@ def _launch(config, insns, uops=(), dram_size=1 << 16, trace=None):
 def _load(mem, sram, dram, y, x, **kw):
     return MemInsn(opcode=Opcode.LOAD, memory_type=mem, sram_base=sram, dram_base=dram, y_size=y, x_size=x,
                    x_stride=kw.pop("stride", x), **kw)
+
+
+def _edge_program(config: VTAConfig) -> Program:
+    """DMA shapes random programs rarely draw: empty rows with and without padding, bursts cut at
+    4 KiB and (default configuration) at 256 beats, a STORE of zero rows."""
+    e_inp, e_wgt, e_acc, e_out = (config.inp_elem_bytes, config.wgt_elem_bytes, config.acc_elem_bytes,
+                                  config.out_elem_bytes)
+    wgt_x = min(config.wgt_depth, 9)
+    insns = [_load(MemId.UOP, 0, 0x100 // 4, 1, 1),
+             _load(MemId.UOP, 1, 0x100 // 4, 0, 3),                                   # y = 0, no pads: e = s
+             _load(MemId.ACC, 0, 0x1000 // e_acc, 1, 4),
+             _load(MemId.ACC, 8, 0x1000 // e_acc, 0, 2, y_pad_0=1, y_pad_1=2),        # pads only
+             _load(MemId.INP, 0, 0x1000 // e_inp, 0, 2, x_pad_0=1, x_pad_1=1),        # no rows at all
+             _load(MemId.WGT, 0, (0x3000 - 2 * e_wgt) // e_wgt, 1, wgt_x),            # across 4 KiB
+             _load(MemId.WGT, 16, 0x2000 // e_wgt, 1, wgt_x),                         # 256-beat cap (default)
+             _load(MemId.INP, 0, (0x5000 - 2 * e_inp) // e_inp, 2, 3, stride=40, x_pad_0=2, push_next=True),
+             AluInsn(alu_opcode=AluOp.ADD, use_imm=True, imm=3, uop_bgn=0, uop_end=1, iter_out=4, dst_factor_out=1,
+                     pop_prev=True, push_next=True),
+             MemInsn(opcode=Opcode.STORE, memory_type=MemId.OUT, sram_base=0, dram_base=0x7000 // e_out, y_size=0,
+                     x_size=2, x_stride=2, pop_prev=True),
+             MemInsn(opcode=Opcode.STORE, memory_type=MemId.OUT, sram_base=0, dram_base=(0x8000 - e_out) // e_out,
+                     y_size=2, x_size=2, x_stride=2, push_prev=True),
+             FinishInsn(pop_next=True)]
+    rng = np.random.default_rng(7)
+    data = rng.integers(0, 256, 0x6000, dtype=np.uint8).tobytes()
+    return Program(config, insns, [Uop(0, 0, 0)], uop_addr=0x100, segments=[Segment(0x1000, data, "data")],
+                   dram_size=0x9000, name=f"dma_edges_{config.model}")
+
+
+@pytest.mark.parametrize("config", [SMALL, DEFAULT], ids=["small", "default"])
+def test_dma_edge_shapes_match_rtl(config, rtl_cache_dir):
+    assert first_divergence(_edge_program(config), rtl_cache_dir) is None
 
 
 def _gemm_program(config, n_uops, iters, moving=True):
