@@ -53,7 +53,7 @@ class StageInfo:
     loop_var: dict[IterVar, ir.Var] = field(default_factory=dict)        # per leaf
     predicates: list[ir.PrimExpr] = field(default_factory=list)
     region: list[Interval] = field(default_factory=list)                 # (min, extent) per output dim
-    buffer_shape: list[int] = field(default_factory=list)
+    buffer_shape: list[Any] = field(default_factory=list)               # ints; shape variables at the root
     scope: str = "global"
     scope_vars: list[ir.Var] = field(default_factory=list)               # loops enclosing the attach point
 
@@ -174,7 +174,7 @@ def infer_bounds(sch: Schedule, bodies: dict[Stage, ir.PrimExpr]) -> dict[Stage,
             _infer_region(info, consumers[stage], infos, var_extent, var_tag, an)
         else:
             info.region = [(ir.IntImm("int32", 0), ir.convert(n)) for n in stage.tensor.shape]
-            info.buffer_shape = [_const_upper(ext, an, stage, k) for k, (_, ext) in enumerate(info.region)]
+            info.buffer_shape = list(stage.tensor.shape)  # may hold shape variables
         for iv, (mn, ext) in zip(stage.axis, info.region):
             info.root_min[iv], info.extent[iv] = mn, ext
         for iv in stage.reduce_axis:
