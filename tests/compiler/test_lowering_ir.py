@@ -293,3 +293,14 @@ def test_loop_partition_lets_the_main_part_vectorize():
     assert ramps and not guards  # main part 4 lanes, tail 2 lanes: no guard left
     assert {r.lanes for r in ramps} == {4, 2}
     assert "for (j.outer, 0, 2)" in str(f)
+
+
+def test_build_finds_backends_without_imports():
+    import subprocess
+    import sys
+
+    code = ("import vtakit\nfrom vtakit.compiler import build\n"
+            "assert 'llvm' not in build.registered_targets() and 'vta' not in build.registered_targets()\n"
+            "build._lookup('llvm'); build._lookup('vta')\n"
+            "assert {'llvm', 'vta', 'interpreter'} <= set(build.registered_targets())\n")
+    subprocess.run([sys.executable, "-c", code], check=True)
