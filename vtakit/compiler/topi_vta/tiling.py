@@ -26,6 +26,7 @@ __all__ = ["choose_conv2d_tiles", "choose_dense_tiles", "divisors"]
 _DMA_LATENCY = 40       # cycles per DMA instruction beyond its beats (request + DRAM latency)
 _INSN_OVERHEAD = 5      # cycles per compute instruction (F in docs/timing.md)
 _EPILOGUE_OPS = 4       # shift, bias, max, min
+_LOAD_MARGIN = 1.5      # overlapped loads must leave slack: threads and fetch share the DRAM port
 
 
 def divisors(n: int) -> list[int]:
@@ -41,7 +42,8 @@ def _cost(env: VTAEnv, threads: int, n_tiles: int, n_k: int, gemm: int, load_byt
     if threads == 1:
         per_tile = n_k * (gemm + load + _INSN_OVERHEAD) + epilogue + store
     else:   # loads overlap other threads' compute, except a tile's first load waits for its reset
-        per_tile = max(n_k * (gemm + _INSN_OVERHEAD) + epilogue, n_k * load, store) + (load + store) / threads
+        per_tile = max(n_k * (gemm + _INSN_OVERHEAD) + epilogue, _LOAD_MARGIN * n_k * load, store) \
+            + (load + store) / threads
     return n_tiles * per_tile + load + store
 
 
