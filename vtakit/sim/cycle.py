@@ -219,6 +219,8 @@ class _Core:
         self.done_cycle = -1
         self.write_bytes = 0
         self.events = 0                                # cycles evaluated (the rest were jumped over)
+        # (cycle, queue, tokens from that cycle on), kept only for timelines
+        self.token_log: list[tuple[int, int, int]] | None = [] if launch.trace is not None else None
 
     # ------------------------------------------------------------------ helpers
     def _fetch_burst(self) -> int:
@@ -323,6 +325,7 @@ class _Core:
 
         # Modules (§3). Pops judge the token counts at the start of c; pushes below add 'popped'.
         popped = [0, 0, 0, 0]
+        pushed = [0, 0, 0, 0]
         taken = [0, 0, 0]
         pushers = []
         for mod in modules:
@@ -361,6 +364,7 @@ class _Core:
                     break
                 tokens[q].append(self.hb.snapshot(mod.index))
                 mod.step += 1
+                pushed[q] = 1
             if mod.step == len(pushes):
                 mod.timing.retired = c
                 mod.state = _IDLE
@@ -368,6 +372,8 @@ class _Core:
                     self.done_cycle = c
                 mod.current = -1
 
+        if self.token_log is not None:
+            self.token_log.extend((c + 1, q, len(tokens[q])) for q in range(len(tokens)) if popped[q] or pushed[q])
         # Dispatch (§2): the complete head goes to its module's queue if it had room at the start of c.
         d = self.dispatched
         if d < self.requested and self.complete[d] < c:
@@ -499,7 +505,8 @@ def simulate(launch: Launch) -> CycleRun:
     stats = core.stats(cycles, time.perf_counter() - began)
     if launch.trace is not None:
         from vtakit.sim.timeline import write_trace
-        write_trace(Path(launch.trace), launch.config, launch.insns, core.timing, stats, core.memory.bursts)
+        write_trace(Path(launch.trace), launch.config, launch.insns, core.timing, stats, core.memory.bursts,
+                    core.token_log)
     return CycleRun(core.machine, stats, core.timing, core.events)
 
 

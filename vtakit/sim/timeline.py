@@ -3,8 +3,9 @@
 Where did the cycles go? One track per module shows, without overlap, each instruction's
 execution (named by its disassembly), the cycles it waited for a token before starting or for room
 in a token queue after finishing, and the cycles a DMA instruction waited for DRAM in between; the
-fetch track shows when fetch waited for instruction bytes or for a full command queue, and the
-DRAM track shows every read burst on the shared data channel.
+fetch track shows when fetch waited for instruction bytes or for a full command queue, the
+DRAM track shows every read burst on the shared data channel, and one counter track per token
+queue shows how many tokens it holds.
 
 Time axis: one cycle is one microsecond of trace time (``ts`` and ``dur`` are whole cycles), so
 Perfetto's time readout is a cycle count. Cycle ``c`` covers ``[c, c + 1)``; an instruction's
@@ -62,7 +63,8 @@ def _exec_slices(events: list, track: str, name: str, index: int, t: "InsnTiming
 
 
 def trace_events(config: VTAConfig, insns: list[isa.Instruction], timing: list["InsnTiming"],
-                 stats: RunStats, dram_bursts: list[tuple[str, int, int]] = ()) -> dict:
+                 stats: RunStats, dram_bursts: list[tuple[str, int, int]] = (),
+                 token_log: list[tuple[int, int, int]] | None = None) -> dict:
     """The trace as a JSON-ready dict (``traceEvents`` plus metadata)."""
     events: list = [{"name": "process_name", "ph": "M", "pid": 0, "args": {"name": f"vtakit core {config.model}"}}]
     for track, tid in TRACKS.items():
@@ -86,16 +88,22 @@ def trace_events(config: VTAConfig, insns: list[isa.Instruction], timing: list["
         head_since = t.dispatched + 1
     for requester, first, last in dram_bursts:
         _slice(events, "dram", requester, first, last + 1, "dram", beats=last - first + 1)
+    for name in QUEUE_NAMES:   # token-queue occupancy as counter tracks, starting empty
+        events.append({"name": f"tokens {name}", "ph": "C", "ts": 0, "pid": 0, "args": {"tokens": 0}})
+    for cycle, queue, count in token_log or ():
+        events.append({"name": f"tokens {QUEUE_NAMES[queue]}", "ph": "C", "ts": cycle, "pid": 0,
+                       "args": {"tokens": count}})
     return {"traceEvents": events, "displayTimeUnit": "ns",
             "otherData": {"time_unit": "1 us of trace time = 1 cycle", "config": config.model,
                           "cycles": stats.cycles, "utilization": stats.utilization}}
 
 
 def write_trace(path: Path, config: VTAConfig, insns: list[isa.Instruction], timing: list["InsnTiming"],
-                stats: RunStats, dram_bursts: list[tuple[str, int, int]] = ()) -> None:
+                stats: RunStats, dram_bursts: list[tuple[str, int, int]] = (),
+                token_log: list[tuple[int, int, int]] | None = None) -> None:
     """Write the timeline of a run to ``path`` (must end in ``.json``)."""
     path = Path(path)
     if path.suffix != ".json":
         raise SimError(f"the cycle backend writes Chrome trace-event JSON; trace path {str(path)!r} must end "
                           "in .json (use the rtl backend for a .vcd waveform)")
-    path.write_text(json.dumps(trace_events(config, insns, timing, stats, dram_bursts)))
+    path.write_text(json.dumps(trace_events(config, insns, timing, stats, dram_bursts, token_log)))
