@@ -99,11 +99,15 @@ def _launch(config, insns, uops=(), dram_size=1 << 16, trace=None):
     data = rng.integers(0, 256, dram_size - 0x1000, dtype=np.uint8).tobytes()
     program = Program(config, list(insns), list(uops), uop_addr=0x100, segments=[Segment(0x1000, data, "data")],
                       dram_size=dram_size)
+    return _launch_program(program, trace)
+
+
+def _launch_program(program, trace=None):
     addr = insn_address(program)
     encoded = program.encoded_insns()
     dram = program.initial_dram(addr + len(encoded))
     dram[addr:addr + len(encoded)] = np.frombuffer(encoded, dtype=np.uint8)
-    return program, Launch(config, list(insns), dram, addr, trace)
+    return program, Launch(program.config, list(program.insns), dram, addr, trace)
 
 
 def _load(mem, sram, dram, y, x, **kw):
@@ -184,6 +188,25 @@ def test_long_gemm_is_one_event():
     r = run.stats.retire_cycles
     assert r[4] - r[3] == (1 << 20) + 5
     assert run.events < 400 and run.stats.cycles > 3 << 20
+
+
+JUMP_CONFIGS = {"small": SMALL, "tight": SMALL.replace(dram_latency=1, dram_outstanding=1, cmd_queue_depth=1,
+                                                        token_queue_depth=1),
+                "O2_L7": SMALL.replace(dram_outstanding=2, dram_latency=7), "default": DEFAULT}
+
+
+@pytest.mark.parametrize("seed", range(10))
+@pytest.mark.parametrize("config_name", JUMP_CONFIGS)
+def test_jumping_equals_evaluating_every_cycle(config_name, seed):
+    """The model only skips cycles in which nothing can happen: evaluating every cycle agrees."""
+    program = random_program(JUMP_CONFIGS[config_name], 500 + seed)
+    runs = []
+    for every_cycle in (False, True):
+        _, launch = _launch_program(program)
+        runs.append(simulate(launch, every_cycle=every_cycle))
+    jumped, stepped = runs
+    assert jumped.stats.retire_cycles == stepped.stats.retire_cycles
+    assert stepped.events == stepped.stats.cycles and jumped.events < stepped.events
 
 
 def test_stats_partition_the_cycles():

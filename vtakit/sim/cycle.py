@@ -426,8 +426,12 @@ class _Core:
             return cycle
         return live[len(live) - self.memory.limit] + 1
 
-    def run(self) -> int:
-        """Run to FINISH; returns ``cycles`` (raises ``DeadlockError`` if the program deadlocks)."""
+    def run(self, every_cycle: bool = False) -> int:
+        """Run to FINISH; returns ``cycles`` (raises ``DeadlockError`` if the program deadlocks).
+
+        ``every_cycle`` evaluates every cycle instead of jumping (a check of the jumps: the result
+        must be the same, since a cycle jumped over is one in which nothing can happen).
+        """
         c = 1
         while True:
             self.events += 1
@@ -437,7 +441,7 @@ class _Core:
             nxt = self.next_event(c)
             if nxt >= _NEVER:
                 raise DeadlockError(self._deadlock_report(c))
-            c = nxt
+            c = c + 1 if every_cycle else nxt
 
     def _deadlock_report(self, cycle: int) -> str:
         lines = []
@@ -489,8 +493,12 @@ class _Core:
             dram_read_bytes=self.memory.read_bytes, dram_write_bytes=self.write_bytes, sim_seconds=seconds)
 
 
-def simulate(launch: Launch) -> CycleRun:
-    """Run ``launch`` (mutating ``launch.dram``); returns the machine, the stats and every instruction's timing."""
+def simulate(launch: Launch, *, every_cycle: bool = False) -> CycleRun:
+    """Run ``launch`` (mutating ``launch.dram``); returns the machine, the stats and every instruction's timing.
+
+    ``every_cycle=True`` evaluates every cycle instead of jumping from event to event (slow; for
+    checking the model's jumps).
+    """
     began = time.perf_counter()
     if launch.insn_addr % isa.INSN_BYTES:
         raise ProgramError(f"instruction address {launch.insn_addr:#x} is not {isa.INSN_BYTES}-byte aligned")
@@ -501,7 +509,7 @@ def simulate(launch: Launch) -> CycleRun:
         raise SimError(f"the cycle backend writes a Chrome trace-event timeline; trace path {str(launch.trace)!r} "
                        "must end in .json (the rtl backend writes .vcd waveforms)")
     core = _Core(launch)
-    cycles = core.run()
+    cycles = core.run(every_cycle)
     stats = core.stats(cycles, time.perf_counter() - began)
     if launch.trace is not None:
         from vtakit.sim.timeline import write_trace
