@@ -354,3 +354,12 @@ def test_races_are_detected():
     _, launch = _launch(cfg, insns, [Uop(0, 0, 0)])
     with pytest.raises(RaceError, match="data race on INP entry 0"):
         simulate(launch)
+
+
+def test_model_constants_match_the_rtl():
+    """The few structural constants the model restates (sim may not import the Amaranth RTL)."""
+    from vtakit.hw import bus, fetch, memory_master
+    from vtakit.sim import cycle
+    assert (cycle.FETCH_BURST, cycle.FETCH_DEPTH) == (fetch.FETCH_BURST, fetch.FETCH_DEPTH)
+    assert (cycle._MAX_BURST, cycle._BOUNDARY) == (bus.MAX_BURST_BEATS, bus.BOUNDARY_BYTES)
+    assert ("fetch",) + tuple(cycle.MODULES[m] for m in cycle._READ_PRIORITY) == memory_master.READ_PRIORITY
