@@ -103,6 +103,10 @@ def test_random_pipeline_schedules_match_numpy(data):
     if red is not C:
         ci, cj = C.op.axis
         cio, cii = s[C].split(ci, factor=data.draw(factor))
+        thread = data.draw(st.sampled_from([None, "vthread", "cthread"]), "thread")
+        if thread:
+            t, cio = s[C].split(cio, nparts=2)
+            s[C].bind(t, te.thread_axis(thread))
         rs.compute_at(s[C], data.draw(st.sampled_from([cio, cii, cj])))
     where_e = data.draw(st.sampled_from(["root", "inline", "at"]))
     if where_e == "inline":
