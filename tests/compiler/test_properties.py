@@ -131,3 +131,39 @@ def test_random_pipeline_schedules_match_numpy(data):
         func = vtakit.lower(s, [A, B, D])
     run(func, a, b, d)
     np.testing.assert_array_equal(d, (a * 2 - 3) @ b + 1)
+
+
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(data=st.data())
+def test_random_tensorized_schedules_match_numpy(data):
+    """Tensorize a 4x4x4 toy GEMM under random outer tilings, loop orders, intrinsic modes and cache stages."""
+    from vtakit.compiler.testing import toy_gemm_intrin
+
+    tiles = st.integers(1, 3)
+    n, m, l = 4 * data.draw(tiles), 4 * data.draw(tiles), 4 * data.draw(tiles)
+    A = te.placeholder((n, l), "int32", name="A")
+    B = te.placeholder((l, m), "int32", name="B")
+    k = te.reduce_axis((0, l), name="k")
+    C = te.compute((n, m), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
+    s = te.create_schedule(C.op)
+    red = s.cache_write(C, "local") if data.draw(st.booleans(), "cache_write") else C
+    rs = s[red]
+    i, j = red.op.axis
+    io, ii = rs.split(i, factor=4)
+    jo, ji = rs.split(j, factor=4)
+    ko, ki = rs.split(red.op.reduce_axis[0], factor=4)
+    outer = data.draw(st.permutations([io, jo, ko]))
+    rs.reorder(*outer, ii, ji, ki)
+    mode = data.draw(st.sampled_from(["reset_update", "body_update"]))
+    rs.tensorize(ii, toy_gemm_intrin(4, 4, 4, mode))
+    if red is not C:
+        cio, cjo, cii, cji = s[C].tile(*C.op.axis, 4, 4)
+        rs.compute_at(s[C], data.draw(st.sampled_from([cio, cjo])))
+    if data.draw(st.booleans(), "cache_read"):
+        AA = s.cache_read(A, "local", [red])
+        s[AA].compute_at(rs, data.draw(st.sampled_from(outer)))
+    a = np.arange(n * l, dtype=np.int32).reshape(n, l) % 7 - 3
+    b = np.arange(l * m, dtype=np.int32).reshape(l, m) % 5 - 2
+    c = np.zeros((n, m), np.int32)
+    run(vtakit.lower(s, [A, B, C]), a, b, c)
+    np.testing.assert_array_equal(c, a @ b)
