@@ -25,7 +25,7 @@ from vtakit.compiler.arith import Analyzer
 from vtakit.compiler.te.expr import IterVar
 from vtakit.compiler.te.schedule import Fuse, Schedule, Split, Stage
 from vtakit.compiler.te.tensor import input_tensors
-from vtakit.errors import CompileError, ScheduleError
+from vtakit.errors import CompileError
 
 __all__ = ["StageInfo", "infer_bounds", "scope_rank", "thread_rank", "eval_interval"]
 
@@ -164,13 +164,7 @@ def infer_bounds(sch: Schedule, bodies: dict[Stage, ir.PrimExpr]) -> dict[Stage,
         info = StageInfo(stage, bodies[stage])
         info.scope_vars = _scope_vars(stage, infos)
         info.scope = stage.scope or _default_scope(info.scope_vars, var_tag)
-        if stage.attach_type == "scope":
-            if stage.attach_stage not in infos:
-                raise ScheduleError(f"stage {stage.name} is attached to stage {stage.attach_stage.name}, which is "
-                                    "inlined or not computed")
-            if not consumers[stage]:
-                raise ScheduleError(f"stage {stage.name}: compute_at stage {stage.attach_stage.name} does not "
-                                    f"consume {stage.name}")
+        if stage.attach_type == "scope":  # lowering checked: the parent is computed and reads this stage
             _infer_region(info, consumers[stage], infos, var_extent, var_tag, an)
         else:
             info.region = [(ir.IntImm("int32", 0), ir.convert(n)) for n in stage.tensor.shape]
