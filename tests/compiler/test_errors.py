@@ -422,3 +422,20 @@ def test_attached_stage_needs_a_constant_size():
     s[B].compute_at(s[C], xo)
     with pytest.raises(CompileError, match="stage B: cannot bound the extent n of dimension 0 by a constant"):
         vtakit.lower(s, [A, C])
+
+
+def test_storage_align_errors():
+    A, B, C, D = pipeline()
+    s = te.create_schedule(C.op)
+    with pytest.raises(ScheduleError, match="stage B: storage_align needs factor > 0"):
+        s[B].storage_align(B.op.axis[0], 0, 0)
+    with pytest.raises(ScheduleError, match="stage B: storage_align needs one of the stage's original axes"):
+        s[B].storage_align(C.op.axis[0], 4, 0)
+    n = te.var("n")
+    X = te.placeholder((n,), name="X")
+    Y = te.compute((n,), lambda i: X[i] + 1.0, name="Y")
+    Z = te.compute((n,), lambda i: Y[i] * 2.0, name="Z")
+    s = te.create_schedule(Z.op)
+    s[Y].storage_align(Y.op.axis[0], 4, 0)
+    with pytest.raises(CompileError, match="storage_align needs a buffer of constant shape"):
+        vtakit.lower(s, [X, Z])

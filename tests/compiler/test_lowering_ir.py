@@ -304,3 +304,18 @@ def test_build_finds_backends_without_imports():
             "build._lookup('llvm'); build._lookup('vta')\n"
             "assert {'llvm', 'vta', 'interpreter'} <= set(build.registered_targets())\n")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_storage_align_pads_strides():
+    A = te.placeholder((6, 8), name="A")
+    B = te.compute((6, 8), lambda i, j: A[i, j] * 2.0, name="B")
+    C = te.compute((6, 8), lambda i, j: B[i, j] + 1.0, name="C")
+    s = te.create_schedule(C.op)
+    s[B].storage_align(B.op.axis[0], 16, 1)  # row stride 8 -> 17
+    f = vtakit.lower(s, [A, C])
+    alloc = nodes(f, ir.Allocate)[0]
+    assert alloc.buffer.shape[0].value == 6 * 17
+    assert "B[((i * 17) + j)]" in str(f)
+    a, c = np.arange(48, dtype=np.float32).reshape(6, 8), np.zeros((6, 8), np.float32)
+    run(f, a, c)
+    np.testing.assert_array_equal(c, a * 2 + 1)

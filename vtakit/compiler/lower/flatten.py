@@ -28,6 +28,9 @@ def buffer_strides(buf: ir.Buffer) -> tuple[ir.PrimExpr, ...]:
 
 
 def buffer_size(buf: ir.Buffer) -> ir.PrimExpr:
+    """Elements of storage the buffer spans (with explicit strides: outermost stride x extent)."""
+    if buf.strides and buf.shape:
+        return _mul(buf.strides[0], buf.shape[0])
     size: ir.PrimExpr = ir.IntImm("int32", 1)
     for extent in buf.shape:
         size = _mul(size, extent)

@@ -47,6 +47,22 @@ class LoadLowerer(ir.IRMutator):
         return ir.BufferLoad(buf, tuple(_rel(i, m) for i, m in zip(node.indices, mins)))
 
 
+def _aligned_strides(shape: list[Any], aligns: dict[int, tuple[int, int]]) -> tuple:
+    """Row-major strides with ``storage_align`` padding (TVM's StorageFlatten rule); () if none."""
+    if not aligns:
+        return ()
+    if not all(isinstance(n, int) for n in shape):
+        raise CompileError(f"storage_align needs a buffer of constant shape, got {shape}")
+    strides, stride = [], 1
+    for dim in reversed(range(len(shape))):
+        if dim in aligns:
+            factor, offset = aligns[dim]
+            stride += (factor + offset - stride % factor) % factor
+        strides.append(stride)
+        stride *= shape[dim]
+    return tuple(reversed(strides))
+
+
 def _rel(index: ir.PrimExpr, mn: ir.PrimExpr) -> ir.PrimExpr:
     return index if isinstance(mn, ir.IntImm) and mn.value == 0 else index - mn
 
@@ -130,7 +146,8 @@ class _Builder:
                 if st.scope not in (None, "global"):
                     raise ScheduleError(f"stage {st.name} is an argument, its scope must be global, not {st.scope}")
             else:
-                buf = ir.Buffer(st.name, tuple(info.buffer_shape), st.tensor.dtype, info.scope)
+                buf = ir.Buffer(st.name, tuple(info.buffer_shape), st.tensor.dtype, info.scope,
+                                strides=_aligned_strides(info.buffer_shape, st.storage_aligns))
                 self.allocs[st] = buf
             self.buffers[st.tensor] = (buf, [mn for mn, _ in info.region])
         self.lowerer = LoadLowerer(self.buffers)

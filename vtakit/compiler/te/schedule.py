@@ -76,6 +76,7 @@ class Stage:
         self.attach_ivar: IterVar | None = None
         self.attach_stage: Stage | None = None
         self.scope: str | None = None
+        self.storage_aligns: dict[int, tuple[int, int]] = {}  # dimension -> (factor, offset)
 
     def __repr__(self) -> str:
         return f"Stage({self.name})"
@@ -213,6 +214,18 @@ class Stage:
         if not isinstance(scope, str) or not scope:
             raise ScheduleError(f"stage {self.name}: scope must be a non-empty string, got {scope!r}")
         self.scope = scope
+
+    def storage_align(self, axis: IterVar, factor: int, offset: int) -> None:
+        """Pad the stride of ``axis``'s dimension in this stage's buffer so that
+        ``stride % factor == offset`` (e.g. to avoid shared-memory bank conflicts)."""
+        self._require_compute("storage_align")
+        if axis not in self.axis:
+            raise ScheduleError(f"stage {self.name}: storage_align needs one of the stage's original axes "
+                                f"{[iv.name for iv in self.axis]}, got {getattr(axis, 'name', axis)!r}")
+        if not isinstance(factor, int) or factor <= 0 or not isinstance(offset, int) or not 0 <= offset < factor:
+            raise ScheduleError(f"stage {self.name}: storage_align needs factor > 0 and 0 <= offset < factor, "
+                                f"got factor={factor!r}, offset={offset!r}")
+        self.storage_aligns[self.axis.index(axis)] = (factor, offset)
 
     # ------------------------------------------------------------------ annotations
     def bind(self, iv: IterVar, thread_ivar: IterVar) -> None:
