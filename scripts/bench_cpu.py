@@ -164,8 +164,7 @@ def bench_conv(name: str, repeat: int, plain: bool, ort: Any, tvm_ok: bool) -> R
 
 
 def ort_conv_session(ort: Any, weight: np.ndarray, in_shape: tuple, pad: int, stride: int) -> Any:
-    import onnx  # noqa: PLC0415 (optional benchmark dependency)
-    from onnx import TensorProto, helper, numpy_helper  # noqa: PLC0415
+    from onnx import TensorProto, helper, numpy_helper  # noqa: PLC0415 (optional benchmark dependency)
 
     node = helper.make_node("Conv", ["x", "w"], ["y"], pads=[pad] * 4, strides=[stride] * 2,
                             kernel_shape=list(weight.shape[2:]))

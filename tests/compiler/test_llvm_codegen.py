@@ -58,8 +58,8 @@ def test_signed_division_flavours(dtype, kind):
 def test_unsigned_division_and_constant_divisors():
     a = rng.integers(0, 255, N).astype("uint8")
     b = rng.integers(1, 9, N).astype("uint8")
-    np.testing.assert_array_equal(run(elementwise(ir.FloorDiv.make, ["uint8"] * 2, "uint8"), a, b, out_dtype="uint8"), a // b)
-    np.testing.assert_array_equal(run(elementwise(ir.FloorMod.make, ["uint8"] * 2, "uint8"), a, b, out_dtype="uint8"), a % b)
+    for make, want in ((ir.FloorDiv.make, a // b), (ir.FloorMod.make, a % b)):
+        np.testing.assert_array_equal(run(elementwise(make, ["uint8"] * 2, "uint8"), a, b, out_dtype="uint8"), want)
     s = np.arange(-18, 19, dtype=np.int32)
     for d in (4, -4, 3):
         got = run(elementwise(lambda x, d=d: x // d + (x % d) * 100, ["int32"], "int32"), s, out_dtype="int32")
@@ -109,8 +109,8 @@ def test_bool_casts_and_logic():
 def test_shifts_are_arithmetic_for_signed(dtype):
     a = rng.integers(np.iinfo(dtype).min, np.iinfo(dtype).max, N, dtype=np.int64).astype(dtype)
     s = rng.integers(0, 7, N).astype(dtype)
-    np.testing.assert_array_equal(run(elementwise(lambda x, y: x >> y, [dtype] * 2, dtype), a, s, out_dtype=dtype), a >> s)
-    np.testing.assert_array_equal(run(elementwise(lambda x, y: x << y, [dtype] * 2, dtype), a, s, out_dtype=dtype), a << s)
+    for fn, want in ((lambda x, y: x >> y, a >> s), (lambda x, y: x << y, a << s)):
+        np.testing.assert_array_equal(run(elementwise(fn, [dtype] * 2, dtype), a, s, out_dtype=dtype), want)
 
 
 MATH = {
@@ -330,7 +330,8 @@ def test_cache_is_by_content_not_by_names():
 def axpy():
     X, Y, Z = (ir.Buffer(n, (4, 5), "float32") for n in "XYZ")
     i, j = ir.Var("i"), ir.Var("j")
-    return build_llvm(ir.PrimFunc("axpy", (X, Y, Z), loop(i, 4, loop(j, 5, ir.BufferStore(Z, X[i, j] * 2.0 + Y[i, j], (i, j))))))
+    body = loop(i, 4, loop(j, 5, ir.BufferStore(Z, X[i, j] * 2.0 + Y[i, j], (i, j))))
+    return build_llvm(ir.PrimFunc("axpy", (X, Y, Z), body))
 
 
 def ok_args():
@@ -437,3 +438,14 @@ def test_freed_modules_leave_others_working():
     keep(a)
     build_llvm(func(5.0))(a)
     np.testing.assert_array_equal(a, 10.0)
+
+
+def test_thread_count_setting_is_checked(monkeypatch):
+    from vtakit.compiler.backend.llvm_runtime import num_threads
+
+    monkeypatch.setenv("VTAKIT_NUM_THREADS", "3")
+    assert num_threads() == 3
+    for bad in ("0", "two", "100000"):
+        monkeypatch.setenv("VTAKIT_NUM_THREADS", bad)
+        with pytest.raises(CompileError, match="VTAKIT_NUM_THREADS must be an integer"):
+            num_threads()

@@ -119,8 +119,8 @@ def test_conv2d_nchw_packed(stride, padding, block):
     packed = te.placeholder((2, 5, 3, 3, block), name="packed")
     out = ops.relu(ops.conv2d_nchw_packed(data, packed, stride, padding))
     x, k = rand((1, 5, 14, 14)), rand((2 * block, 5, 3, 3))
-    got = run_both(cpu.schedule_conv2d_nchw_packed(out), [data, packed], out, [x, ops.layout.pack_conv2d_kernel(k, block)],
-                   interpret=False)
+    kp = ops.layout.pack_conv2d_kernel(k, block)
+    got = run_both(cpu.schedule_conv2d_nchw_packed(out), [data, packed], out, [x, kp], interpret=False)
     check(got, np.maximum(conv2d_ref(x, k, stride, padding), 0), rtol=1e-4)
 
 
@@ -150,7 +150,8 @@ def test_dense_packed_and_matmul():
     packed = te.placeholder((3, 9, 8), name="packed")
     out = ops.dense_packed(data, packed)
     x, w = rand((5, 9)), rand((24, 9))
-    got = run_both(cpu.schedule_dense(out), [data, packed], out, [x, ops.layout.pack_dense_weight(w, 8)], interpret=False)
+    wp = ops.layout.pack_dense_weight(w, 8)
+    got = run_both(cpu.schedule_dense(out), [data, packed], out, [x, wp], interpret=False)
     check(got, x @ w.T, rtol=1e-4)
     a, b = te.placeholder((6, 9), "int32", name="a"), te.placeholder((9, 16), "int32", name="b")
     c = ops.matmul(a, b, pack_block=16)

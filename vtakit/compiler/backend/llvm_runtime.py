@@ -10,10 +10,12 @@ Contract of the parallel launch (mirrors TVM's ``TVMBackendParallelLaunch``)::
     int32 vtakit_parallel_launch(int32 (*task)(int32 task_id, int32 num_tasks, void *closure),
                                  void *closure)
 
-runs ``task(k, n, closure)`` for every ``k < n`` (``n`` = the pool size, the caller's thread
-running ``k = 0``) and returns when all have finished. Each task picks a fixed contiguous chunk
-of the loop, so results never depend on scheduling. Launches from different threads are
-serialised; nested parallel loops are rejected by the code generator. The pool is re-created
+runs ``task(k, n, closure)`` for every ``k < n`` (``n`` = a few chunks per pool thread) and
+returns when all have finished; the caller's thread takes chunks too. Chunk ``k`` is a fixed
+contiguous range of the loop and iterations are independent, so results never depend on which
+thread ran what; threads claim chunks dynamically, so one descheduled thread (on a shared
+machine) does not hold up the loop. Launches from different threads are serialised; nested
+parallel loops are rejected by the code generator. The pool is re-created
 after ``os.fork`` (the child inherits no threads), so forked workers (autotuning measurement) can
 run kernels too.
 """
@@ -34,6 +36,7 @@ __all__ = ["CPUTarget", "host_target", "parse_target", "target_machine", "optimi
            "num_threads", "PARALLEL_LAUNCH"]
 
 PARALLEL_LAUNCH = "vtakit_parallel_launch"
+MAX_THREADS = 1024  # the job ticket counts chunks in 16 bits
 
 _llvm_ready = False
 _lock = threading.RLock()
@@ -132,16 +135,21 @@ def num_threads() -> int:
     """Threads of the pool: ``VTAKIT_NUM_THREADS``, else the CPUs this process may run on."""
     env = os.environ.get("VTAKIT_NUM_THREADS")
     if env is not None:
-        if not env.isdigit() or int(env) < 1:
-            raise CompileError(f"VTAKIT_NUM_THREADS must be a positive integer, got {env!r}")
+        if not env.isdigit() or not 1 <= int(env) <= MAX_THREADS:
+            raise CompileError(f"VTAKIT_NUM_THREADS must be an integer in [1, {MAX_THREADS}], got {env!r}")
         return int(env)
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return min(cpus, MAX_THREADS)
 
 
-# The pool. Jobs are posted under @pool_mutex with a release store of @job_generation; workers
-# and the launcher first spin (bounded, with a CPU pause hint) on atomic loads, then sleep on
-# condition variables, so back-to-back launches cost microseconds and idle threads cost nothing.
-# pthread objects live in over-sized opaque storage (glibc x86-64 needs 40/48 bytes, macOS 64).
+# The pool. A job is one atomic 64-bit ticket, generation << 32 | chunks << 16 | next chunk: threads
+# claim chunks with a compare-and-swap that also checks the generation, so a worker that wakes
+# late can never take a chunk of a finished or newer job, and fn/closure (written before the
+# ticket is published with a release store) are valid whenever a claim succeeds. The launcher
+# claims chunks too and returns once @job_done counts every chunk. Threads spin (bounded, with a
+# CPU pause hint) before sleeping on condition variables, so back-to-back launches are cheap and
+# idle threads cost nothing. pthread objects live in over-sized opaque storage (glibc x86-64
+# needs 40/48 bytes, macOS 64).
 _RUNTIME_IR = r"""
 @launch_mutex = internal global [128 x i8] zeroinitializer, align 64
 @pool_mutex = internal global [128 x i8] zeroinitializer, align 64
@@ -149,11 +157,11 @@ _RUNTIME_IR = r"""
 @cond_done = internal global [128 x i8] zeroinitializer, align 64
 @pool_size = internal global i32 1
 @workers_started = internal global i32 0
-@job_generation = internal global i64 0, align 64
+@ticket = internal global i64 0, align 64
 @start_generation = internal global i64 0
 @job_fn = internal global ptr null
 @job_closure = internal global ptr null
-@job_remaining = internal global i32 0, align 64
+@job_done = internal global i32 0, align 64
 
 declare i32 @pthread_mutex_init(ptr, ptr)
 declare i32 @pthread_mutex_lock(ptr)
@@ -176,8 +184,8 @@ define void @vtakit_runtime_reset(i32 %size) {
   call i32 @pthread_cond_init(ptr @cond_done, ptr null)
   store i32 %size, ptr @pool_size
   store i32 0, ptr @workers_started
-  store i64 0, ptr @job_generation
-  store i32 0, ptr @job_remaining
+  store i64 0, ptr @ticket
+  store i32 0, ptr @job_done
   ret void
 }
 
@@ -193,13 +201,14 @@ define void @vtakit_runtime_after_fork_in_parent() {
   ret void
 }
 
-; Wait until @job_generation differs from %seen; return the new generation.
+; Wait until the ticket's generation differs from %seen; return the new generation.
 define internal i64 @await_job(i64 %seen) {
 entry:
   br label %spin
 spin:
   %k = phi i32 [ 0, %entry ], [ %k1, %spin_again ]
-  %g = load atomic i64, ptr @job_generation acquire, align 8
+  %t = load atomic i64, ptr @ticket acquire, align 8
+  %g = lshr i64 %t, 32
   %new = icmp ne i64 %g, %seen
   br i1 %new, label %done, label %spin_again
 spin_again:
@@ -211,7 +220,8 @@ lock:
   call i32 @pthread_mutex_lock(ptr @pool_mutex)
   br label %check
 check:
-  %g2 = load atomic i64, ptr @job_generation acquire, align 8
+  %t2 = load atomic i64, ptr @ticket acquire, align 8
+  %g2 = lshr i64 %t2, 32
   %new2 = icmp ne i64 %g2, %seen
   br i1 %new2, label %unlock, label %sleep
 sleep:
@@ -225,40 +235,65 @@ done:
   ret i64 %result
 }
 
-define internal ptr @worker_main(ptr %arg) {
+; Claim and run chunks of job %gen until none is left (or the job is no longer current).
+define internal void @run_chunks(i64 %gen) {
 entry:
-  %id = ptrtoint ptr %arg to i32
-  %gen0 = load i64, ptr @start_generation  ; not @job_generation: a job may be posted before we get here
-  br label %wait
-wait:
-  %seen = phi i64 [ %gen0, %entry ], [ %gen, %finished ]
-  %gen = call i64 @await_job(i64 %seen)
+  br label %claim
+claim:
+  %t = load atomic i64, ptr @ticket acquire, align 8
+  %g = lshr i64 %t, 32
+  %current = icmp eq i64 %g, %gen
+  %n64 = lshr i64 %t, 16
+  %n = and i64 %n64, 65535
+  %c = and i64 %t, 65535
+  %left = icmp ult i64 %c, %n
+  %go = and i1 %current, %left
+  br i1 %go, label %take, label %exit
+take:
+  %t1 = add i64 %t, 1
+  %pair = cmpxchg ptr @ticket, i64 %t, i64 %t1 acq_rel acquire
+  %won = extractvalue { i64, i1 } %pair, 1
+  br i1 %won, label %run, label %claim
+run:
   %fn = load ptr, ptr @job_fn
   %closure = load ptr, ptr @job_closure
-  %size = load i32, ptr @pool_size
-  call i32 %fn(i32 %id, i32 %size, ptr %closure)
-  %left = atomicrmw sub ptr @job_remaining, i32 1 acq_rel
-  %last = icmp eq i32 %left, 1
-  br i1 %last, label %signal, label %finished
+  %chunk = trunc i64 %c to i32
+  %chunks = trunc i64 %n to i32
+  call i32 %fn(i32 %chunk, i32 %chunks, ptr %closure)
+  %before = atomicrmw add ptr @job_done, i32 1 acq_rel
+  %after = add i32 %before, 1
+  %last = icmp eq i32 %after, %chunks
+  br i1 %last, label %signal, label %claim
 signal:
   call i32 @pthread_mutex_lock(ptr @pool_mutex)
   call i32 @pthread_cond_broadcast(ptr @cond_done)
   call i32 @pthread_mutex_unlock(ptr @pool_mutex)
-  br label %finished
-finished:
+  br label %claim
+exit:
+  ret void
+}
+
+define internal ptr @worker_main(ptr %arg) {
+entry:
+  %gen0 = load i64, ptr @start_generation  ; not the ticket: a job may be posted before we get here
+  br label %wait
+wait:
+  %seen = phi i64 [ %gen0, %entry ], [ %gen, %wait ]
+  %gen = call i64 @await_job(i64 %seen)
+  call void @run_chunks(i64 %gen)
   br label %wait
 }
 
 define internal void @start_workers(i32 %size) {
 entry:
   %handle = alloca i64
-  %current = load i64, ptr @job_generation
+  %t = load i64, ptr @ticket
+  %current = lshr i64 %t, 32
   store i64 %current, ptr @start_generation
   br label %loop
 loop:
   %i = phi i32 [ 1, %entry ], [ %next, %loop ]
-  %arg = inttoptr i32 %i to ptr
-  call i32 @pthread_create(ptr %handle, ptr null, ptr @worker_main, ptr %arg)
+  call i32 @pthread_create(ptr %handle, ptr null, ptr @worker_main, ptr null)
   %h = load i64, ptr %handle
   call i32 @pthread_detach(i64 %h)
   %next = add i32 %i, 1
@@ -286,23 +321,28 @@ start:
   call void @start_workers(i32 %size)
   br label %post
 post:
-  call i32 @pthread_mutex_lock(ptr @pool_mutex)
+  %chunks32 = mul i32 %size, CHUNKS_PER_THREAD
+  %chunks = zext i32 %chunks32 to i64
   store ptr %fn, ptr @job_fn
   store ptr %closure, ptr @job_closure
-  %others = sub i32 %size, 1
-  store atomic i32 %others, ptr @job_remaining release, align 4
-  %g = load i64, ptr @job_generation
+  store atomic i32 0, ptr @job_done release, align 4
+  call i32 @pthread_mutex_lock(ptr @pool_mutex)
+  %t = load i64, ptr @ticket
+  %g = lshr i64 %t, 32
   %g1 = add i64 %g, 1
-  store atomic i64 %g1, ptr @job_generation release, align 8
+  %hi = shl i64 %g1, 32
+  %mid = shl i64 %chunks, 16
+  %t1 = or i64 %hi, %mid
+  store atomic i64 %t1, ptr @ticket release, align 8
   call i32 @pthread_cond_broadcast(ptr @cond_start)
   call i32 @pthread_mutex_unlock(ptr @pool_mutex)
-  call i32 %fn(i32 0, i32 %size, ptr %closure)
+  call void @run_chunks(i64 %g1)
   br label %spin
 spin:
   %k = phi i32 [ 0, %post ], [ %k1, %spin_again ]
-  %left = load atomic i32, ptr @job_remaining acquire, align 4
-  %idle = icmp eq i32 %left, 0
-  br i1 %idle, label %exit, label %spin_again
+  %done = load atomic i32, ptr @job_done acquire, align 4
+  %finished = icmp eq i32 %done, %chunks32
+  br i1 %finished, label %exit, label %spin_again
 spin_again:
   call void @cpu_relax()
   %k1 = add i32 %k, 1
@@ -312,8 +352,8 @@ lock:
   call i32 @pthread_mutex_lock(ptr @pool_mutex)
   br label %check
 check:
-  %left2 = load atomic i32, ptr @job_remaining acquire, align 4
-  %busy = icmp sgt i32 %left2, 0
+  %done2 = load atomic i32, ptr @job_done acquire, align 4
+  %busy = icmp ult i32 %done2, %chunks32
   br i1 %busy, label %block, label %unlock
 block:
   call i32 @pthread_cond_wait(ptr @cond_done, ptr @pool_mutex)
@@ -326,13 +366,16 @@ exit:
   ret i32 0
 }
 """
-# Iterations of the spin before sleeping (~0.1 ms with the x86 pause hint).
-_SPIN = 2000
+# Iterations of the spin before sleeping (tens of microseconds with the x86 pause hint).
+_SPIN = 20000
+# Chunks per thread: a late or descheduled thread's share is picked up by the others.
+_CHUNKS_PER_THREAD = 4
 
 
 def _runtime_ir(triple: str) -> str:
     pause = "call void @llvm.x86.sse2.pause()" if triple.startswith(("x86_64", "i686", "i386")) else ""
     text = _RUNTIME_IR.replace("PAUSE", pause).replace("SPIN", str(_SPIN))
+    text = text.replace("CHUNKS_PER_THREAD", str(_CHUNKS_PER_THREAD))
     return text + ("declare void @llvm.x86.sse2.pause()\n" if pause else "")
 
 

@@ -241,7 +241,7 @@ def schedule_conv2d_nchw(outs: Tensor | Sequence[Tensor], oc_block: int | None =
         _materialize(s, padded)
     _, channels, _, width = _shape(last)
     lanes = vector_lanes(conv.dtype)
-    _conv_tile(s, last, conv, oc_block or _divisor(channels, 8), x_block or _divisor(width, 2 * lanes))
+    _conv_tile(s, last, conv, oc_block or _divisor(channels, 8), x_block or _divisor(width, lanes))
     return s
 
 
@@ -253,7 +253,7 @@ def schedule_depthwise_conv2d_nchw(outs: Tensor | Sequence[Tensor], x_block: int
     if padded is not None:
         _materialize(s, padded)
     _, channels, _, width = _shape(last)
-    _conv_tile(s, last, conv, _divisor(channels, 4), x_block or _divisor(width, 2 * vector_lanes(conv.dtype)))
+    _conv_tile(s, last, conv, _divisor(channels, 4), x_block or _divisor(width, vector_lanes(conv.dtype)))
     return s
 
 
