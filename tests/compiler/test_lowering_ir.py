@@ -319,3 +319,31 @@ def test_storage_align_pads_strides():
     a, c = np.arange(48, dtype=np.float32).reshape(6, 8), np.zeros((6, 8), np.float32)
     run(f, a, c)
     np.testing.assert_array_equal(c, a * 2 + 1)
+
+
+def test_double_buffer_prefetches_the_next_iteration():
+    def build():
+        s, args = case("cache_read_shared_at_reduction").build()
+        next(st for st in s.stages if st.name == "A.shared").double_buffer()
+        return s, args
+
+    f = vtakit.lower(*build())
+    text = str(f)
+    alloc = next(a for a in nodes(f, ir.Allocate) if a.buffer.name == "A.shared")
+    assert alloc.buffer.shape[0].value == 2 * 4 * 5
+    assert "if ((k.outer + 1) < 3):" in text and "(floormod((k.outer + 1), 2) * 20)" in text
+    run_case("cache_read_shared_at_reduction", f)
+    with PassContext(disabled_pass=("InjectDoubleBuffer",)):  # the marker alone keeps single buffering
+        f = vtakit.lower(*build())
+    assert [a.key for a in nodes(f, ir.AttrStmt)] == ["double_buffer_write"]
+    run_case("cache_read_shared_at_reduction", f)
+
+
+def test_double_buffer_outside_a_loop_stays_single():
+    A = te.placeholder((8,), name="A")
+    B = te.compute((8,), lambda i: A[i] + 1.0, name="B")
+    C = te.compute((8,), lambda i: B[i] * 2.0, name="C")
+    s = te.create_schedule(C.op)
+    s[B].double_buffer()
+    f = vtakit.lower(s, [A, C])
+    assert not nodes(f, ir.AttrStmt) and nodes(f, ir.Allocate)[0].buffer.shape[0].value == 8

@@ -22,8 +22,8 @@ __all__ = ["Pass", "PassContext", "BUILTIN_PASSES", "KNOWN_CONFIG"]
 
 Pass = Callable[[ir.PrimFunc], ir.PrimFunc]
 
-BUILTIN_PASSES = ("StorageFlatten", "Simplify", "LoopPartition", "VectorizeLoop", "InjectVirtualThread", "VerifyMemoryScopes",
-                  "UnrollLoop", "RemoveNoOp")
+BUILTIN_PASSES = ("StorageFlatten", "Simplify", "LoopPartition", "VectorizeLoop", "InjectVirtualThread",
+                  "InjectDoubleBuffer", "VerifyMemoryScopes", "UnrollLoop", "RemoveNoOp")
 KNOWN_CONFIG = ("tir.add_lower_pass", "tir.UnrollLoop.auto_max_step", "tir.disable_vectorize",
                 "tir.LoopPartition.partition_const_loop")
 

@@ -1,9 +1,8 @@
 """``vtakit.lower``: a schedule becomes a :class:`~vtakit.compiler.ir.PrimFunc` through phased passes.
 
 Phase 0: user passes. Phase 1: StorageFlatten, Simplify, user passes. Phase 2: LoopPartition
-(opt-in), VectorizeLoop,
-InjectVirtualThread, VerifyMemoryScopes, UnrollLoop, user passes. Phase 3: Simplify (incl. no-op
-removal), user passes. Targets add passes through :class:`~vtakit.compiler.transform.PassContext`.
+(opt-in), VectorizeLoop, InjectVirtualThread, InjectDoubleBuffer, VerifyMemoryScopes, UnrollLoop,
+user passes. Phase 3: Simplify (incl. no-op removal), user passes. Targets add passes through :class:`~vtakit.compiler.transform.PassContext`.
 """
 
 from __future__ import annotations
@@ -11,6 +10,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from vtakit.compiler import ir
+from vtakit.compiler.lower.double_buffer import inject_double_buffer
 from vtakit.compiler.lower.flatten import flatten_storage
 from vtakit.compiler.lower.loop_partition import partition_loops
 from vtakit.compiler.lower.schedule_ops import schedule_to_primfunc
@@ -33,6 +33,7 @@ def phase_passes(ctx: PassContext) -> list[list[tuple[str, Pass]]]:
         [],
         [("StorageFlatten", flatten_storage), ("Simplify", simplify_func)],
         [("LoopPartition", partition_loops), ("VectorizeLoop", vectorize_loops), ("InjectVirtualThread", inject_virtual_thread),
+         ("InjectDoubleBuffer", inject_double_buffer),
          ("VerifyMemoryScopes", verify_memory_scopes),
          ("UnrollLoop", lambda f: unroll_loops(f, auto))],
         [("RemoveNoOp", simplify_func)],

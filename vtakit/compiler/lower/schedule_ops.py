@@ -250,11 +250,19 @@ class _Builder:
         stages = self.attached.get((id(st), id(iv)))
         if not stages:
             return inner
-        body = ir.seq(*[self.stage_stmt(p) for p in stages], inner)
+        body = ir.seq(*[self._marked(p) for p in stages], inner)
         for p in reversed(stages):
             if p in self.allocs:
                 body = ir.Allocate(self.allocs[p], body)
         return body
+
+    def _marked(self, st: Stage) -> ir.Stmt:
+        stmt = self.stage_stmt(st)
+        if st.is_double_buffered and st in self.allocs:
+            from vtakit.compiler.lower.double_buffer import DOUBLE_BUFFER_WRITE  # noqa: PLC0415
+
+            stmt = ir.AttrStmt(self.allocs[st].data, DOUBLE_BUFFER_WRITE, ir.IntImm("int32", 1), stmt)
+        return stmt
 
     def loop(self, st: Stage, info: StageInfo, iv: IterVar, body: ir.Stmt) -> ir.Stmt:
         attr = st.iter_var_attrs.get(iv)

@@ -77,6 +77,7 @@ class Stage:
         self.attach_stage: Stage | None = None
         self.scope: str | None = None
         self.storage_aligns: dict[int, tuple[int, int]] = {}  # dimension -> (factor, offset)
+        self.is_double_buffered = False
 
     def __repr__(self) -> str:
         return f"Stage({self.name})"
@@ -226,6 +227,12 @@ class Stage:
             raise ScheduleError(f"stage {self.name}: storage_align needs factor > 0 and 0 <= offset < factor, "
                                 f"got factor={factor!r}, offset={offset!r}")
         self.storage_aligns[self.axis.index(axis)] = (factor, offset)
+
+    def double_buffer(self) -> None:
+        """Give this stage's buffer two slots so that, attached in a loop, the next iteration's data
+        is produced while the current one is consumed (InjectDoubleBuffer)."""
+        self._require_compute("double_buffer")
+        self.is_double_buffered = True
 
     # ------------------------------------------------------------------ annotations
     def bind(self, iv: IterVar, thread_ivar: IterVar) -> None:
