@@ -153,3 +153,44 @@ def test_dense_schedules(small_env, name):
     s, tensors = dense_schedule(small_env, m, n, k, **kw)
     host, expect = dense_case(small_env, m, n, k, seed=len(name))
     build_and_run(s, tensors, host, expect, small_env.config)
+
+
+# ---------------------------------------------------------------------------- random schedules
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as hst  # noqa: E402
+
+from vtakit.compiler.topi_vta.tiling import divisors  # noqa: E402
+from vtakit.errors import CompileError  # noqa: E402
+
+RANDOM_WLS = [WL, WL_S2, WL_1X1, Conv2dWorkload(h=6, w=6, ci=8, co=16, kernel=3, pad=1, stride=1),
+              Conv2dWorkload(h=5, w=7, ci=4, co=12, kernel=3, pad=2, stride=1)]
+
+
+@hst.composite
+def conv_schedules(draw):
+    wl = draw(hst.sampled_from(RANDOM_WLS))
+    co_blocks, ci_blocks = wl.co // 4, wl.ci // 4
+    oc_threads = draw(hst.sampled_from([d for d in divisors(co_blocks) if d <= 3]))
+    h_threads = draw(hst.sampled_from([d for d in divisors(wl.oh) if d <= 3]))
+    tile_co = draw(hst.sampled_from(divisors(co_blocks // oc_threads)))
+    tile_h = draw(hst.sampled_from(divisors(wl.oh // h_threads)))
+    tile_w = draw(hst.sampled_from(divisors(wl.ow)))
+    tile_ci = draw(hst.sampled_from(divisors(ci_blocks)))
+    kw = dict(tile_h=tile_h, tile_w=tile_w, tile_co=tile_co, tile_ci=tile_ci, oc_threads=oc_threads,
+              h_threads=h_threads, order=draw(hst.sampled_from(["vta", "output"])),
+              load_at=draw(hst.sampled_from(["ko", "tile"])), ewise_at=draw(hst.sampled_from(["tile", "inner"])))
+    return wl, kw
+
+
+@settings(max_examples=25, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@given(conv_schedules())
+def test_random_conv2d_schedules(small_env, case):
+    """Random tilings, loop orders, attach points and thread splits: correct, or rejected only
+    because the buffers do not fit the SRAMs."""
+    wl, kw = case
+    s, tensors = conv_schedule(small_env, wl, **kw)
+    host, expect = conv_case(small_env, wl)
+    try:
+        build_and_run(s, tensors, host, expect, small_env.config)
+    except CompileError as exc:
+        assert "capacity" in str(exc) or "exceeds the micro-op SRAM" in str(exc), str(exc)
