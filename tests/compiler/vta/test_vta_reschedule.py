@@ -182,7 +182,7 @@ def conv_schedules(draw):
     return wl, kw
 
 
-@settings(max_examples=25, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@settings(max_examples=20, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 @given(conv_schedules())
 def test_random_conv2d_schedules(small_env, case):
     """Random tilings, loop orders, attach points and thread splits: correct, or rejected only
