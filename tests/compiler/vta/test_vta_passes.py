@@ -90,7 +90,8 @@ def test_alu_immediate_ops(name):
 @pytest.mark.parametrize("op,ref", [(lambda a, b: a + b, lambda a, b: a + b),
                                     (lambda a, b: te.max(a, b), np.maximum),
                                     (lambda a, b: te.min(b, a) + 1, lambda a, b: np.minimum(a, b) + 1),
-    (lambda a, b: te.max(a + 2, b + 2) >> 1, lambda a, b: np.maximum(a + 2, b + 2) >> 1)])
+    (lambda a, b: te.max(a + 2, b + 2) >> 1, lambda a, b: np.maximum(a + 2, b + 2) >> 1),
+    (lambda a, b: te.min(a + b, a), lambda a, b: np.minimum(a + b, a))])  # a is read again after a + b
 def test_alu_tensor_ops(op, ref):
     s, args = alu_schedule(op, n_inputs=2)
     (a, b), got = run(s, args)

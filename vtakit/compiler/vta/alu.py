@@ -200,10 +200,12 @@ def _coalesce_once(body: ir.Stmt, alu_mul: bool) -> ir.Stmt | None:
             continue
         dst = store.buffer
         try:
-            base, _ = alu_chain(store.value, store, f"alu stage {dst.name}", alu_mul)
+            base, steps = alu_chain(store.value, store, f"alu stage {dst.name}", alu_mul)
         except CompileError:
             continue
         src = base.buffer
+        if any(isinstance(st.operand, ir.BufferLoad) and st.operand.buffer.data is src.data for st in steps):
+            continue                        # e.g. max(x, 0) + x: x must survive the first step
         if src.data is dst.data or src.scope != ACC_SCOPE or dst.scope != ACC_SCOPE or src.dtype != dst.dtype:
             continue
         if not _same_index(base, store):
