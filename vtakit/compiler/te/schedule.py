@@ -9,12 +9,13 @@ Lowering (:mod:`vtakit.compiler.lower`) turns all of it into loop IR.
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
 from vtakit.compiler import ir
 from vtakit.compiler.te.expr import IterVar, Range
-from vtakit.compiler.te.tensor import ComputeOp, Operation, PlaceholderOp, Tensor, input_tensors
+from vtakit.compiler.te.tensor import ComputeOp, Operation, PlaceholderOp, Tensor, compute, input_tensors
 from vtakit.errors import ScheduleError
 
 __all__ = ["Split", "Fuse", "IterVarAttr", "Stage", "Schedule", "create_schedule"]
@@ -348,8 +349,6 @@ class Schedule:
 
     def cache_read(self, tensor: Tensor, scope: str, readers: Tensor | Operation | Iterable) -> Tensor:
         """A copy of ``tensor`` in ``scope`` that the given ``readers`` read instead."""
-        from vtakit.compiler.te.tensor import compute  # noqa: PLC0415
-
         src = self[tensor]
         if isinstance(readers, (Tensor, Operation)):
             readers = [readers]
@@ -369,13 +368,11 @@ class Schedule:
 
     def cache_write(self, tensor: Tensor, scope: str) -> Tensor:
         """Compute ``tensor`` into a new stage in ``scope``; the original stage copies it out."""
-        from vtakit.compiler.te.tensor import compute  # noqa: PLC0415
-
         stage = self[tensor]
         stage._require_compute("cache_write")
         if stage.relations or stage.iter_var_attrs or stage.attach_type != "root":
             raise ScheduleError(f"stage {stage.name}: cache_write must come before other primitives on it")
-        new_axis = {iv.var: None for iv in stage.axis}
+        old_vars = [iv.var for iv in stage.axis]
         body = stage.body
         reduce_map: dict[IterVar, IterVar] = {}
         if isinstance(body, ir.Reduce):
@@ -383,7 +380,7 @@ class Schedule:
                 reduce_map[iv] = IterVar(iv.dom, ir.Var(iv.name), "comm_reduce")
 
         def fcompute(*idx: ir.Var) -> ir.PrimExpr:
-            vmap: dict[ir.Var, Any] = dict(zip(new_axis, idx))
+            vmap: dict[ir.Var, Any] = dict(zip(old_vars, idx))
             vmap.update({old.var: new.var for old, new in reduce_map.items()})
             b = ir.substitute(body, vmap)
             if isinstance(b, ir.Reduce):
@@ -404,8 +401,6 @@ class Schedule:
 
 def _with_names(fn: Any, names: list[str]) -> Any:
     """``fn`` with positional parameters called ``names`` (compute() names its axes after them)."""
-    import inspect  # noqa: PLC0415
-
     def wrapper(*args: Any) -> Any:
         return fn(*args)
 
