@@ -170,6 +170,9 @@ def test_lower_shows_vta_intrinsics_and_folded_loops():
     s, args = dense(ENV, 8, 8, 16, DenseKnobs(tile_b=8, tile_co=2, tile_ci=2))
     with build_config(CFG):
         text = str(vtakit.lower(s, args))
+    from vtakit.compiler import vta
+
+    assert str(vta.lower(s, args, CFG)) == text
     for name in ("vta.load_buffer_2d", "vta.store_buffer_2d", "vta.uop_push", "vta.uop_loop_begin",
                  "vta.uop_loop_end", "vta.dep_push", "vta.dep_pop", "coproc_scope", "coproc_uop_scope"):
         assert name in text, name

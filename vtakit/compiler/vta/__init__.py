@@ -8,6 +8,6 @@ pragmas and the ``env.gemm`` tensor intrinsic into a :class:`VTAModule`. See
 
 from vtakit.compiler.vta.codegen import ProgramTemplate, Relocation
 from vtakit.compiler.vta.env import VTAEnv, get_env
-from vtakit.compiler.vta.module import VTAModule, build, build_config
+from vtakit.compiler.vta.module import VTAModule, build, build_config, lower
 
-__all__ = ["VTAEnv", "get_env", "VTAModule", "build", "build_config", "ProgramTemplate", "Relocation"]
+__all__ = ["VTAEnv", "get_env", "VTAModule", "build", "build_config", "lower", "ProgramTemplate", "Relocation"]

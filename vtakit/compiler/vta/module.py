@@ -37,7 +37,7 @@ from vtakit.runtime.device import DeviceArray
 from vtakit.sim.program import Program, Segment
 from vtakit.sim.stats import RunStats
 
-__all__ = ["build_config", "build", "VTAModule"]
+__all__ = ["build_config", "lower", "build", "VTAModule"]
 
 
 def build_config(config: VTAConfig | VTAEnv | None = None) -> PassContext:
@@ -46,6 +46,15 @@ def build_config(config: VTAConfig | VTAEnv | None = None) -> PassContext:
     passes = [(1, inject_dma_intrin(env)), (1, inject_alu_intrin(env)), (1, lift_coproc_scopes),
               (1, inject_coproc_sync), (2, fold_uop_loops)]
     return PassContext(config={"tir.add_lower_pass": passes}, memory_scopes=dict(env.memory_scopes))
+
+
+def lower(s: Any, args: Sequence[Any], config: VTAConfig | VTAEnv | None = None, name: str = "main") -> ir.PrimFunc:
+    """``vtakit.lower`` with the VTA passes (VTA's ``vta.lower``): the IR with DMA, micro-op and
+    dependence-token intrinsics."""
+    from vtakit.compiler.lower import lower as lower_schedule  # noqa: PLC0415
+
+    with build_config(config):
+        return lower_schedule(s, args, name=name)
 
 
 class VTAModule:
