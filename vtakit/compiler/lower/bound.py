@@ -23,7 +23,7 @@ from typing import Any
 from vtakit.compiler import ir
 from vtakit.compiler.arith import Analyzer
 from vtakit.compiler.te.expr import IterVar
-from vtakit.compiler.te.schedule import Fuse, Schedule, Split, Stage
+from vtakit.compiler.te.schedule import Schedule, Split, Stage
 from vtakit.compiler.te.tensor import input_tensors
 from vtakit.errors import CompileError
 

@@ -21,8 +21,6 @@ simplified away), the stage stays single-buffered, which computes the same resul
 
 from __future__ import annotations
 
-from typing import Any
-
 from vtakit.compiler import ir
 
 __all__ = ["inject_double_buffer", "DOUBLE_BUFFER_WRITE"]

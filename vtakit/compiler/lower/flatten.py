@@ -8,8 +8,6 @@ such as tensorize-bound intrinsic buffers share). Parameters keep their N-d buff
 
 from __future__ import annotations
 
-from typing import Any
-
 from vtakit.compiler import ir
 
 __all__ = ["flatten_storage", "flat_index", "buffer_strides", "buffer_size"]

@@ -6,8 +6,6 @@ whose whole nest does at most that many steps are unrolled too, as TVM's auto-un
 
 from __future__ import annotations
 
-from typing import Any
-
 from vtakit.compiler import ir
 
 __all__ = ["unroll_loops"]

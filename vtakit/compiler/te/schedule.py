@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
 from vtakit.compiler import ir
-from vtakit.compiler.te.expr import IterVar, Range
+from vtakit.compiler.te.expr import IterVar
 from vtakit.compiler.te.tensor import ComputeOp, Operation, PlaceholderOp, Tensor, compute, input_tensors
 from vtakit.errors import ScheduleError
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import inspect
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 from vtakit.compiler import ir
 from vtakit.compiler.te.expr import IterVar, Range, _contains_reduce
