@@ -163,9 +163,8 @@ class _DMAInjector(ir.IRMutator):
             inner = merged[-1] if merged else None
             if inner is not None and d.pad is None and inner.pad is None \
                     and d.dram_step == inner.dram_step * inner.extent:
-                inner.loops = d.loops + inner.loops
+                inner.loops = d.loops + inner.loops     # one dimension, stepping like its inner part
                 inner.extent *= d.extent
-                inner.sram_step = d.sram_step
                 continue
             merged.append(d)
         return list(reversed(merged))
