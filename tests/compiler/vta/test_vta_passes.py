@@ -244,3 +244,23 @@ def test_gemm_intrinsic_body_when_the_reduction_is_inside():
     host, expect = dense_case(ENV, 8, 8, 4)
     mod, _ = build_and_run(s, tensors, host, expect, CFG)
     assert sum(1 for i in mod.template.insns if type(i).__name__ == "GemmInsn" and i.reset_reg) == 8 * 2
+
+
+def test_gemm_intrinsic_rejects_other_computations():
+    from vtakit.errors import ScheduleError
+
+    a = te.placeholder((1, 2, 1, 4), "int8", name="a")
+    w = te.placeholder((1, 2, 4, 4), "int8", name="w")
+    ko = te.reduce_axis((0, 2), name="ko")
+    ki = te.reduce_axis((0, 4), name="ki")
+    c = te.compute((1, 1, 1, 4), lambda i, j, b, o: te.sum(
+        a[i, ko, b, ki].astype("int32") + w[j, ko, o, ki].astype("int32"), axis=[ko, ki]), name="c")
+    out = te.compute(c.shape, lambda *i: c(*i).astype("int8"), name="out")
+    s = te.create_schedule(out.op)
+    s[c].set_scope(ENV.acc_scope)
+    s[c].compute_at(s[out], out.op.axis[1])
+    i, j, b, o = s[c].op.axis
+    s[c].reorder(i, j, ko, b, o, ki)
+    s[c].tensorize(b, ENV.gemm)
+    with pytest.raises(ScheduleError, match="failed to match the compute with the intrinsic"):
+        vtakit.build(s, [a, w, out], target="vta", config=CFG)
