@@ -54,12 +54,13 @@ def test_dense_default_schedule_small(small_env, mnk, vthreads):
     build_and_run(s, tensors, host, expect, small_env.config)
 
 
-def test_small_conv2d_on_rtl_and_cycle_agree():
-    wl = Conv2dWorkload(4, 4, 4, 8, 3, 1, 1)
-    rtl = run_conv2d(wl, VTAConfig.small(), backend="rtl", vthreads=2)
+@pytest.mark.parametrize("config,wl", [(VTAConfig.small(), Conv2dWorkload(4, 4, 4, 8, 3, 1, 1)),
+                                       (VTAConfig(), Conv2dWorkload(4, 4, 16, 32, 3, 1, 1))], ids=["small", "default"])
+def test_small_conv2d_on_rtl_and_cycle_agree(config, wl):
+    rtl = run_conv2d(wl, config, backend="rtl", vthreads=2)
     assert rtl.correct and rtl.cycles > rtl.ideal_cycles > 0
     if _has_cycle():
-        cyc = run_conv2d(wl, VTAConfig.small(), backend="cycle", vthreads=2)
+        cyc = run_conv2d(wl, config, backend="cycle", vthreads=2)
         assert cyc.correct and cyc.cycles == rtl.cycles
 
 
