@@ -79,7 +79,8 @@ def test_integer_wrap_around(dtype):
 
 CASTS = [("int8", "int32"), ("uint8", "int32"), ("int32", "int8"), ("int32", "uint8"), ("int16", "uint16"),
          ("int32", "float32"), ("uint32", "float64"), ("float32", "int32"), ("float64", "float32"),
-         ("float32", "float64"), ("int8", "float32"), ("float32", "uint8"), ("int64", "int32"), ("uint16", "int64")]
+         ("float32", "float64"), ("int8", "float32"), ("float32", "uint8"), ("int64", "int32"), ("uint16", "int64"),
+         ("float16", "float32"), ("float32", "float16"), ("uint64", "int8")]
 
 
 @pytest.mark.parametrize("src,dst", CASTS)
@@ -93,6 +94,14 @@ def test_casts_match_numpy(src, dst, kind):
         a = rng.integers(max(info.min, -(2 ** 40)), min(info.max, 2 ** 40), N, dtype=np.int64).astype(src)
     got = run(elementwise(lambda x: ir.Cast(dst, x), [src], dst, kind=kind), a, out_dtype=dst)
     np.testing.assert_array_equal(got, a.astype(dst))
+
+
+def test_half_precision_arithmetic():
+    a = rng.uniform(-2, 2, N).astype("float16")
+    b = rng.uniform(-2, 2, N).astype("float16")
+    got = run(elementwise(lambda x, y: x * y - y, ["float16"] * 2, "float16", kind=ir.ForKind.VECTORIZED), a, b,
+              out_dtype="float16")
+    np.testing.assert_allclose(got.astype("float32"), (a * b - b).astype("float32"), rtol=2e-3, atol=2e-3)
 
 
 def test_bool_casts_and_logic():
@@ -449,3 +458,23 @@ def test_thread_count_setting_is_checked(monkeypatch):
         monkeypatch.setenv("VTAKIT_NUM_THREADS", bad)
         with pytest.raises(CompileError, match="VTAKIT_NUM_THREADS must be an integer"):
             num_threads()
+
+
+def test_concurrent_builds_from_threads():
+    def build_and_run(k, results):
+        A = ir.Buffer("A", (16,), "int32")
+        i = ir.Var("i")
+        mod = build_llvm(ir.PrimFunc(f"t{k}", (A,), loop(i, 16, ir.BufferStore(A, i * (k + 1), (i,)),
+                                                         ir.ForKind.VECTORIZED)))
+        a = np.zeros(16, np.int32)
+        mod(a)
+        results[k] = a
+
+    results = {}
+    threads = [threading.Thread(target=build_and_run, args=(k, results)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for k in range(4):
+        np.testing.assert_array_equal(results[k], np.arange(16) * (k + 1))

@@ -85,3 +85,37 @@ def test_build_accepts_lowered_function_and_caches():
     m1 = vtakit.build(func, target="llvm")
     assert vtakit.build(func, target="llvm") is m1
     assert m1.compile_seconds > 0
+
+
+def test_call_style_tensorize_with_registered_extern():
+    """The VTA-shaped case (a call intrinsic on access pointers) with the intrinsic in C ABI."""
+    import ctypes
+
+    from vtakit.compiler.backend import register_extern
+
+    i32p = ctypes.POINTER(ctypes.c_int32)
+
+    @ctypes.CFUNCTYPE(ctypes.c_int32, i32p, i32p, i32p, *[ctypes.c_int32] * 7)
+    def toy_gemm(pa, pb, pc, sa, sb, sc, m, n, l, reset):
+        def view(p, rows, cols, stride):
+            flat = np.ctypeslib.as_array(p, shape=((rows - 1) * stride + cols,))
+            return np.lib.stride_tricks.as_strided(flat, (rows, cols), (stride * 4, 4))
+        a, b, c = view(pa, m, l, sa), view(pb, l, n, sb), view(pc, m, n, sc)
+        c[...] = a @ b if reset else c + a @ b
+        return 0
+
+    register_extern("toy_gemm", toy_gemm)
+    (call_case,) = [c for c in CASES if not c.portable]
+    check_case(call_case, llvm_runner)
+
+
+def test_register_extern_errors():
+    from vtakit.compiler.backend import register_extern
+    from vtakit.errors import CompileError
+
+    with pytest.raises(CompileError, match="extern name must be an identifier"):
+        register_extern("not a name", 1234)
+    with pytest.raises(CompileError, match="expected a ctypes function or an address, got str"):
+        register_extern("f", "nope")
+    with pytest.raises(CompileError, match="null address"):
+        register_extern("f", 0)

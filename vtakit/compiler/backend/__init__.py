@@ -3,6 +3,6 @@
 ``llvm`` is the host CPU (llvmlite, JIT-compiled, parallel loops on a native thread pool).
 """
 
-from vtakit.compiler.backend.llvm import ArgumentError, CPUModule, build_llvm
+from vtakit.compiler.backend.llvm import ArgumentError, CPUModule, build_llvm, register_extern
 
-__all__ = ["build_llvm", "CPUModule", "ArgumentError"]
+__all__ = ["build_llvm", "CPUModule", "ArgumentError", "register_extern"]

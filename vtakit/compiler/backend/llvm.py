@@ -29,7 +29,8 @@ from vtakit.compiler.build import register_target
 from vtakit.compiler.backend.llvm_codegen import generate
 from vtakit.errors import CompileError, VtakitError
 
-__all__ = ["build_llvm", "CPUModule", "ArgumentError", "fingerprint", "clear_cache", "llvm_target_builder"]
+__all__ = ["build_llvm", "CPUModule", "ArgumentError", "fingerprint", "clear_cache", "llvm_target_builder",
+           "register_extern"]
 
 
 class ArgumentError(VtakitError, ValueError):
@@ -74,9 +75,10 @@ class CPUModule:
             return self.llvm_ir
         if fmt not in ("ll", "asm"):
             raise CompileError(f"unknown source format {fmt!r}; expected 'll', 'll-raw' or 'asm'")
-        module = llvm.parse_assembly(self.llvm_ir)
-        rt.optimize(module, self.target)
-        return str(module) if fmt == "ll" else rt.target_machine(self.target).emit_assembly(module)
+        with rt.LLVM_LOCK:
+            module = llvm.parse_assembly(self.llvm_ir)
+            rt.optimize(module, self.target)
+            return str(module) if fmt == "ll" else rt.target_machine(self.target).emit_assembly(module)
 
     def __call__(self, *args: Any) -> None:
         pointers = self._fast_check(args)
@@ -197,6 +199,39 @@ def fingerprint(func: ir.PrimFunc) -> str:
 
 _cache: dict[str, CPUModule] = {}
 _cache_lock = threading.Lock()
+_externs: dict[str, tuple[Any, int]] = {}  # intrinsic name -> (the object keeping it alive, its address)
+
+
+def register_extern(name: str, function: Any) -> None:
+    """Implement the intrinsic ``name`` (``te.call_intrin(dtype, name, ...)``) with a C function:
+    a ``ctypes`` function (``CFUNCTYPE`` callback or library symbol) or a raw address. Arguments are
+    passed as the C scalars and pointers of the call (``access_ptr`` gives element pointers)."""
+    if not name.isidentifier():
+        raise CompileError(f"extern name must be an identifier, got {name!r}")
+    if isinstance(function, int):
+        address = function
+    elif callable(function) and hasattr(function, "restype"):  # a ctypes function pointer
+        address = ctypes.cast(function, ctypes.c_void_p).value
+    else:
+        raise CompileError(f"register_extern({name!r}): expected a ctypes function or an address, "
+                           f"got {type(function).__name__}")
+    if not address:
+        raise CompileError(f"register_extern({name!r}): the function has a null address")
+    with _cache_lock:
+        _externs[name] = (function, address)
+
+
+def _used_externs(func: ir.PrimFunc) -> dict[str, str]:
+    """Registered intrinsics ``func`` calls -> unique C symbols bound to their addresses."""
+    used: dict[str, str] = {}
+
+    def visit(node: Any) -> None:
+        if isinstance(node, ir.Call) and node.op in _externs and node.op not in used:
+            address = _externs[node.op][1]
+            used[node.op] = f"vtakit_extern_{node.op}_{address:x}"
+            llvm.add_symbol(used[node.op], address)
+    ir.walk(func.body, visit)
+    return used
 
 
 def clear_cache() -> None:
@@ -209,21 +244,25 @@ def build_llvm(func: ir.PrimFunc, target: str | rt.CPUTarget = "llvm") -> CPUMod
     if not isinstance(func, ir.PrimFunc):
         raise CompileError(f"build_llvm expects an ir.PrimFunc, got {type(func).__name__}")
     cpu = rt.parse_target(target)
-    key = hashlib.sha256(f"{fingerprint(func)}|{cpu.triple}|{cpu.cpu}|{cpu.features}".encode()).hexdigest()
+    externs = _used_externs(func)
+    key = hashlib.sha256(f"{fingerprint(func)}|{cpu.triple}|{cpu.cpu}|{cpu.features}|{sorted(externs.items())}"
+                         .encode()).hexdigest()
     with _cache_lock:
         if key in _cache:
             return _cache[key]
     start = time.perf_counter()
     symbol = f"vtakit_{_c_name(func.name)}_{key[:12]}"
-    machine = rt.target_machine(cpu)
-    generated = generate(func, symbol, cpu.triple, str(machine.target_data))
-    try:
-        module = llvm.parse_assembly(generated.llvm_ir)
-        module.verify()
-    except RuntimeError as exc:  # a code generator bug, reported with the IR that caused it
-        raise CompileError(f"LLVM rejected the code generated for {func.name!r}: {exc}\n{func}") from None
-    rt.optimize(module, cpu)
-    engine = rt.jit(module, cpu)
+    with rt.LLVM_LOCK:
+        data_layout = str(rt.target_machine(cpu).target_data)
+    generated = generate(func, symbol, cpu.triple, data_layout, externs)
+    with rt.LLVM_LOCK:
+        try:
+            module = llvm.parse_assembly(generated.llvm_ir)
+            module.verify()
+        except RuntimeError as exc:  # a code generator bug, reported with the IR that caused it
+            raise CompileError(f"LLVM rejected the code generated for {func.name!r}: {exc}\n{func}") from None
+        rt.optimize(module, cpu)
+        engine = rt.jit(module, cpu)
     result = CPUModule(func, cpu, generated.llvm_ir, engine, generated.entry, generated.shape_vars,
                        time.perf_counter() - start)
     with _cache_lock:

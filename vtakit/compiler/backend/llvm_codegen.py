@@ -259,14 +259,18 @@ class _Frame:
     in_parallel: bool = False
 
 
-def generate(func: ir.PrimFunc, symbol: str, triple: str = "", data_layout: str = "") -> GeneratedModule:
-    """LLVM assembly for ``func``; ``symbol`` names the entry function."""
-    return _CodeGen(func, symbol, triple, data_layout).run()
+def generate(func: ir.PrimFunc, symbol: str, triple: str = "", data_layout: str = "",
+             externs: dict[str, str] | None = None) -> GeneratedModule:
+    """LLVM assembly for ``func``; ``symbol`` names the entry function; ``externs`` maps intrinsic
+    names to the C symbols that implement them (called with the arguments as C scalars and pointers)."""
+    return _CodeGen(func, symbol, triple, data_layout, externs or {}).run()
 
 
 class _CodeGen:
-    def __init__(self, func: ir.PrimFunc, symbol: str, triple: str, data_layout: str) -> None:
+    def __init__(self, func: ir.PrimFunc, symbol: str, triple: str, data_layout: str,
+                 externs: dict[str, str]) -> None:
         self.func = func
+        self.externs = externs
         self.symbol = symbol
         self.module = lir.Module(name=symbol)
         self.module.triple = triple
@@ -561,10 +565,16 @@ class _CodeGen:
         op = e.op
         if op == "if_then_else":
             return self._if_then_else(e)
+        if op == "tvm_access_ptr":
+            return self._access_ptr(e)
+        if op in self.externs:
+            args = [self.expr(a) for a in e.args]
+            ret = _type(e.dtype) if e.dtype != "handle" else _PTR
+            return self.b.call(self._declare(self.externs[op], ret, [a.type for a in args]), args)
         bad = [a for a in e.args if not isinstance(a, ir.PrimExpr)]
         if bad or op not in MATH_INTRINSICS:
-            raise CompileError(f"the CPU backend does not know the intrinsic {op!r} in {e}; "
-                               f"expected one of {', '.join(MATH_INTRINSICS)}")
+            raise CompileError(f"the CPU backend does not know the intrinsic {op!r} in {e}; expected one of "
+                               f"{', '.join(MATH_INTRINSICS)} or a function registered with register_extern")
         args = [self.expr(a) for a in e.args]
         dt = ir.element_of(e.args[0].dtype) if e.args else ir.element_of(e.dtype)
         b = self.b
@@ -606,6 +616,12 @@ class _CodeGen:
         if op == "shift_left":
             return b.shl(x, y)
         return {"bitwise_and": b.and_, "bitwise_or": b.or_, "bitwise_xor": b.xor}[op](x, y)
+
+    def _access_ptr(self, e: ir.Call) -> lir.Value:
+        """``tvm_access_ptr(dtype, data, offset, extent, mask)``: the address of element ``offset``."""
+        dtype, data, offset = e.args[0], e.args[1], e.args[2]
+        base = self._expr_Var(data)
+        return self.b.gep(base, [self.index(offset)], inbounds=True, source_etype=_storage_type(str(dtype)))
 
     def _abs(self, x: lir.Value) -> lir.Value:
         return self.b.select(self.b.icmp_signed("<", x, _const(x.type, 0)), self.b.neg(x), x)

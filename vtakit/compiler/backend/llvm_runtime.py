@@ -32,19 +32,21 @@ import llvmlite.binding as llvm
 
 from vtakit.errors import CompileError
 
-__all__ = ["CPUTarget", "host_target", "parse_target", "target_machine", "optimize", "jit", "runtime",
-           "num_threads", "PARALLEL_LAUNCH"]
+__all__ = ["LLVM_LOCK", "CPUTarget", "host_target", "parse_target", "target_machine", "optimize", "jit",
+           "runtime", "num_threads", "PARALLEL_LAUNCH", "MAX_THREADS"]
 
 PARALLEL_LAUNCH = "vtakit_parallel_launch"
 MAX_THREADS = 1024  # the job ticket counts chunks in 16 bits
 
 _llvm_ready = False
-_lock = threading.RLock()
+# LLVM objects shared between builds (target machines, the pass pipeline) are not thread-safe:
+# every parse/optimise/JIT step holds this lock.
+LLVM_LOCK = threading.RLock()
 
 
 def _init_llvm() -> None:
     global _llvm_ready
-    with _lock:
+    with LLVM_LOCK:
         if not _llvm_ready:
             llvm.initialize_native_target()
             llvm.initialize_native_asmprinter()
@@ -125,7 +127,7 @@ def jit(module: llvm.ModuleRef, target: CPUTarget) -> llvm.ExecutionEngine:
     if target.triple != host_target().triple:
         raise CompileError(f"cannot run code for {target.triple!r} on this {host_target().triple!r} host")
     runtime()  # the parallel launcher must exist before the kernel's symbols are resolved
-    with _lock:  # an engine owns (and frees) its target machine, so each gets a new one
+    with LLVM_LOCK:  # an engine owns (and frees) its target machine, so each gets a new one
         engine = llvm.create_mcjit_compiler(module, _new_target_machine(target))
         engine.finalize_object()
     return engine
@@ -405,7 +407,7 @@ _runtime: _Runtime | None = None
 def runtime() -> _Runtime:
     """The process's runtime, created on first use."""
     global _runtime
-    with _lock:
+    with LLVM_LOCK:
         if _runtime is None:
             _init_llvm()
             _runtime = _Runtime()
