@@ -10,11 +10,17 @@ onnxruntime and the apache-tvm wheel, all measured in the same run (reference/cp
   running a single-Conv model, and TVM 0.27 with the anchor's hand TensorIR schedule when the
   wheel imports (in a child process: TVM bundles its own LLVM).
 
-Times are medians of ``--repeat`` runs, each long enough (>= 50 ms) to average several calls.
-Ratios are speed ratios (baseline time / our time: > 1 means we are faster). Compile time is
-lowering + LLVM + JIT of a cold build.
+Times are medians of ``--repeat`` rounds, each long enough (>= 50 ms) to average several calls;
+the rounds of all contenders of a workload alternate, so that each sees the same load on a shared
+machine. Ratios are speed ratios (baseline time / our time: > 1 means we are faster). Compile
+time is lowering + LLVM + JIT of a cold build.
 
     python scripts/bench_cpu.py [--gemm-size 1024] [--layers C2,C5] [--repeat 7] [--plain] [--json]
+
+Every contender uses the same thread count: ours ``VTAKIT_NUM_THREADS`` (default: the CPUs this
+process may use), which is also passed to onnxruntime and TVM; numpy's OpenBLAS follows
+``OPENBLAS_NUM_THREADS``. For a single-core comparison set both to 1. Baselines need
+``pip install vtakit[bench]``, and for TVM ``apache-tvm==0.27.*`` with ``apache-tvm-ffi==0.1.14.post0``.
 """
 
 from __future__ import annotations
@@ -48,20 +54,36 @@ LAYERS = {
 CHANNEL_BLOCK = 32
 
 
-def timeit(fn: Callable[[], Any], repeat: int, min_seconds: float = 0.05) -> float:
-    """Median seconds per call over ``repeat`` runs of enough calls to last ``min_seconds``."""
-    fn()
-    start = time.perf_counter()
-    fn()
-    once = max(time.perf_counter() - start, 1e-7)
-    number = max(1, int(min_seconds / once))
-    runs = []
-    for _ in range(repeat):
+class Contender:
+    """Something to time: one round returns its seconds per call (several calls, >= 50 ms)."""
+
+    def __init__(self, fn: Callable[[], Any], min_seconds: float = 0.05) -> None:
+        self.fn = fn
+        fn()
         start = time.perf_counter()
-        for _ in range(number):
-            fn()
-        runs.append((time.perf_counter() - start) / number)
-    return statistics.median(runs)
+        fn()
+        self.number = max(1, int(min_seconds / max(time.perf_counter() - start, 1e-7)))
+
+    def round(self) -> float:
+        start = time.perf_counter()
+        for _ in range(self.number):
+            self.fn()
+        return (time.perf_counter() - start) / self.number
+
+    def close(self) -> None:
+        pass
+
+
+def interleaved(contenders: dict[str, Any], repeat: int) -> dict[str, float]:
+    """Median seconds per call of each contender, rounds alternating between them so that every
+    contender sees the same machine load (the machine is shared; ratios are what to compare)."""
+    samples: dict[str, list[float]] = {name: [] for name in contenders}
+    for _ in range(repeat):
+        for name, contender in contenders.items():
+            samples[name].append(contender.round())
+    for contender in contenders.values():
+        contender.close()
+    return {name: statistics.median(values) for name, values in samples.items()}
 
 
 def cold_build(s, args) -> tuple[Any, float]:
@@ -85,6 +107,14 @@ class Row:
         return {k: v / self.ours_ms for k, v in self.baselines_ms.items()}
 
 
+def make_row(workload: str, gflop: float, compile_s: float, error: float, contenders: dict[str, Any],
+             baselines: tuple[str, ...], repeat: int) -> Row:
+    times = {k: v * 1e3 for k, v in interleaved(contenders, repeat).items()}
+    return Row(workload, gflop, times.pop("ours"), compile_s,
+               {k: v for k, v in times.items() if k in baselines}, {k: v for k, v in times.items()
+                                                                     if k not in baselines}, error)
+
+
 # ---------------------------------------------------------------------------- GEMM
 def bench_gemm(size: int, repeat: int, tvm_ok: bool) -> Row:
     rng = np.random.default_rng(0)
@@ -97,20 +127,18 @@ def bench_gemm(size: int, repeat: int, tvm_ok: bool) -> Row:
     c = np.zeros((size, size), "float32")
     mod(a, b, c)
     error = float(np.abs(c - a @ b).max())
-    ours = timeit(lambda: mod(a, b, c), repeat)
     Bp = te.placeholder((size // CHANNEL_BLOCK, size, CHANNEL_BLOCK), name="Bp")
     Cp = ops.dense_packed(A, Bp)
     mod_packed = vtakit.build(cpu.schedule_dense(Cp, batch_block=8), [A, Bp, Cp], target="llvm")
     bp = ops.layout.pack_dense_weight(np.ascontiguousarray(b.T), CHANNEL_BLOCK)
-    packed = timeit(lambda: mod_packed(a, bp, c), repeat)
-    numpy_time = timeit(lambda: a @ b, repeat)
-    row = Row(f"gemm {size}^3", 2 * size ** 3 / 1e9, ours * 1e3, compile_s, {"numpy": numpy_time * 1e3},
-              {"ours_prepacked_B": packed * 1e3}, error)
+    contenders: dict[str, Any] = {"ours": Contender(lambda: mod(a, b, c)),
+                                  "ours_prepacked_B": Contender(lambda: mod_packed(a, bp, c)),
+                                  "numpy": Contender(lambda: a @ b)}
     if tvm_ok:
-        tvm_time = run_tvm_worker({"kind": "gemm", "size": size, "repeat": repeat})
-        if tvm_time is not None:
-            row.baselines_ms["tvm"] = tvm_time * 1e3
-    return row
+        worker = TVMWorker.start({"kind": "gemm", "size": size})
+        if worker is not None:
+            contenders["tvm"] = worker
+    return make_row(f"gemm {size}^3", 2 * size ** 3 / 1e9, compile_s, error, contenders, ("numpy", "tvm"), repeat)
 
 
 # ---------------------------------------------------------------------------- conv2d
@@ -140,27 +168,25 @@ def bench_conv(name: str, repeat: int, plain: bool, ort: Any, tvm_ok: bool) -> R
     y = np.zeros(tuple(int(s) for s in out.shape), "float32")
     mod(x, wp, y)
     error = float(np.abs(y - conv_reference(x, wt, pad, stride)).max())
-    ours = timeit(lambda: mod(x, wp, y), repeat)
     gflop = 2 * co * ci * k * k * y.shape[2] * y.shape[3] / 1e9
-    row = Row(name, gflop, ours * 1e3, compile_s, max_abs_error=error)
+    contenders: dict[str, Any] = {"ours": Contender(lambda: mod(x, wp, y))}
     if plain:
         kernel = te.placeholder((co, ci, k, k), name="kernel")
         plain_out = ops.conv2d_nchw(data, kernel, stride, pad)
         plain_mod = vtakit.build(cpu.schedule_conv2d_nchw(plain_out), [data, kernel, plain_out], target="llvm")
-        row.extra_ms["ours_plain_oihw"] = timeit(lambda: plain_mod(x, wt, y), repeat) * 1e3
+        contenders["ours_plain_oihw"] = Contender(lambda: plain_mod(x, wt, y))
     if ort is not None:
         session = ort_conv_session(ort, wt, x.shape, pad, stride)
         feed = {"x": x}
-        session.run(None, feed)
         warm = time.perf_counter()
         while time.perf_counter() - warm < 1.0:  # onnxruntime's timings settle after a warm-up
             session.run(None, feed)
-        row.baselines_ms["onnxruntime"] = timeit(lambda: session.run(None, feed), repeat) * 1e3
+        contenders["onnxruntime"] = Contender(lambda: session.run(None, feed))
     if tvm_ok:
-        tvm_time = run_tvm_worker({"kind": "conv", "layer": name, "repeat": repeat})
-        if tvm_time is not None:
-            row.baselines_ms["tvm"] = tvm_time * 1e3
-    return row
+        worker = TVMWorker.start({"kind": "conv", "layer": name})
+        if worker is not None:
+            contenders["tvm"] = worker
+    return make_row(name, gflop, compile_s, error, contenders, ("onnxruntime", "tvm"), repeat)
 
 
 def ort_conv_session(ort: Any, weight: np.ndarray, in_shape: tuple, pad: int, stride: int) -> Any:
@@ -180,7 +206,8 @@ def ort_conv_session(ort: Any, weight: np.ndarray, in_shape: tuple, pad: int, st
 
 
 # ---------------------------------------------------------------------------- apache-tvm (optional)
-# TVM bundles its own LLVM, which must not share a process with llvmlite's: TVM runs in a child.
+# TVM bundles its own LLVM, which must not share a process with llvmlite's: TVM runs in a child
+# that builds the workload once, then times one round per request on its stdin.
 TVM_ERRORS: list[str] = []
 
 
@@ -191,17 +218,36 @@ def tvm_available() -> str | None:
     return None if proc.returncode == 0 else (proc.stderr.strip().splitlines() or ["import failed"])[-1]
 
 
-def run_tvm_worker(spec: dict[str, Any]) -> float | None:
-    env = dict(os.environ, TVM_NUM_THREADS=str(num_threads()))
-    proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--tvm-worker", json.dumps(spec)],
-                          capture_output=True, text=True, timeout=900, env=env)
-    if proc.returncode != 0:
-        TVM_ERRORS.append(f"{spec}: {(proc.stderr.strip().splitlines() or ['failed'])[-1][:200]}")
-        return None
-    return float(json.loads(proc.stdout.strip().splitlines()[-1])["seconds"])
+class TVMWorker:
+    """A child process holding a compiled TVM workload; ``round()`` times one round in it."""
+
+    def __init__(self, proc: subprocess.Popen) -> None:
+        self.proc = proc
+
+    @classmethod
+    def start(cls, spec: dict[str, Any]) -> "TVMWorker | None":
+        env = dict(os.environ, TVM_NUM_THREADS=str(num_threads()))
+        proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--tvm-worker", json.dumps(spec)],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env=env)
+        if proc.stdout.readline().strip() != "ready":
+            proc.wait(timeout=60)
+            TVM_ERRORS.append(f"{spec}: {(proc.stderr.read().strip().splitlines() or ['failed'])[-1][:200]}")
+            return None
+        return cls(proc)
+
+    def round(self) -> float:
+        self.proc.stdin.write("run\n")
+        self.proc.stdin.flush()
+        return float(self.proc.stdout.readline())
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait(timeout=60)
 
 
-def tvm_worker(spec: dict[str, Any]) -> float:
+def tvm_worker(spec: dict[str, Any]) -> None:
+    """The child's side: build, say ready, then answer each ``run`` with seconds per call."""
     import tvm  # noqa: PLC0415 (optional baseline, only in the worker process)
 
     target = tvm.target.Target({"kind": "llvm", "mtriple": "x86_64-linux-gnu", "mcpu": host_target().cpu,
@@ -212,8 +258,12 @@ def tvm_worker(spec: dict[str, Any]) -> float:
     rng = np.random.default_rng(0)
     args = [tvm.runtime.tensor(rng.uniform(-1, 1, shape).astype("float32"), dev) for shape in shapes]
     runner = exe.jit() if hasattr(exe, "jit") else exe
-    evaluator = runner.time_evaluator("main", dev, number=5, repeat=spec["repeat"])
-    return float(np.median(evaluator(*args).results))
+    evaluator = runner.time_evaluator("main", dev, number=1, repeat=1, min_repeat_ms=50)
+    evaluator(*args)
+    print("ready", flush=True)
+    for line in sys.stdin:
+        if line.strip() == "run":
+            print(float(np.median(evaluator(*args).results)), flush=True)
 
 
 def tvm_gemm(size: int):
@@ -285,7 +335,7 @@ def main() -> None:
     parser.add_argument("--tvm-worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.tvm_worker:
-        print(json.dumps({"seconds": tvm_worker(json.loads(args.tvm_worker))}))
+        tvm_worker(json.loads(args.tvm_worker))
         return
     layers = [name.strip().upper() for name in args.layers.split(",") if name.strip()]
     unknown = [name for name in layers if name not in LAYERS]
