@@ -12,6 +12,7 @@ Config keys: ``tir.add_lower_pass`` (list of (phase, pass)), ``tir.UnrollLoop.au
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar
 
@@ -36,7 +37,7 @@ class PassContext:
     memory_scopes: dict[str, Any] = field(default_factory=dict)
     disabled_pass: tuple[str, ...] = ()
 
-    _stack: ClassVar[list["PassContext"]] = []
+    _local: ClassVar[threading.local] = threading.local()  # a stack of active contexts per thread
 
     def __post_init__(self) -> None:
         for key in self.config:
@@ -54,16 +55,23 @@ class PassContext:
             if not isinstance(info, MemoryInfo):
                 raise CompileError(f"memory_scopes[{scope!r}] must be a MemoryInfo, got {info!r}")
 
+    @staticmethod
+    def _stack() -> list["PassContext"]:
+        if not hasattr(PassContext._local, "stack"):
+            PassContext._local.stack = []
+        return PassContext._local.stack
+
     def __enter__(self) -> "PassContext":
-        PassContext._stack.append(self)
+        PassContext._stack().append(self)
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        PassContext._stack.pop()
+        PassContext._stack().pop()
 
     @staticmethod
     def current() -> "PassContext":
-        return PassContext._stack[-1] if PassContext._stack else _DEFAULT
+        stack = PassContext._stack()
+        return stack[-1] if stack else _DEFAULT
 
     def user_passes(self, phase: int) -> list[Pass]:
         return [p for ph, p in self.config.get("tir.add_lower_pass", []) if ph == phase]

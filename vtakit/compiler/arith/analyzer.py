@@ -304,14 +304,7 @@ class Analyzer:
         return self._generic(e)
 
     def _generic(self, e: Any) -> Any:
-        s = self
-
-        class _Children(ir.IRMutator):
-            def visit(self, node: Any) -> Any:
-                return s._simplify(node) if isinstance(node, ir.PrimExpr) and node is not e else \
-                    super().visit(node)
-
-        return _Children().generic_visit(e)
+        return _ChildSimplifier(self).generic_visit(e)
 
     def _linear_result(self, e: ir.PrimExpr) -> ir.PrimExpr:
         lin = self._to_lin(e)
@@ -516,6 +509,18 @@ class Analyzer:
         if isinstance(value, (ir.IntImm, ir.FloatImm, ir.Var)):
             return self._simplify(ir.substitute(e.body, {e.var: value}))
         return ir.Let(e.var, value, self._simplify(e.body), e.dtype)
+
+
+class _ChildSimplifier(ir.IRMutator):
+    """Rebuilds a node with each expression child simplified."""
+
+    def __init__(self, analyzer: Analyzer) -> None:
+        self.analyzer = analyzer
+
+    def visit(self, node: Any) -> Any:
+        if isinstance(node, ir.PrimExpr):
+            return self.analyzer._simplify(node)
+        return super().visit(node)
 
 
 _CMP = {ir.EQ: lambda x, y: x == y, ir.NE: lambda x, y: x != y, ir.LT: lambda x, y: x < y,
