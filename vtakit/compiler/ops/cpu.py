@@ -10,6 +10,7 @@ packing stages are materialised once, in parallel.
 
 from __future__ import annotations
 
+import math
 from typing import Iterable, Sequence
 
 from vtakit.compiler import ir
@@ -22,8 +23,9 @@ from vtakit.errors import ScheduleError
 __all__ = ["vector_lanes", "schedule_injective", "schedule_dense", "schedule_conv2d_nchw",
            "schedule_conv2d_nchw_packed", "schedule_depthwise_conv2d_nchw", "schedule_pool", "schedule_softmax"]
 
-# Outputs smaller than this run on one thread: a parallel launch costs a few microseconds.
-PARALLEL_MIN_ELEMENTS = 1 << 14
+# Loops with less work than this (output elements x reduction length) run on one thread:
+# a parallel launch costs a few microseconds.
+PARALLEL_MIN_WORK = 1 << 14
 
 
 def vector_lanes(dtype: str) -> int:
@@ -91,9 +93,10 @@ def _side_stages(t: Tensor, last: Tensor) -> list[Tensor]:
     return [t] + [u for p in _compute_producers(t) for u in _side_stages(p, last)]
 
 
-def _parallel(stage, axes: list, elements: int):
+def _parallel(stage, axes: list, work: int):
+    """Fuse ``axes`` into one loop, parallel if ``work`` pays for a launch."""
     fused = stage.fuse(*axes) if len(axes) > 1 else axes[0]
-    if elements >= PARALLEL_MIN_ELEMENTS:
+    if work >= PARALLEL_MIN_WORK:
         stage.parallel(fused)
     return fused
 
@@ -110,7 +113,8 @@ def _main_stage(s: Schedule, outs: list[Tensor], tags: tuple[str, ...]) -> tuple
 
 
 def _materialize(s: Schedule, t: Tensor) -> None:
-    """A padding or packing stage computed once, before its consumer, in parallel and vectorised."""
+    """A padding or packing stage computed once, before its consumer, in parallel (and vectorised
+    for weight packing; padding's guarded loads stay scalar)."""
     stage = s[t]
     axes = list(stage.op.axis)
     inner = axes[-1]
@@ -124,10 +128,13 @@ def _materialize(s: Schedule, t: Tensor) -> None:
 
 
 def _size(t: Tensor) -> int:
-    n = 1
-    for e in _shape(t):
-        n *= e
-    return n
+    return math.prod(_shape(t))
+
+
+def _work(last: Tensor, reduction: Tensor) -> int:
+    """Multiply-adds (or comparisons) to compute ``last`` from ``reduction``'s loops."""
+    extents = [iv.dom.extent.value for iv in reduction.op.reduce_axis if isinstance(iv.dom.extent, ir.IntImm)]
+    return _size(last) * math.prod(extents)
 
 
 def _input_tagged(t: Tensor, tag: str) -> Tensor | None:
@@ -184,20 +191,20 @@ def schedule_dense(outs: Tensor | Sequence[Tensor], batch_block: int | None = No
     outs = _outputs(outs)
     s = te.create_schedule([t.op for t in outs])
     last, dense, tag = _main_stage(s, outs, ("dense", "dense_packed"))
-    batch, features = _shape(last)
+    batch = _shape(last)[0]
     b, n = s[last].op.axis
     packed = _input_tagged(dense, "weight_pack")
     if packed is not None:
         _materialize(s, packed)
     if tag != "dense_packed":
-        fused = _parallel(s[last], [b, n], batch * features * 64)
+        fused = _parallel(s[last], [b, n], _work(last, dense))
         s[dense].compute_at(s[last], fused)
         return s
     block = _shape(next(p for p in _producers(dense) if len(p.shape) == 3))[-1]
     mb = batch_block or _divisor(batch, 8)
     bo, no, bi, ni = s[last].tile(b, n, mb, block)
     s[last].reorder(no, bo, bi, ni)
-    fused = _parallel(s[last], [no, bo], batch * features * 64)
+    fused = _parallel(s[last], [no, bo], _work(last, dense))
     s[last].vectorize(ni)
     s[dense].compute_at(s[last], fused)
     db, dn = s[dense].op.axis
@@ -221,7 +228,7 @@ def _conv_tile(s: Schedule, last: Tensor, conv: Tensor, oc_block: int, x_block: 
     oo, oi = s[last].split(o, oc_block)
     xo, xi = s[last].split(x, x_block)
     s[last].reorder(n, oo, y, xo, oi, xi)
-    _parallel(s[last], [n, oo, y], _size(last) * 16)
+    _parallel(s[last], [n, oo, y], _work(last, conv))
     s[last].vectorize(xi)
     s[conv].compute_at(s[last], xo)
     cn, co, cy, cx = s[conv].op.axis
@@ -280,7 +287,7 @@ def schedule_conv2d_nchw_packed(outs: Tensor | Sequence[Tensor], x_block: int | 
     oo, oi = s[last].split(o, block)
     xo, xi = s[last].split(x, x_block or _divisor(_shape(last)[3], 8))
     s[last].reorder(n, oo, y, xo, oi, xi)
-    _parallel(s[last], [n, oo, y], _size(last) * 16)
+    _parallel(s[last], [n, oo, y], _work(last, blocked))
     s[last].unroll(oi)  # constant indices into the tile: it stays in registers, transposed by shuffles
     s[last].vectorize(xi)
     s[blocked].compute_at(s[last], xo)
@@ -303,7 +310,7 @@ def schedule_pool(outs: Tensor | Sequence[Tensor], x_block: int | None = None) -
     n, c, y, x = s[last].op.axis
     width = _shape(last)[3]
     xo, xi = s[last].split(x, x_block or _divisor(width, 2 * vector_lanes(last.dtype)))
-    _parallel(s[last], [n, c, y], _size(last) * 16)
+    _parallel(s[last], [n, c, y], _work(last, pool))
     if width > 1:
         s[last].vectorize(xi)
     s[pool].compute_at(s[last], xo)
