@@ -11,7 +11,7 @@ from vtakit.compiler.interpreter import run
 from vtakit.compiler.scope import MemoryInfo, register_memory_scope
 from vtakit.compiler.testing import toy_gemm_intrin
 from vtakit.compiler.transform import PassContext
-from vtakit.errors import CompileError, ScheduleError
+from vtakit.errors import CompileError, MemoryAccessError, ScheduleError
 
 
 def matmul(n=8, m=8, l=8, dtype="int32"):
@@ -439,3 +439,230 @@ def test_storage_align_errors():
     s[Y].storage_align(Y.op.axis[0], 4, 0)
     with pytest.raises(CompileError, match="storage_align needs a buffer of constant shape"):
         vtakit.lower(s, [X, Z])
+
+
+# ---------------------------------------------------------------------------- more user-reachable errors
+def small_intrin(m=4, n=4, l=4, body=True, reset=True, update=True, reduce=True, b_shape=None):
+    a = te.placeholder((m, l), "int32", name="a")
+    b = te.placeholder(b_shape or (l, n), "int32", name="b")
+    if reduce:
+        k = te.reduce_axis((0, l), name="k")
+        c = te.compute((m, n), lambda i, j: te.sum(a[i, k] * b[k, j], axis=k), name="c")
+    else:
+        c = te.compute((m, n), lambda i, j: a[i, j] * b[i, j], name="c")
+    call = te.call_intrin("int32", "nop")
+    return te.decl_tensor_intrin(c.op, lambda ins, outs: (call if body else None, call if reset else None,
+                                                          call if update else None),
+                                 binds={t: te.decl_buffer(t.shape, "int32", t.name, offset_factor=1,
+                                                          strides=[te.var(t.name + "_s"), 1]) for t in (a, b, c)})
+
+
+def test_tensorize_structure_errors():
+    s, args = tiled(small_intrin(reduce=False))
+    with pytest.raises(ScheduleError, match="the compute is a reduction but the intrinsic is not"):
+        vtakit.lower(s, args)
+    s, args = tiled(small_intrin(l=16, body=False))
+    with pytest.raises(ScheduleError, match="the intrinsic has no body"):
+        vtakit.lower(s, args)
+    s, args = tiled(small_intrin(body=False, reset=False), split_k=4)
+    with pytest.raises(ScheduleError, match="needs a body or a reduce_reset"):
+        vtakit.lower(s, args)
+    s, args = tiled(small_intrin(l=16))
+    with pytest.raises(ScheduleError, match="axis i.inner is already tensorized"):
+        s[args[2]].tensorize(s[args[2]].leaf_iter_vars[3], small_intrin(l=16))
+
+
+def test_tensorize_axis_alignment_errors():
+    A = te.placeholder((2, 4, 16), "int32", name="A")
+    B = te.placeholder((16, 4), "int32", name="B")
+    k = te.reduce_axis((0, 16), name="k")
+    C = te.compute((2, 4, 4), lambda n, i, j: te.sum(A[n, i, k] * B[k, j], axis=k), name="C")
+    s = te.create_schedule(C.op)
+    s[C].tensorize(C.op.axis[0], small_intrin(l=16))
+    with pytest.raises(ScheduleError, match="axis n has extent 2 in the region but the intrinsic has no matching axis"):
+        vtakit.lower(s, [A, B, C])
+    A2, B2, C2 = matmul(4, 4, 16)
+    s = te.create_schedule(C2.op)
+    k1 = te.reduce_axis((0, 4), name="k1")
+    a = te.placeholder((4, 4, 4), "int32", name="a")
+    b = te.placeholder((4, 4), "int32", name="b")
+    k2 = te.reduce_axis((0, 4), name="k2")
+    c = te.compute((4, 4), lambda i, j: te.sum(a[i, k1, k2] * b[k1, j], axis=[k1, k2]), name="c")
+    s[C2].tensorize(C2.op.axis[0], te.decl_tensor_intrin(c.op, lambda ins, outs: te.call_intrin("int32", "nop")))
+    with pytest.raises(ScheduleError, match="the intrinsic has 2 reduce axis dimensions, the stage only 1"):
+        vtakit.lower(s, [A2, B2, C2])
+
+
+def test_tensorize_input_errors():
+    A = te.placeholder((8, 16), "int32", name="A")
+    k = te.reduce_axis((0, 16), name="k")
+    C = te.compute((8, 8), lambda i, j: te.sum(A[i, k] * A[j, k], axis=k), name="C")
+    s = te.create_schedule(C.op)
+    io, jo, ii, ji = s[C].tile(C.op.axis[0], C.op.axis[1], 4, 4)
+    s[C].tensorize(ii, small_intrin(l=16))
+    with pytest.raises(ScheduleError, match="the compute reads 1 tensors \\(A\\) but the intrinsic 2"):
+        vtakit.lower(s, [A, C])
+    A, B, C = matmul(8, 8, 16)
+    s2 = te.create_schedule(C.op)
+    io, jo, ii, ji = s2[C].tile(C.op.axis[0], C.op.axis[1], 4, 2)
+    s2[C].tensorize(ii, small_intrin(l=16, n=2, b_shape=(16, 4)))
+    with pytest.raises(ScheduleError, match="the region \\[16, 2\\] of B does not fit the intrinsic's buffer shape"):
+        vtakit.lower(s2, [A, B, C])
+
+
+def test_tensorize_thread_inside_region_and_attached_inside():
+    A, B, C = matmul(8, 8, 16)
+    s = te.create_schedule(C.op)
+    io, jo, ii, ji = s[C].tile(C.op.axis[0], C.op.axis[1], 4, 4)
+    s[C].bind(ji, te.thread_axis("threadIdx.x"))
+    s[C].tensorize(ii, small_intrin(l=16))
+    with pytest.raises(ScheduleError, match="axis j.inner inside the tensorized region is bound to a thread"):
+        vtakit.lower(s, [A, B, C])
+    s = te.create_schedule(C.op)
+    AA = s.cache_read(A, "local", [C])
+    io, jo, ii, ji = s[C].tile(C.op.axis[0], C.op.axis[1], 4, 4)
+    s[AA].compute_at(s[C], ji)
+    s[C].tensorize(ii, small_intrin(l=16))
+    with pytest.raises(ScheduleError, match="stage A.local is attached at axis j.inner of stage C, inside its tensorized"):
+        vtakit.lower(s, [A, B, C])
+
+
+def test_tensorize_fixed_stride_mismatch():
+    a = te.placeholder((4, 16), "int32", name="a")
+    b = te.placeholder((16, 4), "int32", name="b")
+    k = te.reduce_axis((0, 16), name="k")
+    c = te.compute((4, 4), lambda i, j: te.sum(a[i, k] * b[k, j], axis=k), name="c")
+    binds = {t: te.decl_buffer(t.shape, "int32", t.name, offset_factor=1, strides=[100, 1]) for t in (a, b, c)}
+    s, args = tiled(te.decl_tensor_intrin(c.op, lambda ins, outs: te.call_intrin("int32", "nop"), binds=binds))
+    with pytest.raises(CompileError, match="buffer a declares stride 100 for dimension 0, but A has stride 16"):
+        vtakit.lower(s, args)
+
+
+def test_lowering_structure_errors():
+    A, B, C, D = pipeline()
+    s = te.create_schedule(C.op)
+    s[B].compute_at(s[C], C.op.axis[0])
+    E = te.compute((8,), lambda i: C[i] + 1.0, name="E")
+    s = te.create_schedule(E.op)
+    s[B].compute_at(s[C], C.op.axis[0])
+    s[C].compute_inline()
+    with pytest.raises(ScheduleError, match="stage B is attached to stage C, which is inlined"):
+        vtakit.lower(s, [A, E])
+    s = te.create_schedule(C.op)
+    s[C].set_scope("shared")
+    with pytest.raises(ScheduleError, match="stage C is an argument, its scope must be global, not shared"):
+        vtakit.lower(s, [A, C])
+    with pytest.raises(CompileError, match="args must be a list of tensors"):
+        vtakit.lower(s, A)
+
+
+def test_virtual_thread_errors():
+    n = te.var("n")
+    A = te.placeholder((n,), name="A")
+    B = te.compute((n,), lambda i: A[i] + 1.0, name="B")
+    s = te.create_schedule(B.op)
+    s[B].bind(B.op.axis[0], te.thread_axis("vthread"))
+    with pytest.raises(CompileError, match="virtual thread vthread \\(vthread\\) needs a constant extent, got n"):
+        vtakit.lower(s, [A, B])
+    A, B, C = matmul()
+    s = te.create_schedule(C.op)
+    CL = s.cache_write(C, "local")
+    t, rest = s[C].split(C.op.axis[0], nparts=2)
+    s[C].bind(t, te.thread_axis("cthread"))
+    s[CL].compute_at(s[C], rest)
+    with PassContext(disabled_pass=("StorageFlatten",)):
+        with pytest.raises(CompileError, match="virtual threads need flattened buffers"):
+            vtakit.lower(s, [A, B, C])
+
+
+def test_symbolic_allocation_in_tagged_scope():
+    n = te.var("n")
+    A = te.placeholder((n,), name="A")
+    B = te.compute((n,), lambda i: A[i] + 1.0, name="B")
+    s = te.create_schedule(B.op)
+    s.cache_write(B, "local.sym_test")
+    with PassContext(memory_scopes={"local.sym_test": MemoryInfo(32, 1024)}):
+        with pytest.raises(CompileError, match="allocation B.local.sym_test in scope local.sym_test has non-constant size"):
+            vtakit.lower(s, [A, B])
+
+
+def test_more_expression_and_declaration_errors():
+    with pytest.raises(CompileError, match="combines int32 into float32"):
+        bad = te.comm_reducer(lambda x, y: (x + y).astype("float32"), lambda t: ir.const(0, t))
+        A = te.placeholder((4,), "int32", name="A")
+        bad(A[0], axis=te.reduce_axis((0, 4)))
+    with pytest.raises(CompileError, match="at least one condition"):
+        te.all()
+    with pytest.raises(CompileError, match="te.power needs float arguments"):
+        te.power(te.var("x"), 2)
+    with pytest.raises(CompileError, match="shape entries must be integers"):
+        te.placeholder((2.5,))
+    with pytest.raises(CompileError, match="has one output, asked for output 1"):
+        te.placeholder((2,)).op.output(1)
+    with pytest.raises(CompileError, match="offset_factor must be a non-negative int"):
+        te.decl_buffer((2,), offset_factor=-1)
+    A, B, C = matmul()
+    with pytest.raises(CompileError, match="must return statements or expressions"):
+        te.decl_tensor_intrin(C.op, lambda ins, outs: 5)
+    with pytest.raises(CompileError, match="expected a te.compute operation"):
+        te.decl_tensor_intrin(A.op, lambda ins, outs: None)
+    with pytest.raises(CompileError, match="scalar_params are not supported"):
+        te.decl_tensor_intrin(C.op, lambda ins, outs: None, scalar_params=[te.var("x")])
+    with pytest.raises(CompileError, match="buffer A \\[4, 8\\] int32 does not fit tensor A"):
+        te.decl_tensor_intrin(C.op, lambda ins, outs: None, binds={A: te.decl_buffer((4, 8), "int32", "A")})
+    with pytest.raises(CompileError, match="at least one operand must be an expression"):
+        ir.Add.make(1, 2)
+    with pytest.raises(CompileError, match="vector lanes differ"):
+        ir.Ramp(ir.const(0), ir.const(1), 4) + ir.Ramp(ir.const(0), ir.const(1), 8)
+
+
+def test_schedule_argument_errors():
+    A, B, C = matmul()
+    s = te.create_schedule(C.op)
+    with pytest.raises(ScheduleError, match="stage C: split expects an axis \\(IterVar\\), got 'i'"):
+        s[C].split("i", factor=2)
+    with pytest.raises(ScheduleError, match="create_schedule expects operations or tensors"):
+        te.create_schedule(["C"])
+
+
+def test_interpreter_memory_and_scope_errors():
+    buf = ir.Buffer("X", (4,), "int32")
+    other = ir.Buffer("Y", (4,), "int32")
+    i = ir.Var("i")
+    f = lambda body: ir.PrimFunc("f", (buf,), body)  # noqa: E731
+    x = np.zeros(4, np.int32)
+    with pytest.raises(MemoryAccessError, match="out-of-bounds read of X\\[7\\]"):
+        run(f(ir.BufferStore(buf, ir.BufferLoad(buf, (ir.const(7),)), (ir.const(0),))), x)
+    with pytest.raises(MemoryAccessError, match="out-of-bounds read of X\\[2, 3, 4, 5\\]"):
+        run(f(ir.BufferStore(buf, ir.BufferLoad(buf, (ir.Ramp(ir.const(2), ir.const(1), 4),)),
+                             (ir.Ramp(ir.const(0), ir.const(1), 4),))), x)
+    with pytest.raises(MemoryAccessError, match="out-of-bounds write of X\\[3, 4\\]"):
+        run(f(ir.BufferStore(buf, ir.Broadcast(ir.const(1), 2), (ir.Ramp(ir.const(3), ir.const(1), 2),))), x)
+    with pytest.raises(MemoryAccessError, match="access pointer to X\\[2:6\\] is out of range"):
+        run(f(ir.Evaluate(ir.Call.make("int32", "use", [buf.access_ptr("r", offset=2, extent=4)]))), x,
+            intrinsics={"use": lambda p: 0})
+    with pytest.raises(CompileError, match="buffer Y is accessed outside its allocation"):
+        run(f(ir.BufferStore(other, ir.const(1), (ir.const(0),))), x)
+    with pytest.raises(CompileError, match="variable i is used outside its scope"):
+        run(f(ir.BufferStore(buf, i, (ir.const(0),))), x)
+    with pytest.raises(CompileError, match="access to X with 2 indices; it has 1 dimensions"):
+        run(f(ir.BufferStore(buf, ir.const(1), (ir.const(0), ir.const(0)))), x)
+    with pytest.raises(CompileError, match="must be C-contiguous"):
+        b2 = ir.Buffer("M", (2, 2), "int32")
+        run(ir.PrimFunc("g", (b2,), ir.Evaluate(ir.const(0))), np.asfortranarray(np.zeros((2, 3), np.int32))[:, :2])
+    with pytest.raises(CompileError, match="cast of non-finite nan to int32"):
+        fb = ir.Buffer("F", (1,), "float32")
+        run(ir.PrimFunc("h", (fb, buf), ir.BufferStore(buf, ir.BufferLoad(fb, (ir.const(0),)).astype("int32"),
+                                                       (ir.const(0),))), np.full(1, np.nan, np.float32), x)
+    A = te.placeholder((4,), name="A")
+    B = te.compute((4,), lambda i: A[i] + 1.0, name="B")
+    with pytest.raises(CompileError, match="cannot interpret ProducerLoad"):
+        run(ir.PrimFunc("p", (), ir.Evaluate(B.op.body)))
+
+
+def test_unavailable_target(monkeypatch):
+    from vtakit.compiler import build as build_mod
+
+    monkeypatch.setitem(build_mod._LAZY, "ghost", "vtakit.compiler.no_such_backend")
+    with pytest.raises(CompileError, match="target 'ghost' is not available"):
+        build(None, [], target="ghost")

@@ -134,8 +134,6 @@ class Interpreter:
 
     def _e_IntImm(self, e: ir.IntImm) -> ExprFn:
         v = e.value
-        if ir.lanes_of(e.dtype) > 1:
-            raise CompileError(f"vector immediate {e}")
         return lambda env: v
 
     def _e_FloatImm(self, e: ir.FloatImm) -> ExprFn:
@@ -349,7 +347,7 @@ class Interpreter:
             arr, i = storage(env), index(env)
             if isinstance(i, np.ndarray):
                 if i.size and (i.min() < 0 or i.max() >= arr.size):
-                    raise MemoryAccessError(f"out-of-bounds read of {name}{list(i)} (size {arr.size})")
+                    raise MemoryAccessError(f"out-of-bounds read of {name}{i.tolist()} (size {arr.size})")
                 return arr[i]
             if not 0 <= i < arr.size:
                 raise MemoryAccessError(f"out-of-bounds read of {name}[{i}] (size {arr.size})")
@@ -475,7 +473,7 @@ class Interpreter:
             arr, i, v = storage(env), index(env), value(env)
             if isinstance(i, np.ndarray):
                 if i.size and (i.min() < 0 or i.max() >= arr.size):
-                    raise MemoryAccessError(f"out-of-bounds write of {name}{list(i)} (size {arr.size})")
+                    raise MemoryAccessError(f"out-of-bounds write of {name}{i.tolist()} (size {arr.size})")
             elif not 0 <= i < arr.size:
                 raise MemoryAccessError(f"out-of-bounds write of {name}[{i}] (size {arr.size})")
             arr[i] = v

@@ -86,7 +86,8 @@ def make_tensorize(builder: "_Builder", info: StageInfo, tloc: int) -> ir.Stmt:
     ibounds: dict[ir.Var, tuple[int, int]] = {}
     for kind, s_axes, i_axes in (("axis", st.axis, iop.axis), ("reduce axis", st.reduce_axis, iop.reduce_axis)):
         if len(i_axes) > len(s_axes):
-            raise ScheduleError(f"{where}: the intrinsic has {len(i_axes)} {kind}es, the stage only {len(s_axes)}")
+            raise ScheduleError(f"{where}: the intrinsic has {len(i_axes)} {kind} dimensions, the stage only "
+                                f"{len(s_axes)}")
         extra = len(s_axes) - len(i_axes)
         for k, s_iv in enumerate(s_axes):
             mn, ext = region[s_iv]
