@@ -478,3 +478,12 @@ def test_concurrent_builds_from_threads():
         t.join()
     for k in range(4):
         np.testing.assert_array_equal(results[k], np.arange(16) * (k + 1))
+
+
+def test_time_evaluator_reports_each_repeat(axpy):
+    evaluate = axpy.time_evaluator(number=2, repeat=3, min_repeat_ms=1)
+    result = evaluate(*ok_args())
+    assert len(result.results) == 3 and all(t > 0 for t in result.results)
+    assert min(result.results) <= result.median <= max(result.results)
+    with pytest.raises(CompileError, match="time_evaluator needs number >= 1"):
+        axpy.time_evaluator(number=0)

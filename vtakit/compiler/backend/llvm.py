@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import statistics
 import threading
 import time
-from dataclasses import fields
-from typing import Any
+from dataclasses import dataclass, fields
+from typing import Any, Callable
 
 import llvmlite.binding as llvm
 import numpy as np
@@ -29,8 +30,8 @@ from vtakit.compiler.build import register_target
 from vtakit.compiler.backend.llvm_codegen import generate
 from vtakit.errors import CompileError, VtakitError
 
-__all__ = ["build_llvm", "CPUModule", "ArgumentError", "fingerprint", "clear_cache", "llvm_target_builder",
-           "register_extern"]
+__all__ = ["build_llvm", "CPUModule", "ArgumentError", "TimingResult", "fingerprint", "clear_cache",
+           "llvm_target_builder", "register_extern"]
 
 
 class ArgumentError(VtakitError, ValueError):
@@ -38,6 +39,21 @@ class ArgumentError(VtakitError, ValueError):
 
 
 _ENTRY_TYPE = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p)
+
+
+@dataclass(frozen=True)
+class TimingResult:
+    """Seconds per call of each repeat (as TVM's ``time_evaluator`` reports them)."""
+
+    results: tuple[float, ...]
+
+    @property
+    def mean(self) -> float:
+        return statistics.fmean(self.results)
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.results)
 
 
 class CPUModule:
@@ -88,6 +104,31 @@ class CPUModule:
         else:
             shapev = self._no_shapes
         self._entry(self._argv_type(*pointers), shapev)  # ctypes releases the GIL for the call
+
+    def time_evaluator(self, number: int = 1, repeat: int = 3, min_repeat_ms: float = 0) -> Callable[..., TimingResult]:
+        """A function that runs the module on its arguments ``repeat`` times ``number`` calls (more
+        calls if a repeat would last less than ``min_repeat_ms``), as TVM's ``time_evaluator``."""
+        if number < 1 or repeat < 1 or min_repeat_ms < 0:
+            raise CompileError(f"time_evaluator needs number >= 1, repeat >= 1, min_repeat_ms >= 0; "
+                               f"got {number}, {repeat}, {min_repeat_ms}")
+
+        def evaluate(*args: Any) -> TimingResult:
+            self(*args)  # checks the arguments once and warms up
+            calls = number
+            results = []
+            for _ in range(repeat):
+                while True:
+                    start = time.perf_counter()
+                    for _ in range(calls):
+                        self(*args)
+                    elapsed = time.perf_counter() - start
+                    if elapsed * 1e3 >= min_repeat_ms:
+                        break
+                    calls = max(calls * 2, int(calls * min_repeat_ms / max(elapsed * 1e3, 1e-3)))
+                results.append(elapsed / calls)
+            return TimingResult(tuple(results))
+
+        return evaluate
 
     def _fast_check(self, args: tuple[Any, ...]) -> list[int] | None:
         """The data pointers if every argument matches exactly, else None (then ``_check`` explains)."""
