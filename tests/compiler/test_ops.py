@@ -215,6 +215,23 @@ def test_large_elementwise_runs_in_parallel_and_vectorised():
     np.testing.assert_array_equal(got, np.maximum(av, 0))
 
 
+def test_schedule_dispatch_by_operator():
+    """cpu.schedule picks each operator's schedule; the result equals the interpreter's."""
+    x = te.placeholder((1, 4, 8, 8), name="x")
+    k = te.placeholder((8, 4, 3, 3), name="k")
+    rows = te.placeholder((3, 16), name="rows")
+    cases = {
+        "conv": ([x, k], ops.relu(ops.conv2d_nchw(x, k, padding=1))),
+        "pool": ([x], ops.pool2d(x, 2)),
+        "softmax": ([rows], ops.softmax(rows)),
+        "elementwise": ([x], ops.clip(ops.multiply(x, 2.0), -1.0, 1.0)),
+    }
+    for name, (inputs, out) in cases.items():
+        arrays = [rand(tuple(int(d) for d in t.shape)) for t in inputs]
+        got, want = run_both(cpu.schedule(out), inputs, out, arrays)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=name)
+
+
 def test_operator_errors():
     x = te.placeholder((1, 4, 8, 8), name="x")
     with pytest.raises(CompileError, match="groups=3 must divide the 4 input"):

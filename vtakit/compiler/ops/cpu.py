@@ -20,7 +20,7 @@ from vtakit.compiler.te.schedule import Schedule
 from vtakit.compiler.te.tensor import ComputeOp, Tensor
 from vtakit.errors import ScheduleError
 
-__all__ = ["vector_lanes", "schedule_injective", "schedule_dense", "schedule_conv2d_nchw",
+__all__ = ["vector_lanes", "schedule", "schedule_injective", "schedule_dense", "schedule_conv2d_nchw",
            "schedule_conv2d_nchw_packed", "schedule_depthwise_conv2d_nchw", "schedule_pool", "schedule_softmax"]
 
 # Loops with less work than this (output elements x reduction length) run on one thread:
@@ -342,3 +342,29 @@ def schedule_softmax(outs: Tensor | Sequence[Tensor]) -> Schedule:
         for stage in (s[out], s[ex]):
             stage.vectorize(stage.split(stage.op.axis[-1], lanes)[1])
     return s
+
+
+# ---------------------------------------------------------------------------- dispatch
+_BY_TAG = {
+    "dense": schedule_dense, "dense_packed": schedule_dense, "conv2d_nchw": schedule_conv2d_nchw,
+    "conv2d_unpack": schedule_conv2d_nchw_packed, "depthwise_conv2d_nchw": schedule_depthwise_conv2d_nchw,
+    "pool2d": schedule_pool, "softmax_output": schedule_softmax,
+}
+
+
+def schedule(outs: Tensor | Sequence[Tensor]) -> Schedule:
+    """The default schedule for an operator's output (what a graph compiler calls per fused group):
+    the schedule of the first tagged operator found walking back through element-wise stages,
+    else the element-wise schedule."""
+    outs = _outputs(outs)
+    stack, seen = [outs[0]], set()
+    while stack:
+        t = stack.pop()
+        if id(t.op) in seen or not isinstance(t.op, ComputeOp):
+            continue
+        seen.add(id(t.op))
+        if t.op.tag in _BY_TAG:
+            return _BY_TAG[t.op.tag](outs)
+        if _is_injective(t):
+            stack.extend(_producers(t))
+    return schedule_injective(outs)
