@@ -6,7 +6,7 @@ the building blocks the graph compiler lowers networks to::
 
     from vtakit.compiler import ops
     out = ops.relu(ops.conv2d_nchw(data, kernel, padding=1))
-    mod = vtakit.build(ops.cpu.schedule_conv2d_nchw(out), [data, kernel, out], target="llvm")
+    mod = vtakit.build(ops.cpu.schedule(out), [data, kernel, out], target="llvm")   # picks schedule_conv2d_nchw
 """
 
 from vtakit.compiler.ops import cpu, layout
