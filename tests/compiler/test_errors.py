@@ -666,3 +666,15 @@ def test_unavailable_target(monkeypatch):
     monkeypatch.setitem(build_mod._LAZY, "ghost", "vtakit.compiler.no_such_backend")
     with pytest.raises(CompileError, match="target 'ghost' is not available"):
         build(None, [], target="ghost")
+
+
+def test_rfactor_errors():
+    A, B, C = matmul()
+    s = te.create_schedule(C.op)
+    with pytest.raises(ScheduleError, match="stage C: rfactor needs a reduction axis of a reduction, got i"):
+        s.rfactor(C, C.op.axis[0])
+    with pytest.raises(ScheduleError, match="rfactor factor_axis must be in \\[0, 2\\], got 5"):
+        s.rfactor(C, C.op.reduce_axis[0], factor_axis=5)
+    ko, ki = s[C].split(C.op.reduce_axis[0], factor=2)
+    with pytest.raises(ScheduleError, match="stage C: axis k was already split"):
+        s.rfactor(C, C.op.reduce_axis[0])

@@ -416,6 +416,30 @@ def int8_gemm_shift_cast():
     return te.create_schedule(D.op), [A, B, D]
 
 
+@case(1, lambda a: (a.astype(np.int64) * 3).sum(axis=1).astype(np.int32))
+def rfactor_inner_parallel():
+    A = te.placeholder((5, 23), "int32", name="A")
+    k = te.reduce_axis((0, 23), name="k")
+    B = te.compute((5,), lambda i: te.sum(A[i, k] * 3, axis=k), name="B")
+    s = te.create_schedule(B.op)
+    ko, ki = s[B].split(k, factor=4)
+    BF = s.rfactor(B, ki)
+    s[BF].parallel(BF.op.axis[0])
+    return s, [A, B]
+
+
+@case(1, lambda a: a.max(axis=(1, 2)))
+def rfactor_outer_two_axes():
+    A = te.placeholder((3, 6, 10), "int32", name="A")
+    r, c = te.reduce_axis((0, 6), name="r"), te.reduce_axis((0, 10), name="c")
+    B = te.compute((3,), lambda i: te.max(A[i, r, c], axis=[r, c]), name="B")
+    s = te.create_schedule(B.op)
+    f = s[B].fuse(r, c)
+    fo, fi = s[B].split(f, nparts=4)
+    BF = s.rfactor(B, fo, factor_axis=1)
+    return s, [A, B]
+
+
 # ---------------------------------------------------------------------------- tensorize
 def toy_gemm_intrin(m: int, n: int, l: int, mode: str, dtype: str = "int32") -> te.TensorIntrin:
     """A toy GEMM intrinsic c[m, n] (+)= a[m, l] @ b[l, n] whose statements are plain loop IR

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
 from vtakit.compiler import ir
-from vtakit.compiler.te.expr import IterVar
+from vtakit.compiler.te.expr import IterVar, Range
 from vtakit.compiler.te.tensor import ComputeOp, Operation, PlaceholderOp, Tensor, compute, input_tensors
 from vtakit.errors import ScheduleError
 
@@ -365,6 +365,85 @@ class Schedule:
         for r in reader_stages:
             r.body = _replace_tensor(r.body, tensor, cache)
         return cache
+
+    def rfactor(self, tensor: Tensor, axis: IterVar, factor_axis: int = 0) -> Tensor:
+        """Factor the reduction of ``tensor`` over the reduction axis ``axis`` (a leaf of its stage,
+        usually one half of a split) into a new stage that keeps ``axis`` as a data-parallel
+        dimension (at position ``factor_axis``) and reduces over the other reduction loops; the
+        original stage then reduces that dimension. The partial results can be computed in parallel."""
+        stage = self[tensor]
+        stage._require_leaf(axis, "rfactor")
+        body = stage.body
+        if not isinstance(body, ir.Reduce) or axis.iter_type != "comm_reduce":
+            raise ScheduleError(f"stage {stage.name}: rfactor needs a reduction axis of a reduction, got {axis.name}")
+        if not 0 <= factor_axis <= len(stage.axis):
+            raise ScheduleError(f"stage {stage.name}: rfactor factor_axis must be in [0, {len(stage.axis)}], "
+                                f"got {factor_axis}")
+        # extents and values of the reduction iteration variables (all reduce domains are constant)
+        extent: dict[IterVar, int] = {}
+        for iv in stage.reduce_axis:
+            if not isinstance(iv.dom.extent, ir.IntImm):
+                raise ScheduleError(f"stage {stage.name}: rfactor needs constant reduction extents, "
+                                    f"{iv.name} has {iv.dom.extent}")
+            extent[iv] = iv.dom.extent.value
+        for rel in stage.relations:
+            if isinstance(rel, Split) and rel.parent in extent:
+                e = extent[rel.parent]
+                extent[rel.outer] = rel.nparts or -(-e // rel.factor)
+                extent[rel.inner] = rel.factor or -(-e // rel.nparts)
+            elif isinstance(rel, Fuse) and rel.outer in extent:
+                extent[rel.fused] = extent[rel.outer] * extent[rel.inner]
+        leaves = [iv for iv in stage.leaf_iter_vars if iv.iter_type == "comm_reduce"]
+        kept = IterVar(Range(0, extent[axis]), ir.Var(f"{axis.name}.v"), "data_par")
+        new_red = {iv: IterVar(Range(0, extent[iv]), ir.Var(iv.name), "comm_reduce") for iv in leaves if iv is not axis}
+        value: dict[IterVar, ir.PrimExpr] = {iv: new_red[iv].var for iv in new_red}
+        value[axis] = kept.var
+        guards: list[ir.PrimExpr] = []
+        for rel in reversed(stage.relations):
+            if isinstance(rel, Split) and rel.parent in extent:
+                value[rel.parent] = value[rel.outer] * extent[rel.inner] + value[rel.inner]
+                if extent[rel.outer] * extent[rel.inner] != extent[rel.parent]:
+                    guards.append(value[rel.parent] < extent[rel.parent])
+            elif isinstance(rel, Fuse) and rel.outer in extent:
+                value[rel.outer] = ir.FloorDiv.make(value[rel.fused], extent[rel.inner])
+                value[rel.inner] = ir.FloorMod.make(value[rel.fused], extent[rel.inner])
+        root_map = {iv.var: iv.dom.min + value[iv] for iv in stage.reduce_axis}
+        cond = ir.substitute(body.condition, root_map)
+        for g in guards:
+            cond = g if isinstance(cond, ir.IntImm) and cond.value else ir.And(cond, g)
+        dp_vars = [iv.var for iv in stage.axis]
+
+        def fcompute(*idx: ir.Var) -> ir.PrimExpr:
+            idx = list(idx)
+            vmap: dict[ir.Var, Any] = {kept.var: idx.pop(factor_axis), **dict(zip(dp_vars, idx))}
+            src = ir.substitute(ir.substitute(body.source, root_map), vmap)
+            c = ir.substitute(cond, vmap)
+            if new_red:
+                return ir.Reduce(body.combiner, src, tuple(new_red.values()), c, None)
+            if isinstance(c, ir.IntImm) and c.value:  # nothing left to reduce: a plain map
+                return src
+            return ir.Call(src.dtype, "if_then_else", (c, src, body.combiner.identity_element))
+
+        names = [iv.name for iv in stage.axis]
+        names.insert(factor_axis, kept.name)
+        shape = list(tensor.shape)
+        shape.insert(factor_axis, extent[axis])
+        rf = compute(shape, _with_names(fcompute, names), name=f"{tensor.name}.rf")
+        rstage = Stage(rf.op, self)
+        self._insert(rstage, before=stage)
+        v = IterVar(Range(0, extent[axis]), ir.Var(f"{axis.name}.v"), "comm_reduce")
+        idx = [iv.var for iv in stage.axis]
+        idx.insert(factor_axis, v.var)
+        stage.body = ir.Reduce(body.combiner, rf[tuple(idx)], (v,), ir.IntImm("bool", 1), body.init)
+        stage.reduce_axis = [v]
+        dp = set(stage.axis)
+        stage.relations = [r for r in stage.relations if (r.parent if isinstance(r, Split) else r.outer) not in extent]
+        for r in stage.relations:
+            dp.update((r.outer, r.inner) if isinstance(r, Split) else (r.fused,))
+        stage.all_iter_vars = [iv for iv in stage.all_iter_vars if iv in dp] + [v]
+        stage.leaf_iter_vars = [iv for iv in stage.leaf_iter_vars if iv in dp] + [v]
+        stage.iter_var_attrs = {iv: a for iv, a in stage.iter_var_attrs.items() if iv in dp}
+        return rf
 
     def cache_write(self, tensor: Tensor, scope: str) -> Tensor:
         """Compute ``tensor`` into a new stage in ``scope``; the original stage copies it out."""
