@@ -167,3 +167,29 @@ def test_random_tensorized_schedules_match_numpy(data):
     c = np.zeros((n, m), np.int32)
     run(vtakit.lower(s, [A, B, C]), a, b, c)
     np.testing.assert_array_equal(c, a @ b)
+
+
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(data=st.data())
+def test_random_rfactor_schedules_match_numpy(data):
+    """rfactor any reduction leaf after random splits/fuses of two reduction axes, at any factor position."""
+    h, w = data.draw(st.integers(1, 6)), data.draw(st.integers(1, 7))
+    A = te.placeholder((3, h, w), "int32", name="A")
+    r, c = te.reduce_axis((0, h), name="r"), te.reduce_axis((0, w), name="c")
+    B = te.compute((3,), lambda i: te.sum(A[i, r, c] * (r + 1), axis=[r, c]), name="B")
+    s = te.create_schedule(B.op)
+    leaves = [r, c]
+    if data.draw(st.booleans(), "fuse"):
+        leaves = [s[B].fuse(r, c)]
+    for ax in list(leaves):
+        if data.draw(st.booleans()):
+            pos = leaves.index(ax)
+            leaves[pos:pos + 1] = list(s[B].split(ax, factor=data.draw(st.integers(1, 5))))
+    axis = data.draw(st.sampled_from(leaves), "axis")
+    BF = s.rfactor(B, axis, factor_axis=data.draw(st.integers(0, 1)))
+    if data.draw(st.booleans(), "parallel"):
+        s[BF].parallel(BF.op.axis[0])
+    a = np.arange(3 * h * w, dtype=np.int32).reshape(3, h, w) % 11 - 5
+    b = np.zeros(3, np.int32)
+    run(vtakit.lower(s, [A, B]), a, b)
+    np.testing.assert_array_equal(b, (a * (np.arange(h, dtype=np.int32)[None, :, None] + 1)).sum(axis=(1, 2)))
