@@ -32,6 +32,7 @@ from vtakit.errors import CompileError, MemoryAccessError
 __all__ = ["Pointer", "Interpreter", "run"]
 
 Env = dict
+_UNBOUND = object()
 ExprFn = Callable[[Env], Any]
 StmtFn = Callable[[Env], None]
 
@@ -439,11 +440,15 @@ class Interpreter:
             if rebind and var in env:
                 body(env)  # the thread is already running: a nested binding of the same thread
                 return
+            saved = env.get(var, _UNBOUND)
             lo = fmin(env)
             for i in range(lo, lo + fext(env)):
                 env[var] = i
                 body(env)
-            env.pop(var, None)
+            if saved is _UNBOUND:
+                env.pop(var, None)
+            else:
+                env[var] = saved
 
         return loop
 
