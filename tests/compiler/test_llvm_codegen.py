@@ -1,5 +1,6 @@
 """The CPU backend on hand-built loop IR: every expression and statement kind against numpy."""
 
+import dataclasses
 import multiprocessing
 import platform
 import threading
@@ -487,3 +488,55 @@ def test_time_evaluator_reports_each_repeat(axpy):
     assert min(result.results) <= result.median <= max(result.results)
     with pytest.raises(CompileError, match="time_evaluator needs number >= 1"):
         axpy.time_evaluator(number=0)
+
+
+def test_ill_formed_ir_is_a_compile_error():
+    A = ir.Buffer("A", (4, 4), "float32")
+    I = ir.Buffer("I", (4,), "int32")
+    i, j = ir.Var("i"), ir.Var("j")
+
+    def fails(body, match, params=(A, I)):
+        with pytest.raises(CompileError, match=match):
+            build_llvm(ir.PrimFunc("bad", params, body))
+
+    fails(ir.BufferStore(A, ir.const(1.0), (i,)), "buffer 'A' has 2 dimensions, indexed with 1")
+    fails(loop(i, 4, ir.LetStmt(j, i, ir.LetStmt(j, i, ir.Evaluate(ir.const(0))))), "variable 'j' is bound twice")
+    fails(ir.BufferStore(I, ir.Add(I[0], A[0, 0]), (0,)), "operand types differ")
+    fails(ir.BufferStore(A, ir.Call.make("float32", "exp", [I[0]]), (0, 0)), "intrinsic 'exp' needs a float argument")
+    fails(ir.BufferStore(I, ir.Call.make("int32", "shift_left", [A[0, 0], A[0, 1]]), (0,)),
+          "intrinsic 'shift_left' needs integer arguments")
+    H = ir.Buffer("H", (4,), "float16")
+    fails(ir.BufferStore(H, ir.Call.make("float16", "erf", [H[0]]), (0,)), "supports float32 and float64",
+          params=(H,))
+    fails(ir.BufferStore(I, ir.const(1), (ir.Cast("float32", I[0]),)), "buffer index .* has dtype float32")
+    ramp = ir.Ramp(ir.const(0), ir.const(1), 4)
+    fails(ir.IfThenElse(I[ramp] > 0, ir.Evaluate(ir.const(0))), "if condition .* is a vector")
+    fails(ir.BufferStore(I, I[ramp], (0,)), "store of a 4-lane value to a 1-lane index")
+    fails(ir.Evaluate(ir.const(0)), "two parameters share one data pointer",
+          params=(A, ir.Buffer("B", (4, 4), "float32", data=A.data)))
+
+    @dataclasses.dataclass(eq=False)
+    class Unknown(ir.Stmt):
+        pass
+
+    fails(Unknown(), "cannot generate code for Unknown")
+
+
+def test_unusable_targets_are_compile_errors():
+    func = ir.PrimFunc("f", (ir.Buffer("A", (4,), "float32"),), ir.Evaluate(ir.const(0)))
+    with pytest.raises(CompileError, match="LLVM cannot target 'nonsense-triple'|cannot run code for"):
+        build_llvm(func, "llvm -mtriple=nonsense-triple")
+
+
+def test_argument_shapes_that_cannot_be_bound():
+    n = ir.Var("n")
+    A = ir.Buffer("A", (n * 2,), "float32")
+    mod = build_llvm(ir.PrimFunc("twice", (A,), ir.Evaluate(ir.const(0))))
+    with pytest.raises(ArgumentError, match=r"extent \(n \* 2\) of axis 0 must be a constant or a variable"):
+        mod(np.zeros(4, "float32"))
+    S = ir.Buffer("S", (4,), "float32", strides=(n,))
+    mod = build_llvm(ir.PrimFunc("strided", (S,), ir.Evaluate(ir.const(0))))
+    with pytest.raises(ArgumentError, match=r"shape variables \['n'\] are not bound"):
+        mod(np.zeros(4, "float32"))
+    with pytest.raises(CompileError, match="unknown source format 'pdf'"):
+        mod.get_source("pdf")

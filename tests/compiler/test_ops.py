@@ -272,3 +272,31 @@ def test_operator_errors():
         cpu.schedule_conv2d_nchw(ops.relu(x))
     with pytest.raises(ScheduleError, match="is a reduction"):
         cpu.schedule_injective(ops.relu(ops.pool2d(x, 2)))
+
+
+def test_more_operator_errors():
+    x = te.placeholder((1, 4, 8, 8), name="x")
+    with pytest.raises(CompileError, match="padding must be non-negative integers"):
+        ops.pool2d(x, 2, padding=-1)
+    with pytest.raises(CompileError, match="strides and dilation must be positive"):
+        ops.conv2d_nchw(x, te.placeholder((4, 4, 3, 3), name="k"), strides=0)
+    with pytest.raises(CompileError, match=r"pad of 'x' \(rank 4\) needs 4 widths per side"):
+        ops.pad(x, [1, 1])
+    with pytest.raises(CompileError, match="matmul: 'a' has 3 columns but 'b' has 4 rows"):
+        ops.matmul(te.placeholder((2, 3), name="a"), te.placeholder((4, 5), name="b"))
+    with pytest.raises(CompileError, match="dense_packed: weight 'p' has 6 input features"):
+        ops.dense_packed(te.placeholder((2, 4), name="d"), te.placeholder((2, 6, 8), name="p"))
+    with pytest.raises(CompileError, match="conv2d_nchw_packed: kernel 'p' has 3 input channels, data has 4"):
+        ops.conv2d_nchw_packed(x, te.placeholder((1, 3, 3, 3, 8), name="p"))
+    with pytest.raises(CompileError, match="depthwise_conv2d: kernel 'k' has 3 channels, data 'x' has 4"):
+        ops.depthwise_conv2d_nchw(x, te.placeholder((3, 1, 3, 3), name="k"))
+    with pytest.raises(CompileError, match=r"pack_dense_weight expects \[out, in\]"):
+        ops.layout.pack_dense_weight(np.zeros((2, 3, 4)), 2)
+    with pytest.raises(CompileError, match="pack_conv2d_kernel expects OIHW"):
+        ops.layout.pack_conv2d_kernel(np.zeros((2, 3)), 2)
+    with pytest.raises(ScheduleError, match="a schedule needs the output tensor"):
+        cpu.schedule_injective([])
+    side = ops.add(ops.relu(ops.conv2d_nchw(x, te.placeholder((4, 4, 3, 3), name="k"), padding=1)),
+                   ops.pool2d(x, 1))
+    with pytest.raises(ScheduleError, match="reads the reduction 'max_pool2d' besides its main operator"):
+        cpu.schedule_conv2d_nchw(side)

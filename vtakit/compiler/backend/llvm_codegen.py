@@ -173,7 +173,7 @@ def _flat_index(buffer: ir.Buffer, indices: tuple[ir.PrimExpr, ...]) -> ir.PrimE
         strides.reverse()
     flat: ir.PrimExpr = buffer.elem_offset
     for index, stride in zip(indices, strides):
-        flat = _add(flat, _mul(index, stride))
+        flat = _add(flat, _mul(ir.convert(index), stride))  # hand-built IR may hold plain ints
     return flat
 
 
