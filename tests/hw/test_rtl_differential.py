@@ -66,3 +66,16 @@ EXOTIC = {
 @pytest.mark.parametrize("config_name", EXOTIC)
 def test_random_program_other_configs(config_name, seed, rtl_cache_dir):
     _assert_same(random_program(EXOTIC[config_name], 1000 + seed), rtl_cache_dir)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(200))
+def test_random_program_campaign_small(seed, rtl_cache_dir):
+    """The long campaign (run with -m slow): more random programs, longer, up to 3 virtual threads."""
+    _assert_same(random_program(SMALL, 10_000 + seed, max_insns=400), rtl_cache_dir)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(30))
+def test_random_program_campaign_default(seed, rtl_cache_dir):
+    _assert_same(random_program(DEFAULT, 20_000 + seed), rtl_cache_dir)

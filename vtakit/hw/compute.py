@@ -14,7 +14,7 @@ reads the SRAM after the write: the strict micro-op order of DESIGN §2.3 holds 
 
 from __future__ import annotations
 
-from amaranth.hdl import Assert, Cat, Const, Module, Mux, Signal, signed
+from amaranth.hdl import Assert, Cat, Module, Mux, Signal, signed
 from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In, Out
 

@@ -9,8 +9,8 @@ busy-cycle counters, GEMM and ALU micro-op counters) and an exact deadlock flag.
 
 from __future__ import annotations
 
-from amaranth.hdl import Assert, Module, Signal
-from amaranth.lib import fifo, memory, stream, wiring
+from amaranth.hdl import Assert, Module
+from amaranth.lib import fifo, memory, wiring
 from amaranth.lib.wiring import In, Out
 
 from vtakit.hw.bus import Axi4Signature

@@ -18,8 +18,7 @@ when there is nothing to do).
 
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal, unsigned
-from amaranth.hdl import Assert
+from amaranth.hdl import Assert, Const, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -107,8 +106,8 @@ class DmaLoad2D(wiring.Component):
     --------------------
     start, <instruction fields>, log_elem : in
         ``log_elem`` is log2 of the DRAM element size in bytes.
-    wr_en, wr_addr, wr_data, wr_pad : out
-        One SRAM write per cycle at most; ``wr_pad`` marks a zero-padding write.
+    wr_en, wr_addr, wr_data : out
+        One SRAM write per cycle at most (pad entries are written with zeros).
     finish, active : out
     mem : ReadPortSignature
     """
@@ -119,7 +118,7 @@ class DmaLoad2D(wiring.Component):
         self._latency = dram_latency
         super().__init__({
             "start": In(1), **mem_fields(), "log_elem": In(4),
-            "wr_en": Out(1), "wr_addr": Out(SRAM_ADDR_BITS), "wr_data": Out(data_width), "wr_pad": Out(1),
+            "wr_en": Out(1), "wr_addr": Out(SRAM_ADDR_BITS), "wr_data": Out(data_width),
             "finish": Out(1), "active": Out(1),
             "mem": Out(ReadPortSignature(bus_width)),
         })
@@ -142,8 +141,7 @@ class DmaLoad2D(wiring.Component):
         # Latched per-instruction values.
         active = Signal()
         x_size = Signal(16)
-        x_skip = Signal(17)          # x_pad_1 + x_pad_0: SRAM entries between two data rows
-        mid = Signal(5)              # length of the pad run between two data rows
+        mid = Signal(5)              # x_pad_1 + x_pad_0: the pad run (SRAM entries) between two data rows
         data_jump = Signal(33)       # entries jumped after a pad run: x_size, or all data if mid == 0
         last_run = Signal(_COUNT_BITS)
         m.d.comb += [self.active.eq(active)]
@@ -195,7 +193,7 @@ class DmaLoad2D(wiring.Component):
             with m.If(data_we):
                 m.d.sync += [beat.eq(0), elems_left.eq(elems_left - 1)]
                 with m.If(x_left == 1):
-                    m.d.sync += [x_left.eq(x_size), d_addr.eq(d_addr + 1 + x_skip),
+                    m.d.sync += [x_left.eq(x_size), d_addr.eq(d_addr + 1 + mid),
                                  row_lane.eq(row_lane + stride_lanes), lane.eq(row_lane + stride_lanes)]
                 with m.Else():
                     m.d.sync += [x_left.eq(x_left - 1), d_addr.eq(d_addr + 1), lane.eq(lane + elem_bytes)]
@@ -212,7 +210,7 @@ class DmaLoad2D(wiring.Component):
             jump_now = Mux(mid_now != 0, self.x_size, n_data)
             last_now = self.x_pad_1 + self.y_pad_1 * width
             m.d.sync += [
-                active.eq(1), x_size.eq(self.x_size), x_skip.eq(mid_now), mid.eq(mid_now),
+                active.eq(1), x_size.eq(self.x_size), mid.eq(mid_now),
                 data_jump.eq(jump_now), last_run.eq(last_now), pads_left.eq(n_pads),
                 beat.eq(0), beats_per_elem_m1.eq((Const(1, 1) << log_k) - 1), narrow_l.eq(narrow),
                 elems_left.eq(n_data), x_left.eq(self.x_size), d_addr.eq(self.sram_base + run0),
@@ -240,7 +238,6 @@ class DmaLoad2D(wiring.Component):
         narrow_data = (self.mem.r.payload.data >> (lane << 3))
         m.d.comb += [
             self.wr_en.eq(pad_we | data_we),
-            self.wr_pad.eq(pad_we),
             self.wr_addr.eq(Mux(pad_we, cur, d_addr)),
             self.wr_data.eq(Mux(pad_we, 0, Mux(narrow_l, narrow_data, assembled))),
         ]

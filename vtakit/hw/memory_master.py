@@ -12,7 +12,7 @@ stays stable while ARVALID is high, as AXI4 requires.
 
 from __future__ import annotations
 
-from amaranth.hdl import Assert, Module, Mux, Signal
+from amaranth.hdl import Assert, Module, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from amaranth.hdl import Cat, Const, Module, Signal
 from amaranth.lib import wiring
-from amaranth.lib.wiring import In, Out
+from amaranth.lib.wiring import Out
 
 from vtakit.hw.bus import Axi4Signature, AxiLiteSignature
 from vtakit.hw.config import VTAConfig
