@@ -368,10 +368,11 @@ exit:
   ret i32 0
 }
 """
-# Iterations of the spin before sleeping (tens of microseconds with the x86 pause hint).
-_SPIN = 20000
+# Iterations of the spin before sleeping (some microseconds with the x86 pause hint): enough for
+# back-to-back launches, short enough not to hold a core another thread needs on a busy machine.
+_SPIN = 2000
 # Chunks per thread: a late or descheduled thread's share is picked up by the others.
-_CHUNKS_PER_THREAD = 4
+_CHUNKS_PER_THREAD = 8
 
 
 def _runtime_ir(triple: str) -> str:
