@@ -119,3 +119,34 @@ def test_register_extern_errors():
         register_extern("f", "nope")
     with pytest.raises(CompileError, match="null address"):
         register_extern("f", 0)
+
+
+@settings(max_examples=15, deadline=None, derandomize=True)
+@given(h=st.integers(3, 12), w=st.integers(2, 20), fy=st.integers(1, 6), fx=st.integers(1, 9),
+       level=st.integers(0, 3), kinds=st.tuples(*[st.sampled_from(["serial", "parallel", "vectorize", "unroll"])] * 4))
+def test_random_attach_points_and_loop_kinds_cpu_module(h, w, fy, fx, level, kinds):
+    """A stencil producer attached at a random loop of a tiled consumer whose loops get random kinds
+    (parallel only where legal: one parallel loop, outside the attach point's body)."""
+    A = te.placeholder((h + 2, w + 1), "int32", name="A")
+    B = te.compute((h + 2, w + 1), lambda i, j: A[i, j] * 3 - 1, name="B")
+    C = te.compute((h, w), lambda i, j: B[i, j] + B[i + 2, j + 1] - B[i + 1, j], name="C")
+    s = te.create_schedule(C.op)
+    yo, yi = s[C].split(C.op.axis[0], factor=fy)
+    xo, xi = s[C].split(C.op.axis[1], factor=fx)
+    loops = [yo, xo, yi, xi]
+    s[C].reorder(*loops)
+    s[B].compute_at(s[C], loops[level])
+    parallel_used = False
+    for depth, (axis, kind) in enumerate(zip(loops, kinds)):
+        if kind == "parallel" and not parallel_used and depth <= level:
+            s[C].parallel(axis)
+            parallel_used = True
+        elif kind == "vectorize" and depth == 3:
+            s[C].vectorize(axis)
+        elif kind == "unroll":
+            s[C].unroll(axis)
+    a = np.random.default_rng(h * w + fx).integers(-50, 50, (h + 2, w + 1)).astype(np.int32)
+    c = np.zeros((h, w), np.int32)
+    vtakit.build(s, [A, C], target="llvm")(a, c)
+    b = a * 3 - 1
+    np.testing.assert_array_equal(c, b[:h, :w] + b[2:, 1:] - b[1:h + 1, :w])
