@@ -534,9 +534,29 @@ def test_argument_shapes_that_cannot_be_bound():
     mod = build_llvm(ir.PrimFunc("twice", (A,), ir.Evaluate(ir.const(0))))
     with pytest.raises(ArgumentError, match=r"extent \(n \* 2\) of axis 0 must be a constant or a variable"):
         mod(np.zeros(4, "float32"))
-    S = ir.Buffer("S", (4,), "float32", strides=(n,))
-    mod = build_llvm(ir.PrimFunc("strided", (S,), ir.Evaluate(ir.const(0))))
+    S = ir.Buffer("S", (4,), "float32", elem_offset=n)
+    mod = build_llvm(ir.PrimFunc("offset", (S,), ir.Evaluate(ir.const(0))))
     with pytest.raises(ArgumentError, match=r"shape variables \['n'\] are not bound"):
         mod(np.zeros(4, "float32"))
     with pytest.raises(CompileError, match="unknown source format 'pdf'"):
         mod.get_source("pdf")
+
+
+def test_parameters_with_explicit_strides_take_matching_views():
+    A = ir.Buffer("A", (3, 4), "float32", strides=(8, 1))  # rows padded to 8 elements
+    B = ir.Buffer("B", (3, 4), "float32")
+    i, j = ir.Var("i"), ir.Var("j")
+    mod = build_llvm(ir.PrimFunc("padded", (A, B), loop(i, 3, loop(j, 4, ir.BufferStore(B, A[i, j] + 1.0, (i, j))))))
+    storage = rng.uniform(size=(3, 8)).astype("float32")
+    b = np.zeros((3, 4), "float32")
+    mod(storage[:, :4], b)
+    np.testing.assert_allclose(b, storage[:, :4] + 1)
+    with pytest.raises(ArgumentError, match=r"argument 0 \('A'\) has element strides \(4, 1\), expected \(8, 1\)"):
+        mod(np.zeros((3, 4), "float32"), b)
+    row = ir.Var("row")
+    V = ir.Buffer("V", (3, 4), "float32", strides=(row, 1))  # any row pitch, bound from the argument
+    mod = build_llvm(ir.PrimFunc("pitched", (V, B), loop(i, 3, loop(j, 4, ir.BufferStore(B, V[i, j] * 2.0, (i, j))))))
+    for pitch in (4, 6, 8):
+        storage = rng.uniform(size=(3, pitch)).astype("float32")
+        mod(storage[:, :4], b)
+        np.testing.assert_allclose(b, storage[:, :4] * 2)

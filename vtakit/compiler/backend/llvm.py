@@ -71,7 +71,7 @@ class CPUModule:
         self._written = _written_params(func)
         params = func.params
         # fast path of __call__: constant shapes, checked without building any message
-        self._fixed = None if shape_vars else [
+        self._fixed = None if shape_vars or any(b.strides for b in params) else [
             (np.dtype(b.dtype), tuple(e.value for e in b.shape), b.data in self._written) for b in params]
         self._argv_type = ctypes.c_void_p * max(1, len(params))
         self._no_shapes = (ctypes.c_int64 * 1)()
@@ -170,7 +170,16 @@ class CPUModule:
                     raise ArgumentError(f"{where}: extent {extent} of axis {axis} must be a constant or a variable")
                 if not ok:
                     raise ArgumentError(f"{where} has shape {arr.shape}, expected {_shape_str(buf, bound)}")
-            if not arr.flags.c_contiguous:
+            if buf.strides:  # a strided view: constant strides must match, variables are bound
+                got_strides = tuple(st // arr.itemsize if st % arr.itemsize == 0 else None for st in arr.strides)
+                for e, got in zip(buf.strides, got_strides):
+                    if isinstance(e, ir.Var) and any(e is v for v in self._shape_vars) and got is not None:
+                        bound.setdefault(e, got)
+                want_strides = tuple(_bound_value(e, bound) for e in buf.strides)
+                if want_strides != got_strides:
+                    expected = tuple(str(e) if w is None else w for e, w in zip(buf.strides, want_strides))
+                    raise ArgumentError(f"{where} has element strides {got_strides}, expected {expected}")
+            elif not arr.flags.c_contiguous:
                 raise ArgumentError(f"{where} must be C-contiguous (use np.ascontiguousarray)")
             if buf.data in self._written and not arr.flags.writeable:
                 raise ArgumentError(f"{where} is written by the kernel but the array is read-only")
@@ -185,6 +194,12 @@ class CPUModule:
         if missing:
             raise ArgumentError(f"{self.name}: shape variables {missing} are not bound by any argument's shape")
         return [a.ctypes.data for a in args], [bound[v] for v in self._shape_vars]
+
+
+def _bound_value(e: ir.PrimExpr, bound: dict[ir.Var, int]) -> int | None:
+    if isinstance(e, ir.IntImm):
+        return e.value
+    return bound.get(e) if isinstance(e, ir.Var) else None
 
 
 def _shape_str(buf: ir.Buffer, bound: dict[ir.Var, int] | None = None) -> str:
