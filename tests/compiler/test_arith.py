@@ -81,3 +81,10 @@ def test_simplify_preserves_value_within_bounds(e, lo_x, span):
     lo, hi = Analyzer(bounds).const_int_bound(e)
     for vx, vy in itertools.product(range(bounds[x][0], bounds[x][1] + 1), range(0, span + 1)):
         assert lo <= _eval(e, {x: vx, y: vy}) <= hi
+
+
+def test_floordiv_difference_is_bounded_as_a_pair():
+    """floordiv(a + c, d) - floordiv(a, d) is in [c // d, ceil(c / d)] however wide a is."""
+    assert const_int_bound((x * 5 + 4) // 7 - (x * 5) // 7 + 1, {x: (0, 8)}) == (1, 2)
+    assert const_int_bound((x + 14) // 7 - x // 7, {x: (0, 100)}) == (2, 2)
+    assert const_int_bound(x // 7 - (x + 3) // 7, {x: (0, 100)}) == (-1, 0)

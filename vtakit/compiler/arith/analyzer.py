@@ -131,7 +131,10 @@ class Analyzer:
 
     def _lin_bound(self, lin: _Lin) -> tuple[float, float]:
         lo = hi = lin.const
-        for atom, coef in lin.terms.values():
+        terms = list(lin.terms.values())
+        pair_lo, pair_hi, terms = self._floordiv_pairs(terms)
+        lo, hi = lo + pair_lo, hi + pair_hi
+        for atom, coef in terms:
             a_lo, a_hi = self._atom_bound(atom)
             if coef >= 0:
                 lo, hi = lo + coef * a_lo, hi + coef * a_hi
@@ -140,6 +143,27 @@ class Analyzer:
             if lo != lo or hi != hi:  # inf - inf
                 return -_INF, _INF
         return lo, hi
+
+    def _floordiv_pairs(self, terms: list) -> tuple[int, int, list]:
+        """Bound ``k*floordiv(a + c, d) - k*floordiv(a, d)`` together: it lies in
+        ``k*[c // d, -(-c // d)]``, however wide ``a`` is (the halo of a relaxed fused axis)."""
+        lo = hi = 0
+        used: set[int] = set()
+        for i, (a, ca) in enumerate(terms):
+            if i in used or not (isinstance(a, ir.FloorDiv) and isinstance(a.b, ir.IntImm) and a.b.value > 0
+                                 and ca > 0):
+                continue
+            for j, (b, cb) in enumerate(terms):
+                if j in used or cb != -ca or not (isinstance(b, ir.FloorDiv) and isinstance(b.b, ir.IntImm)
+                                                  and b.b.value == a.b.value):
+                    continue
+                diff = self._linear_result(ir.Sub(a.a, b.a))
+                if isinstance(diff, ir.IntImm):
+                    d, c = a.b.value, diff.value
+                    lo, hi = lo + ca * (c // d), hi + ca * -(-c // d)
+                    used.update((i, j))
+                    break
+        return lo, hi, [t for k, t in enumerate(terms) if k not in used]
 
     def _atom_bound(self, e: ir.PrimExpr) -> tuple[float, float]:
         rng = _dtype_range(e.dtype)
