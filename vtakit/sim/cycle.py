@@ -296,18 +296,18 @@ class _Core:
         """Evaluate cycle ``c``: every decision on the state at the start of ``c`` (§1)."""
         memory = self.memory
         modules = self.modules
-        depth_t = self.config.token_queue_depth
         tokens = self.tokens
+        hb = self.hb
 
         # Read arbitration (§5): one burst per cycle, fetch > compute > load, window permitting.
-        if c >= 1 and memory.window_open(c) == c:
+        if memory.window_open(c) == c:
             if self._fetch_presents():
                 n = self._fetch_burst()
                 k = self.insn_beats
                 first = memory.accept(c, n * k, min(isa.INSN_BYTES, self.bus), "fetch")
-                for j in range(n):
-                    self.complete[self.requested + j] = first + (j + 1) * k - 1
-                    self.timing[self.requested + j].fetched = first + (j + 1) * k - 1
+                for j in range(self.requested, self.requested + n):
+                    first += k
+                    self.complete[j] = self.timing[j].fetched = first - 1
                 self.requested += n
             else:
                 for m in _READ_PRIORITY:
@@ -323,29 +323,27 @@ class _Core:
                             modules[m].dma = None
                         break
 
-        # Modules (§3). Pops judge the token counts at the start of c; pushes below add 'popped'.
-        popped = [0, 0, 0, 0]
-        pushed = [0, 0, 0, 0]
-        taken = [0, 0, 0]
-        pushers = []
+        # Modules (§3). Pops see the token counts at the start of c (pushes come after them below).
+        popped = pushed = taken = 0          # bit masks over queues / modules
         for mod in modules:
             state = mod.state
             if state == _IDLE:
                 if mod.commands:
                     index = mod.commands.popleft()
-                    taken[mod.index] = 1
+                    taken |= 1 << mod.index
                     route = self.routes[index]
                     mod.current, mod.pops, mod.pushes, mod.step = index, route.pops, route.pushes, 0
                     mod.state = _WAIT
                     mod.timing = self.timing[index]
                     mod.timing.taken = c
-                    self.hb.begin(mod.index)
+                    hb.begin(mod.index)
                     self.executed[mod.index].append(index)
             elif state == _WAIT:
                 pops = mod.pops
                 while mod.step < len(pops) and tokens[pops[mod.step]]:
-                    self.hb.join(mod.index, tokens[pops[mod.step]].popleft())
-                    popped[pops[mod.step]] = 1
+                    q = pops[mod.step]
+                    hb.join(mod.index, tokens[q].popleft())
+                    popped |= 1 << q
                     mod.step += 1
                 if mod.step == len(pops):
                     self._start(mod, c)
@@ -354,31 +352,33 @@ class _Core:
                 if mod.finish == c:
                     mod.state, mod.step = _RETIRE, 0
                     mod.timing.finished = c
-            else:
-                pushers.append(mod)
-        for mod in pushers:
+        depth = self.config.token_queue_depth
+        for mod in modules:
+            if mod.state != _RETIRE or mod.timing.finished == c:   # entered RETIRE this cycle: acts from c + 1
+                continue
             pushes = mod.pushes
             while mod.step < len(pushes):
                 q = pushes[mod.step]
-                if len(tokens[q]) + popped[q] >= depth_t:   # the count at the start of c (one pusher per queue)
+                # the count at the start of c: one pusher per queue, so only this cycle's pop differs
+                if len(tokens[q]) + (popped >> q & 1) >= depth:
                     break
-                tokens[q].append(self.hb.snapshot(mod.index))
+                tokens[q].append(hb.snapshot(mod.index))
+                pushed |= 1 << q
                 mod.step += 1
-                pushed[q] = 1
             if mod.step == len(pushes):
                 mod.timing.retired = c
                 mod.state = _IDLE
-                if isinstance(self.insns[mod.current], FinishInsn):
+                if mod.current == self.count - 1:          # FINISH: the last instruction (check_program)
                     self.done_cycle = c
                 mod.current = -1
+        if self.token_log is not None and popped | pushed:
+            self.token_log.extend((c + 1, q, len(tokens[q])) for q in range(len(tokens)) if (popped | pushed) >> q & 1)
 
-        if self.token_log is not None:
-            self.token_log.extend((c + 1, q, len(tokens[q])) for q in range(len(tokens)) if popped[q] or pushed[q])
         # Dispatch (§2): the complete head goes to its module's queue if it had room at the start of c.
         d = self.dispatched
         if d < self.requested and self.complete[d] < c:
             mod = modules[self.routes[d].module]
-            if len(mod.commands) + taken[mod.index] < self.config.cmd_queue_depth:
+            if len(mod.commands) + (taken >> mod.index & 1) < self.config.cmd_queue_depth:
                 mod.commands.append(d)
                 self.timing[d].dispatched = c
                 self.dispatched = d + 1
