@@ -209,6 +209,9 @@ class _Core:
         self.tokens: list[deque] = [deque() for _ in QUEUE_NAMES]
         self.timing = [InsnTiming(r.module) for r in self.routes]
         self.bus = config.bus_bytes
+        self.elem_bytes = {MemId.INP: config.inp_elem_bytes, MemId.WGT: config.wgt_elem_bytes,   # DRAM side (§4)
+                           MemId.UOP: config.uop_elem_bytes, MemId.ACC: config.acc_elem_bytes,
+                           MemId.ACC_8BIT: config.acc8_elem_bytes}
         # fetch (§2)
         self.count = len(self.insns)
         self.slot0 = launch.insn_addr // isa.INSN_BYTES
@@ -256,9 +259,7 @@ class _Core:
                 self._start_load(mod, insn, s)
 
     def _start_load(self, mod: _Module, insn: MemInsn, s: int) -> None:
-        cfg = self.config
-        elem = {MemId.INP: cfg.inp_elem_bytes, MemId.WGT: cfg.wgt_elem_bytes, MemId.UOP: cfg.uop_elem_bytes,
-                MemId.ACC: cfg.acc_elem_bytes, MemId.ACC_8BIT: cfg.acc8_elem_bytes}[insn.memory_type]
+        elem = self.elem_bytes[insn.memory_type]
         width = insn.x_pad_0 + insn.x_size + insn.x_pad_1
         height = insn.y_pad_0 + insn.y_size + insn.y_pad_1
         data = insn.x_size * insn.y_size
@@ -269,7 +270,7 @@ class _Core:
             return
         beat = min(elem, self.bus)
         bursts = _bursts(insn.x_size * (elem // beat), insn.y_size, insn.dram_base * elem, insn.x_stride * elem, beat)
-        mod.dma = _ReadDma(bursts, s + max(0, pads - cfg.dram_latency), beat, mod.timing)
+        mod.dma = _ReadDma(bursts, s + max(0, pads - self.config.dram_latency), beat, mod.timing)
         mod.finish = _NEVER
 
     def _start_store(self, mod: _Module, insn: MemInsn, s: int) -> None:
