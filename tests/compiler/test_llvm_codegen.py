@@ -512,6 +512,13 @@ def test_ill_formed_ir_is_a_compile_error():
     ramp = ir.Ramp(ir.const(0), ir.const(1), 4)
     fails(ir.IfThenElse(I[ramp] > 0, ir.Evaluate(ir.const(0))), "if condition .* is a vector")
     fails(ir.BufferStore(I, I[ramp], (0,)), "store of a 4-lane value to a 1-lane index")
+    guarded = ir.Call.make("int32", "if_then_else", [ramp > 1, I[ramp - 2], ir.Broadcast(ir.const(0), 4)])
+    fails(ir.BufferStore(I, guarded, (ramp,)), "if_then_else with a vector condition reads 'I'")
+    blend = ir.Call.make("int32", "if_then_else", [ramp > 1, ramp, ir.Broadcast(ir.const(0), 4)])
+    mod = build_llvm(ir.PrimFunc("blend", (I,), ir.BufferStore(I, blend, (ramp,))))
+    out = np.zeros(4, np.int32)
+    mod(out)
+    np.testing.assert_array_equal(out, [0, 0, 2, 3])
     fails(ir.Evaluate(ir.const(0)), "two parameters share one data pointer",
           params=(A, ir.Buffer("B", (4, 4), "float32", data=A.data)))
 
@@ -560,3 +567,17 @@ def test_parameters_with_explicit_strides_take_matching_views():
         storage = rng.uniform(size=(3, pitch)).astype("float32")
         mod(storage[:, :4], b)
         np.testing.assert_allclose(b, storage[:, :4] * 2)
+
+
+@pytest.mark.parametrize("stride", [2, 3, 4, 5])
+def test_strided_vector_loads_read_only_their_span(stride):
+    lanes = 16
+    A = ir.Buffer("A", ((lanes - 1) * stride + 1,), "float32")  # exactly the span: no over-read possible
+    B = ir.Buffer("B", (lanes,), "float32")
+    ramp = ir.Ramp(ir.const(0), ir.const(stride), lanes)
+    store = ir.BufferStore(B, A[ramp], (ir.Ramp(ir.const(0), ir.const(1), lanes),))
+    mod = build_llvm(ir.PrimFunc("strided_load", (A, B), store))
+    a = rng.uniform(size=(lanes - 1) * stride + 1).astype("float32")
+    b = np.zeros(lanes, "float32")
+    mod(a, b)
+    np.testing.assert_array_equal(b, a[::stride])

@@ -12,7 +12,8 @@ ctypes calls. Semantics, as in TVM's codegen_llvm:
 - ``Select`` evaluates both sides; the ``if_then_else`` intrinsic evaluates only the taken one;
 - buffer index arithmetic is done in 64 bits, so large tensors address correctly;
 - ``Ramp``/``Broadcast`` are LLVM vectors; a stride-1 ramp index is one vector load or store,
-  others are gathered lane by lane. A ``vectorized`` loop with a constant extent and a
+  small constant strides (pooling, strided convolution) load the span once and shuffle, others
+  are gathered lane by lane. A ``vectorized`` loop with a constant extent and a
   straight-line body is vectorised here by substituting a ramp for its variable; otherwise it is
   left to LLVM's loop vectoriser;
 - ``unrolled`` loops with a constant extent are unrolled here;
@@ -40,6 +41,7 @@ __all__ = ["generate", "GeneratedModule", "STACK_LIMIT", "MATH_INTRINSICS"]
 
 STACK_LIMIT = 64 * 1024
 MAX_UNROLL = 1024
+MAX_DEINTERLEAVE_STRIDE = 4  # strided vector loads up to this stride read the span and shuffle
 
 _I1, _I8, _I32, _I64 = lir.IntType(1), lir.IntType(8), lir.IntType(32), lir.IntType(64)
 _PTR = lir.PointerType()
@@ -630,6 +632,12 @@ class _CodeGen:
         cond_e, then_e, else_e = e.args
         cond = self.expr(cond_e)
         if _lanes(cond) > 1:  # vector condition: both sides, then a blend
+            reads = []
+            for side in (then_e, else_e):
+                ir.walk(side, lambda n: isinstance(n, ir.BufferLoad) and reads.append(n))
+            if reads:  # a guarded read (padding) evaluated for every lane could leave the buffer
+                raise CompileError(f"if_then_else with a vector condition reads {reads[0].buffer.name!r} in a branch; "
+                                   f"the CPU backend evaluates it only with a scalar condition: {e}")
             t, f = self._match(self.expr(then_e), self.expr(else_e))
             return self.b.select(cond, self._broadcast(t, _lanes(cond)), self._broadcast(f, _lanes(cond)))
         then_block = self.b.append_basic_block("ite_then")
@@ -712,6 +720,12 @@ class _CodeGen:
         elif form is not None and form.stride == 0:
             value = self._broadcast(self.b.load(self._address(buf, self.index(form.base)), typ=elem, align=align),
                                     form.lanes)
+        elif form is not None and 1 < form.stride <= MAX_DEINTERLEAVE_STRIDE:
+            # a small constant stride: load exactly the span once, then pick every stride-th element
+            span = (form.lanes - 1) * form.stride + 1
+            wide = self.b.load(self._address(buf, self.index(form.base)), typ=lir.VectorType(elem, span), align=align)
+            picks = lir.Constant(lir.VectorType(_I32, form.lanes), [k * form.stride for k in range(form.lanes)])
+            value = self.b.shuffle_vector(wide, lir.Constant(wide.type, None), picks)
         else:
             lanes = [self.b.load(self._address(buf, offset), typ=elem, align=align)
                      for offset in self._lane_offsets(flat, form)]

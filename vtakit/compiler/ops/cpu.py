@@ -167,20 +167,23 @@ def schedule_injective(outs: Tensor | Sequence[Tensor]) -> Schedule:
 
 
 def _schedule_elementwise(s: Schedule, t: Tensor) -> None:
+    """Outer axes fused and parallel; the innermost axis stays a plain loop (so indices are affine,
+    no div/mod per element), explicitly vectorised when whole vectors tile it, else left to LLVM."""
     stage = s[t]
     axes = list(stage.op.axis)
-    shape = _shape(t)
+    if not axes:
+        return
+    inner = _shape(t)[-1]
     lanes = vector_lanes(t.dtype)
-    inner = shape[-1] if shape else 1
+    outer = axes[:-1]
     if inner >= lanes and inner % lanes == 0:
         io, ii = stage.split(axes[-1], lanes)
         stage.vectorize(ii)
-        axes = axes[:-1] + [io]
+        outer = outer or [io]  # a 1-D tensor: parallel over its vectors
     elif 1 < inner <= lanes:
         stage.vectorize(axes[-1])
-        axes = axes[:-1]
-    if axes:
-        _parallel(stage, axes, _size(t))
+    if outer:
+        _parallel(stage, outer, _size(t))
 
 
 # ---------------------------------------------------------------------------- dense
@@ -309,7 +312,7 @@ def schedule_pool(outs: Tensor | Sequence[Tensor], x_block: int | None = None) -
         _materialize(s, padded)
     n, c, y, x = s[last].op.axis
     width = _shape(last)[3]
-    xo, xi = s[last].split(x, x_block or _divisor(width, 2 * vector_lanes(last.dtype)))
+    xo, xi = s[last].split(x, x_block or _divisor(width, vector_lanes(last.dtype)))
     _parallel(s[last], [n, c, y], _work(last, pool))
     if width > 1:
         s[last].vectorize(xi)
