@@ -144,6 +144,12 @@ def profile_counters(insns: list[isa.Instruction], config: VTAConfig) -> dict[st
     return counters
 
 
+# The probe's event flags (its first eight fields, in order).
+_AR, _AW, _W, _DONE, _DEADLOCK = 0x01, 0x02, 0x04, 0x40, 0x80
+_RETIRES = ((0x08, "load"), (0x10, "compute"), (0x20, "store"))
+_EVENTS = 0xFF
+
+
 class _Probe(Elaboratable):
     """The core plus one wide signal with everything the harness samples each cycle.
 
@@ -154,24 +160,26 @@ class _Probe(Elaboratable):
     def __init__(self, core: VTACore):
         self.core = core
         axi = core.axi
-        fields = [axi.arvalid, axi.awvalid, axi.wvalid, core.retire_load.valid, core.retire_compute.valid,
-                  core.retire_store.valid, core.done, core.deadlock,
-                  axi.araddr, axi.arlen, axi.arsize, axi.arid, axi.awaddr, axi.awsize, axi.wlast, axi.wdata,
-                  core.retire_load.index, core.retire_compute.index, core.retire_store.index]
+        self._fields = {
+            "arvalid": axi.arvalid, "awvalid": axi.awvalid, "wvalid": axi.wvalid,
+            "ret_load": core.retire_load.valid, "ret_compute": core.retire_compute.valid,
+            "ret_store": core.retire_store.valid, "done": core.done, "deadlock": core.deadlock,
+            "araddr": axi.araddr, "arlen": axi.arlen, "arsize": axi.arsize, "arid": axi.arid,
+            "awaddr": axi.awaddr, "awsize": axi.awsize, "wlast": axi.wlast, "wdata": axi.wdata,
+            "idx_load": core.retire_load.index, "idx_compute": core.retire_compute.index,
+            "idx_store": core.retire_store.index,
+        }
         self.offsets = {}
         offset = 0
-        for name, sig in zip(("arvalid", "awvalid", "wvalid", "ret_load", "ret_compute", "ret_store", "done",
-                              "deadlock", "araddr", "arlen", "arsize", "arid", "awaddr", "awsize", "wlast",
-                              "wdata", "idx_load", "idx_compute", "idx_store"), fields):
+        for name, sig in self._fields.items():
             self.offsets[name] = (offset, len(sig))
             offset += len(sig)
-        self._fields = fields
         self.signal = Signal(offset)
 
     def elaborate(self, platform):
         m = Module()
         m.submodules.core = self.core
-        m.d.comb += self.signal.eq(Cat(*self._fields))
+        m.d.comb += self.signal.eq(Cat(*self._fields.values()))
         return m
 
     def field(self, value: int, name: str) -> int:
@@ -251,21 +259,21 @@ def execute(launch: Launch) -> RunStats:
         with ctx.critical():
             async for _, _, value in ctx.tick().sample(probe.signal):
                 # `value` holds the signals of cycle `cycle`.
-                if value & 0xFF:
-                    if value & 0x01:
+                if value & _EVENTS:
+                    if value & _AR:
                         dram.read_request(cycle, f(value, "araddr"), f(value, "arlen"), f(value, "arsize"),
                                           f(value, "arid"))
-                    if value & 0x02:
+                    if value & _AW:
                         dram.write_request(f(value, "awaddr"), f(value, "awsize"))
-                    if value & 0x04:
+                    if value & _W:
                         last = bool(f(value, "wlast"))
                         dram.write_beat(f(value, "wdata"), last)
                         if last:
                             b_pending.append(cycle + 1)
-                    for bit, name in ((0x08, "load"), (0x10, "compute"), (0x20, "store")):
+                    for bit, name in _RETIRES:
                         if value & bit:
                             retire[f(value, f"idx_{name}")] = cycle
-                    if value & 0xC0:
+                    if value & (_DONE | _DEADLOCK):
                         break
                 cycle += 1
                 if cycle == 1:
@@ -295,7 +303,7 @@ def execute(launch: Launch) -> RunStats:
             names = list(status_signals)
             _, _, *values = await ctx.tick().sample(*status_signals.values())
             result["status"] = dict(zip(names, values))
-            result["deadlock"] = bool(value & 0x80)
+            result["deadlock"] = bool(value & _DEADLOCK)
             result["end_cycle"] = cycle
 
     status_signals = _status_signals(core)
