@@ -4,7 +4,7 @@ from vtakit import errors
 from vtakit.hw import isa
 from vtakit.hw.config import VTAConfig
 from vtakit.runtime import Device
-from vtakit.compiler import te
+from vtakit import te
 from vtakit.compiler.build import build
 from vtakit.compiler.lower import lower
 
