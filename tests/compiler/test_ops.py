@@ -134,7 +134,8 @@ def test_depthwise_conv2d(mult, stride, padding):
     check(got, conv2d_ref(x, k.reshape(4 * mult, 1, 3, 3), stride, padding, groups=4), rtol=1e-4)
 
 
-@pytest.mark.parametrize("batch,in_dim,out_dim,pack", [(4, 12, 32, 16), (3, 7, 10, None), (1, 16, 8, 8)])
+@pytest.mark.parametrize("batch,in_dim,out_dim,pack", [(4, 12, 32, 16), (3, 7, 10, None), (1, 16, 8, 8),
+                                                     (2, 64, 10, None), (1, 32, 7, None)])
 def test_dense(batch, in_dim, out_dim, pack):
     data = te.placeholder((batch, in_dim), name="data")
     weight = te.placeholder((out_dim, in_dim), name="weight")

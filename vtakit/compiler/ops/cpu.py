@@ -189,8 +189,9 @@ def _schedule_elementwise(s: Schedule, t: Tensor) -> None:
 # ---------------------------------------------------------------------------- dense
 def schedule_dense(outs: Tensor | Sequence[Tensor], batch_block: int | None = None,
                    k_unroll: int = 4) -> Schedule:
-    """Dense / matmul. Packed weights: a ``batch_block`` x ``pack_block`` register tile, vectorised over
-    the output features; plain weights: parallel over output features."""
+    """Dense / matmul. Packed weights (``pack_block`` or ``dense_packed``, the fast path): a
+    ``batch_block`` x ``pack_block`` register tile, vectorised over the output features. Plain
+    ``[N, K]`` weights: vector partial sums over ``K`` (rfactor), blocks of outputs in parallel."""
     outs = _outputs(outs)
     s = te.create_schedule([t.op for t in outs])
     last, dense, tag = _main_stage(s, outs, ("dense", "dense_packed"))
@@ -200,8 +201,7 @@ def schedule_dense(outs: Tensor | Sequence[Tensor], batch_block: int | None = No
     if packed is not None:
         _materialize(s, packed)
     if tag != "dense_packed":
-        fused = _parallel(s[last], [b, n], _work(last, dense))
-        s[dense].compute_at(s[last], fused)
+        _dense_plain(s, last, dense)
         return s
     block = _shape(next(p for p in _producers(dense) if len(p.shape) == 3))[-1]
     mb = batch_block or _divisor(batch, 8)
@@ -222,6 +222,32 @@ def schedule_dense(outs: Tensor | Sequence[Tensor], batch_block: int | None = No
     s[dense].unroll(db)
     s[dense].vectorize(dn)
     return s
+
+
+def _dense_plain(s: Schedule, last: Tensor, dense: Tensor, n_block: int = 4) -> None:
+    """Dense with ``[N, K]`` weights: the reduction is factored into vector-wide partial sums
+    (rfactor), so each output reads contiguous vectors of its data row and weight row."""
+    b, n = s[last].op.axis
+    (k,) = s[dense].op.reduce_axis
+    in_dim = k.dom.extent.value if isinstance(k.dom.extent, ir.IntImm) else 0
+    lanes = vector_lanes(dense.dtype)
+    features = _shape(last)[1]
+    if in_dim % lanes or in_dim < lanes:
+        fused = _parallel(s[last], [b, n], _work(last, dense))
+        s[dense].compute_at(s[last], fused)
+        return
+    nb = _divisor(features, n_block)
+    no, ni = s[last].split(n, nb)
+    fused = _parallel(s[last], [b, no], _work(last, dense))
+    ko, ki = s[dense].split(k, lanes)
+    partial = s.rfactor(dense, ki, factor_axis=2)
+    s[dense].compute_at(s[last], fused)
+    s[partial].compute_at(s[last], fused)
+    pb, pn, pk = s[partial].op.axis
+    (pko,) = s[partial].op.reduce_axis
+    s[partial].reorder(pb, pko, pn, pk)
+    s[partial].unroll(pn)
+    s[partial].vectorize(pk)
 
 
 # ---------------------------------------------------------------------------- convolution
