@@ -134,7 +134,8 @@ def jit(module: llvm.ModuleRef, target: CPUTarget) -> llvm.ExecutionEngine:
 
 
 def num_threads() -> int:
-    """Threads of the pool: ``VTAKIT_NUM_THREADS``, else the CPUs this process may run on."""
+    """Threads of the pool: ``VTAKIT_NUM_THREADS``, else the CPUs this process may run on (read once,
+    when the pool is created by the first build)."""
     env = os.environ.get("VTAKIT_NUM_THREADS")
     if env is not None:
         if not env.isdigit() or not 1 <= int(env) <= MAX_THREADS:
