@@ -79,3 +79,32 @@ def test_random_program_campaign_small(seed, rtl_cache_dir):
 @pytest.mark.parametrize("seed", range(30))
 def test_random_program_campaign_default(seed, rtl_cache_dir):
     _assert_same(random_program(DEFAULT, 20_000 + seed), rtl_cache_dir)
+
+
+def test_bursts_split_at_4k_and_256_beats(rtl_cache_dir):
+    """A 400-beat row across a 4 KiB boundary, strided rows across boundaries, narrow stores across
+    one; the harness DRAM model rejects any burst that crosses 4 KiB (AXI4)."""
+    from vtakit.hw.isa import AluInsn, AluOp, FinishInsn, MemId, MemInsn, Opcode, Uop
+    from vtakit.sim.program import Program, Segment
+
+    config = SMALL.replace(bus_width=32)            # an ACC element is 4 beats: 100 elements are 400 beats
+    acc_bytes, out_bytes = config.acc_elem_bytes, config.out_elem_bytes
+    src = 0x1000 - 7 * acc_bytes
+    dst = 0x3000 - 5 * out_bytes
+    data = np.random.default_rng(7).integers(0, 256, 0x2000, dtype=np.uint8).tobytes()
+
+    def mem(opcode, kind, sram, dram, y, x, stride, **flags):
+        return MemInsn(opcode=opcode, memory_type=kind, sram_base=sram, dram_base=dram, y_size=y, x_size=x,
+                       x_stride=stride, **flags)
+    insns = [
+        mem(Opcode.LOAD, MemId.UOP, 0, 0x100 // 4, 1, 1, 1),
+        mem(Opcode.LOAD, MemId.ACC, 0, src // acc_bytes, 1, 100, 100),
+        mem(Opcode.LOAD, MemId.ACC, 100, src // acc_bytes - 3, 2, 12, 40),
+        AluInsn(alu_opcode=AluOp.SHR, use_imm=True, imm=0, uop_bgn=0, uop_end=1, iter_out=124, dst_factor_out=1,
+                push_next=True),
+        mem(Opcode.STORE, MemId.OUT, 0, dst // out_bytes, 2, 62, 1030, pop_prev=True, push_prev=True),
+        FinishInsn(pop_next=True),
+    ]
+    program = Program(config, insns, [Uop(0, 0, 0)], uop_addr=0x100, name="bursts_4k_256",
+                      segments=[Segment(0x0A00, data, "acc")], dram_size=0x5000)
+    _assert_same(program, rtl_cache_dir)

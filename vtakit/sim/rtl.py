@@ -77,8 +77,16 @@ class DramModel:
             raise MemoryAccessError(f"DRAM {what} of {nbytes} bytes at {addr:#x} runs past the end of "
                                     f"DRAM ({self.dram.size} bytes)")
 
+    @staticmethod
+    def _check_axi(addr: int, beats: int, step: int, what: str) -> None:
+        """AXI4 rules the core must keep: aligned beats, no burst across 4 KiB."""
+        if addr % step or addr // 4096 != (addr + beats * step - 1) // 4096:
+            raise SimError(f"AXI4 violation: {what} burst of {beats} x {step} bytes at {addr:#x} is unaligned "
+                           "or crosses a 4 KiB boundary")
+
     def read_request(self, cycle: int, addr: int, length: int, size: int, axi_id: int) -> None:
         beats, step, bus = length + 1, 1 << size, self.bus_bytes
+        self._check_axi(addr, beats, step, "read")
         self._check(addr, beats * step, "read")
         chunk = self.dram[addr:addr + beats * step]
         if step == bus == 8:
@@ -106,7 +114,8 @@ class DramModel:
             self.reads.popleft()
         return burst.beats[index], burst.axi_id, last
 
-    def write_request(self, addr: int, size: int) -> None:
+    def write_request(self, addr: int, length: int, size: int) -> None:
+        self._check_axi(addr, length + 1, 1 << size, "write")
         self.writes.append(_WriteBurst(addr, size))
 
     def write_beat(self, data: int, last: bool) -> None:
@@ -165,7 +174,7 @@ class _Probe(Elaboratable):
             "ret_load": core.retire_load.valid, "ret_compute": core.retire_compute.valid,
             "ret_store": core.retire_store.valid, "done": core.done, "deadlock": core.deadlock,
             "araddr": axi.araddr, "arlen": axi.arlen, "arsize": axi.arsize, "arid": axi.arid,
-            "awaddr": axi.awaddr, "awsize": axi.awsize, "wlast": axi.wlast, "wdata": axi.wdata,
+            "awaddr": axi.awaddr, "awlen": axi.awlen, "awsize": axi.awsize, "wlast": axi.wlast, "wdata": axi.wdata,
             "idx_load": core.retire_load.index, "idx_compute": core.retire_compute.index,
             "idx_store": core.retire_store.index,
         }
@@ -264,7 +273,7 @@ def execute(launch: Launch) -> RunStats:
                         dram.read_request(cycle, f(value, "araddr"), f(value, "arlen"), f(value, "arsize"),
                                           f(value, "arid"))
                     if value & _AW:
-                        dram.write_request(f(value, "awaddr"), f(value, "awsize"))
+                        dram.write_request(f(value, "awaddr"), f(value, "awlen"), f(value, "awsize"))
                     if value & _W:
                         last = bool(f(value, "wlast"))
                         dram.write_beat(f(value, "wdata"), last)
