@@ -59,6 +59,8 @@ def test_our_keys_and_split_block():
     ({"LOG_ACC_BUFF_SIZE": 18}, "cannot be encoded: GEMM word 1 needs 66 bits"),
     ({"LOG_ACC_BUFF_SIZE": 4}, "smaller than one acc element"),
     ({"ALU_MUL": 1}, "ALU_MUL=1 must be of type bool"),
+    ({"LOG_BLOCK": "4"}, "LOG_BLOCK='4' must be of type int"),
+    ({"LOG_BLOCK": True}, "LOG_BLOCK=True must be of type int"),
 ])
 def test_rejections(raw, match):
     with pytest.raises(ConfigError, match=match):
@@ -81,3 +83,16 @@ def test_bad_files(tmp_path):
     bad.write_text("[1, 2]")
     with pytest.raises(ConfigError, match="must be a JSON object"):
         VTAConfig.from_json(bad)
+    bad.write_bytes(b"\xff\xfe{}")
+    with pytest.raises(ConfigError, match="is not UTF-8 text"):
+        VTAConfig.from_json(bad)
+
+
+def test_field_names_checked_and_differences_named():
+    with pytest.raises(ConfigError, match=r"unknown configuration field\(s\) \['log_blok'\]"):
+        VTAConfig.small(log_blok=3)
+    with pytest.raises(ConfigError, match=r"unknown configuration field\(s\) \['bogus'\]"):
+        VTAConfig().replace(bogus=1)
+    assert VTAConfig.small().differences(VTAConfig.small()) == ""
+    assert VTAConfig.small().differences(VTAConfig.small(alu_mul=True, bus_width=128)) == \
+        "BUS_WIDTH=64 vs 128, ALU_MUL=False vs True"

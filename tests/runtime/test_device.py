@@ -71,6 +71,21 @@ def test_exhaustion_and_bad_shapes():
         dev.write(-1, b"x")
 
 
+def test_bad_dram_sizes_shapes_and_dtypes():
+    for size in ("1M", 1.5e6, True, 0, -4):
+        with pytest.raises(AllocationError, match=f"DRAM size {size!r} must be positive"):
+            Device(SMALL, dram_size=size)
+    with pytest.raises(AllocationError, match="at most 4294967296 \\(the 32-bit DRAM address space\\)"):
+        Device(SMALL, dram_size=1 << 40)
+    dev = Device(SMALL, dram_size=4096)
+    with pytest.raises(AllocationError, match=r"array shape \(2.5, 3\) must be a tuple of integers"):
+        dev.empty((2.5, 3))
+    with pytest.raises(AllocationError, match="dtype 'no-such-type' is not a numpy data type"):
+        dev.empty(4, "no-such-type")
+    with pytest.raises(AllocationError, match="dtype object cannot live in device DRAM"):
+        dev.array(np.array([object()]))
+
+
 def test_bad_backend_and_config():
     with pytest.raises(VtakitError, match=r"unknown backend 'verilog'; expected one of \['cycle', 'fsim', 'rtl'\]"):
         Device(SMALL, backend="verilog")

@@ -1,6 +1,7 @@
 """Program: DRAM image assembly, disassembly, and the file format incl. malformed files."""
 
 import json
+import re
 import zipfile
 
 import numpy as np
@@ -42,7 +43,8 @@ def test_save_load_round_trip(tmp_path):
         (p.config, p.insns, p.uops, p.uop_addr, p.dram_size, p.name)
     assert [(s.addr, s.data, s.name) for s in q.segments] == [(s.addr, s.data, s.name) for s in p.segments]
     assert Program.load(path, VTAConfig.small()).insns == p.insns
-    with pytest.raises(ProgramError, match="was built for 1x4_i8w8a32_10_9_10_11"):
+    with pytest.raises(ProgramError, match=r"was built for 1x4_i8w8a32_10_9_10_11, not the requested "
+                                           r"1x16_i8w8a32_15_15_18_17 \(LOG_BLOCK_IN=2 vs 4, LOG_BLOCK_OUT=2 vs 4"):
         Program.load(path, VTAConfig())
 
 
@@ -73,6 +75,12 @@ def _rewrite_meta(path, out, change):
     (lambda m: m.update(version=99), "version 99 unsupported"),
     (lambda m: m["config"].update(LOG_BLOK=3), r"malformed: ConfigError: unknown configuration key"),
     (lambda m: m.pop("uop_addr"), r"malformed: KeyError"),
+    (lambda m: m.update(uop_addr=-4), r"uop_addr=-4 must be an integer byte address in \[0, 0x100000000\]"),
+    (lambda m: m.update(uop_addr="x"), r"uop_addr='x' must be an integer byte address"),
+    (lambda m: m.update(dram_size=10**15), r"dram_size=1000000000000000 must be an integer byte address"),
+    (lambda m: m["segments"][1].update(addr=-100), r"segment 1 \(b\) addr=-100 must be an integer byte address"),
+    (lambda m: m["segments"][0].update(addr=3.5), r"segment 0 \(a\) addr=3.5 must be an integer byte address"),
+    (lambda m: m["segments"][0].update(addr=(1 << 32) - 4), r"segment 0 \(a\) end=4294967324 must be"),
 ])
 def test_malformed_meta(tmp_path, change, match):
     good = tmp_path / "good.vtaprog"
@@ -90,6 +98,22 @@ def test_not_a_program_file(tmp_path):
     junk.write_bytes(b"not a zip at all")
     with pytest.raises(ProgramError, match="is not a vtakit program file"):
         Program.load(junk)
+    junk.write_bytes(b"")
+    with pytest.raises(ProgramError, match="is not a vtakit program file"):
+        Program.load(junk)
+
+
+@pytest.mark.parametrize("key, value", [("insns", np.zeros(32, np.int64)), ("uops", np.zeros((2, 4), np.uint8))])
+def test_arrays_must_be_bytes(tmp_path, key, value):
+    good = tmp_path / "good.vtaprog"
+    _program().save(good)
+    arrays = dict(np.load(good))
+    arrays[key] = value
+    bad = tmp_path / "bad.vtaprog"
+    with open(bad, "wb") as f:
+        np.savez(f, **arrays)
+    with pytest.raises(ProgramError, match=re.escape(f"array '{key}' is {value.dtype} with shape {value.shape}, expected 1-D")):
+        Program.load(bad)
 
 
 def test_corrupt_instruction_stream(tmp_path):

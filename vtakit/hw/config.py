@@ -64,6 +64,7 @@ class VTAConfig:
         params = dict(log_batch=0, log_block_in=2, log_block_out=2, log_uop_buff_size=10,
                       log_inp_buff_size=9, log_wgt_buff_size=10, log_acc_buff_size=11)
         params.update(overrides)
+        _check_field_names(overrides)
         return cls(**params)
 
     @classmethod
@@ -78,6 +79,9 @@ class VTAConfig:
                               f"{sorted([*known, _LOG_BLOCK])}")
         params: dict[str, Any] = {}
         if _LOG_BLOCK in raw:
+            block = raw[_LOG_BLOCK]
+            if not isinstance(block, int) or isinstance(block, bool):
+                raise ConfigError(f"{_LOG_BLOCK}={block!r} must be of type int")
             for key in ("LOG_BLOCK_IN", "LOG_BLOCK_OUT"):
                 if key in raw and raw[key] != raw[_LOG_BLOCK]:
                     raise ConfigError(f"{key}={raw[key]!r} disagrees with LOG_BLOCK={raw[_LOG_BLOCK]!r}")
@@ -91,9 +95,11 @@ class VTAConfig:
     def from_json(cls, path: str | Path) -> "VTAConfig":
         """Read a ``vta_config.json`` file."""
         try:
-            text = Path(path).read_text()
+            text = Path(path).read_text(encoding="utf-8")
         except OSError as exc:
             raise ConfigError(f"cannot read configuration file {str(path)!r}: {exc.strerror}") from exc
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"configuration file {str(path)!r} is not UTF-8 text: {exc}") from exc
         try:
             raw = json.loads(text)
         except json.JSONDecodeError as exc:
@@ -118,7 +124,14 @@ class VTAConfig:
         return text
 
     def replace(self, **changes: Any) -> "VTAConfig":
+        """A copy with some fields (snake_case names) changed, validated like any configuration."""
+        _check_field_names(changes)
         return dataclasses.replace(self, **changes)
+
+    def differences(self, other: "VTAConfig") -> str:
+        """The keys on which ``other`` differs, as ``KEY=mine vs theirs`` (for error messages)."""
+        return ", ".join(f"{f.name.upper()}={getattr(self, f.name)!r} vs {getattr(other, f.name)!r}"
+                         for f in fields(self) if getattr(self, f.name) != getattr(other, f.name))
 
     # ------------------------------------------------------------------ validation
     def _validate(self) -> None:
@@ -327,3 +340,10 @@ class VTAConfig:
         info.update({name: getattr(self, name) for name in derived})
         info["peak_gops"] = 2 * self.macs_per_cycle * self.clock_mhz / 1000
         return info
+
+
+def _check_field_names(names: Any) -> None:
+    unknown = sorted(set(names) - {f.name for f in fields(VTAConfig)})
+    if unknown:
+        raise ConfigError(f"unknown configuration field(s) {unknown}; expected some of "
+                          f"{[f.name for f in fields(VTAConfig)]}")

@@ -20,7 +20,7 @@ from vtakit.hw import isa
 from vtakit.hw.config import VTAConfig
 from vtakit.runtime.allocator import Allocator
 from vtakit.sim.backend import BACKENDS, Launch, get_backend
-from vtakit.sim.program import Program
+from vtakit.sim.program import MAX_DRAM_SIZE, Program
 from vtakit.sim.stats import RunStats
 
 __all__ = ["Device", "DeviceArray", "DEFAULT_DRAM_SIZE", "default_alignment"]
@@ -101,8 +101,15 @@ class Device:
             raise VtakitError(f"unknown backend {backend!r}; expected one of {sorted(BACKENDS)}")
         self.backend = backend
         self.alignment = default_alignment(self.config)
-        self._allocator = Allocator(dram_size, self.alignment)
-        self.dram = np.zeros(dram_size, dtype=np.uint8)
+        if not isinstance(dram_size, (int, np.integer)) or isinstance(dram_size, bool) \
+                or not 0 < dram_size <= MAX_DRAM_SIZE:
+            raise AllocationError(f"DRAM size {dram_size!r} must be positive: an integer number of bytes, at most "
+                                  f"{MAX_DRAM_SIZE} (the 32-bit DRAM address space)")
+        self._allocator = Allocator(int(dram_size), self.alignment)
+        try:
+            self.dram = np.zeros(int(dram_size), dtype=np.uint8)
+        except MemoryError as exc:
+            raise AllocationError(f"cannot reserve {dram_size} bytes of host memory for the device DRAM") from exc
         self._resident: dict[int, weakref.ref] = {}   # id -> programs built against this device
 
     @property
@@ -117,10 +124,18 @@ class Device:
     def empty(self, shape: int | Sequence[int], dtype: Any = np.int8, *, alignment: int | None = None,
               name: str = "") -> DeviceArray:
         """An uninitialised device array."""
-        shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(int(s) for s in shape)
+        shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
+        if not all(isinstance(s, (int, np.integer)) and not isinstance(s, bool) for s in shape):
+            raise AllocationError(f"array shape {shape} must be a tuple of integers")
+        shape = tuple(int(s) for s in shape)
         if any(s < 0 for s in shape):
             raise AllocationError(f"array shape {shape} has a negative dimension")
-        dtype = np.dtype(dtype)
+        try:
+            dtype = np.dtype(dtype)
+        except TypeError as exc:
+            raise AllocationError(f"dtype {dtype!r} is not a numpy data type") from exc
+        if dtype.kind not in "biuf":
+            raise AllocationError(f"dtype {dtype} cannot live in device DRAM; expected a numeric type (int8, int32, ...)")
         nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
         addr = self._allocator.alloc(nbytes, alignment)
         return DeviceArray(self, addr, shape, dtype, name)
@@ -157,7 +172,7 @@ class Device:
         if isinstance(program, Program):
             if program.config != self.config:
                 raise ProgramError(f"program {program.name!r} was built for {program.config.model}, this device "
-                                   f"is {self.config.model} ({program.config} != {self.config})")
+                                   f"is {self.config.model} ({program.config.differences(self.config)})")
             return program
         if isinstance(program, (bytes, bytearray, memoryview)):
             return Program(self.config, isa.decode(bytes(program), self.config))

@@ -23,14 +23,22 @@ from pathlib import Path
 
 import numpy as np
 
-from vtakit.errors import ISAError, ProgramError, ConfigError
+from vtakit.errors import ConfigError, ISAError, ProgramError
 from vtakit.hw import isa
 from vtakit.hw.config import VTAConfig
 
-__all__ = ["Program", "Segment", "FORMAT_NAME", "FORMAT_VERSION"]
+__all__ = ["Program", "Segment", "FORMAT_NAME", "FORMAT_VERSION", "MAX_DRAM_SIZE"]
 
 FORMAT_NAME = "vtakit-program"
 FORMAT_VERSION = 1
+MAX_DRAM_SIZE = 1 << 32      # the accelerator's 32-bit physical address space
+
+
+def _check_address(what: str, value: object, limit: int = MAX_DRAM_SIZE) -> None:
+    """A byte address or size must be an int in [0, limit]."""
+    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or not 0 <= value <= limit:
+        raise ProgramError(f"{what}={value!r} must be an integer byte address in [0, {limit:#x}] "
+                           "(the 32-bit DRAM address space)")
 
 
 @dataclass
@@ -59,10 +67,16 @@ class Program:
     name: str = ""
 
     def __post_init__(self) -> None:
+        _check_address("uop_addr", self.uop_addr)
+        _check_address("dram_size", self.dram_size)
+        for i, seg in enumerate(self.segments):
+            _check_address(f"segment {i} ({seg.name or 'unnamed'}) addr", seg.addr)
+            _check_address(f"segment {i} ({seg.name or 'unnamed'}) end", seg.end)
         if self.uop_addr % isa.UOP_BYTES:
             raise ProgramError(f"uop_addr={self.uop_addr} must be a multiple of {isa.UOP_BYTES} bytes")
         self.dram_size = max(self.dram_size, self.uop_addr + isa.UOP_BYTES * len(self.uops),
                              *(s.end for s in self.segments), 0)
+        _check_address("end of the micro-op image", self.dram_size)
 
     @property
     def uop_segment(self) -> Segment:
@@ -116,8 +130,12 @@ class Program:
             with np.load(io.BytesIO(raw), allow_pickle=False) as npz:
                 arrays = {k: npz[k] for k in npz.files}
             meta = json.loads(bytes(arrays["meta"]).decode())
-        except (zipfile.BadZipFile, ValueError, KeyError, UnicodeDecodeError, OSError) as exc:
+        except (zipfile.BadZipFile, ValueError, KeyError, UnicodeDecodeError, OSError, EOFError) as exc:
             raise ProgramError(f"{str(path)!r} is not a vtakit program file ({FORMAT_NAME} .npz): {exc}") from exc
+        for key, value in arrays.items():
+            if value.dtype != np.uint8 or value.ndim != 1:
+                raise ProgramError(f"{str(path)!r} is malformed: array {key!r} is {value.dtype} with shape "
+                                   f"{value.shape}, expected 1-D uint8 bytes")
         if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME:
             raise ProgramError(f"{str(path)!r}: format {meta.get('format') if isinstance(meta, dict) else meta!r} "
                                f"is not {FORMAT_NAME!r}")
@@ -125,13 +143,14 @@ class Program:
             raise ProgramError(f"{str(path)!r}: version {meta.get('version')!r} unsupported, expected {FORMAT_VERSION}")
         try:
             file_config = VTAConfig.from_dict(meta["config"])
-            if config is not None and config != file_config:
-                raise ProgramError(f"{str(path)!r} was built for {file_config.model} ({file_config}), "
-                                   f"not the requested {config.model} ({config})")
-            segments = [Segment(int(s["addr"]), bytes(arrays[f"seg_{i}"]), str(s["name"]))
+            segments = [Segment(s["addr"], bytes(arrays[f"seg_{i}"]), str(s["name"]))
                         for i, s in enumerate(meta["segments"])]
-            return cls(config=file_config, insns=isa.decode(bytes(arrays["insns"]), file_config),
-                       uops=isa.decode_uops(bytes(arrays["uops"]), file_config), uop_addr=int(meta["uop_addr"]),
-                       segments=segments, dram_size=int(meta["dram_size"]), name=str(meta.get("name", "")))
-        except (KeyError, TypeError, ValueError, ISAError, ConfigError) as exc:
+            program = cls(config=file_config, insns=isa.decode(bytes(arrays["insns"]), file_config),
+                          uops=isa.decode_uops(bytes(arrays["uops"]), file_config), uop_addr=meta["uop_addr"],
+                          segments=segments, dram_size=meta["dram_size"], name=str(meta.get("name", "")))
+        except (KeyError, TypeError, ValueError, ISAError, ConfigError, ProgramError) as exc:
             raise ProgramError(f"{str(path)!r} is malformed: {type(exc).__name__}: {exc}") from exc
+        if config is not None and config != file_config:
+            raise ProgramError(f"{str(path)!r} was built for {file_config.model}, not the requested "
+                               f"{config.model} ({file_config.differences(config)})")
+        return program
