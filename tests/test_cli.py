@@ -132,7 +132,8 @@ def test_bad_input_gives_one_line_errors(capsys, tmp_path, program_file):
 
 
 def test_usage_errors_exit_2(capsys):
-    for argv in (["frobnicate"], ["bench"], ["bench", "gemm", "--m", "many"]):
+    for argv in (["frobnicate"], ["bench"], ["bench", "gemm", "--m", "many"], ["bench", "gemm", "--seed", "-1"],
+                 ["bench", "conv2d", "--seed", "x"], ["random-program", "--seed", "-5", "-o", "unused.vtaprog"]):
         with pytest.raises(SystemExit) as exit_info:
             main(argv)
         assert exit_info.value.code == 2

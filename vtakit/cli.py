@@ -40,6 +40,21 @@ def _backend_option(parser: argparse.ArgumentParser) -> None:
                         help=f"simulator to run on: one of {', '.join(sorted(BACKENDS))} (default: fsim)")
 
 
+def _seed(text: str) -> int:
+    """argparse type of ``--seed``: a non-negative integer (numpy's seeds)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"invalid seed {text!r}: expected a non-negative integer")
+    return value
+
+
+def _seed_option(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument("--seed", type=_seed, default=0, help=f"seed of {what} (default 0)")
+
+
 def _load_config(args: argparse.Namespace) -> VTAConfig | None:
     return None if args.config is None else VTAConfig.from_json(args.config)
 
@@ -121,7 +136,7 @@ def _add_random_program(verbs: argparse._SubParsersAction) -> None:
     p = verbs.add_parser("random-program", help="write a random valid program (for differential testing)",
                          description="Generate a seeded random program that the functional simulator accepts "
                                      "and save it; replay it with `vtakit run-program`.")
-    p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    _seed_option(p, "the generator")
     p.add_argument("--max-insns", type=int, default=200, help="instruction cap (default 200)")
     p.add_argument("--vthreads", type=int, choices=(1, 2, 3), help="virtual threads (default: random 1..3)")
     p.add_argument("-o", "--output", type=Path, required=True, metavar="FILE", help="program file to write")
@@ -156,7 +171,7 @@ def _add_bench_gemm(workloads: argparse._SubParsersAction) -> None:
     p.add_argument("--n", type=int, default=256, help="output channels (default 256)")
     p.add_argument("--k", type=int, default=256, help="input channels (default 256)")
     p.add_argument("--vthreads", type=int, default=2, help="virtual threads / SRAM buffer copies (default 2)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    _seed_option(p, "the random inputs")
     _backend_option(p)
     _config_option(p)
     _json_option(p)
@@ -211,7 +226,7 @@ def _add_bench_conv2d(workloads: argparse._SubParsersAction) -> None:
                                 ("stride", 1, "stride")):
         p.add_argument(f"--{name}", type=int, default=default, help=f"{what} (default {default}; ignored with --layer)")
     p.add_argument("--vthreads", type=int, default=2, help="virtual threads (cthread; default 2)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    _seed_option(p, "the random inputs")
     _backend_option(p)
     _config_option(p)
     _json_option(p)
@@ -240,7 +255,7 @@ def _add_bench_dense(workloads: argparse._SubParsersAction) -> None:
     p.add_argument("--n", type=int, default=256, help="output columns (default 256)")
     p.add_argument("--k", type=int, default=256, help="reduction size (default 256)")
     p.add_argument("--vthreads", type=int, default=2, help="virtual threads (cthread; default 2)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    _seed_option(p, "the random inputs")
     _backend_option(p)
     _config_option(p)
     _json_option(p)

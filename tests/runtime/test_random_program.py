@@ -154,6 +154,12 @@ def test_bad_limits(limits, message):
         random_program(SMALL, 0, **limits)
 
 
+@pytest.mark.parametrize("seed", [-1, 1.5, "7"])
+def test_bad_seed(seed):
+    with pytest.raises(ConfigError, match=f"seed={seed!r} must be a non-negative integer"):
+        random_program(SMALL, seed)
+
+
 def test_vthreads_need_token_room():
     with pytest.raises(ConfigError, match="vthreads=2 needs TOKEN_QUEUE_DEPTH >= 2"):
         random_program(VTAConfig.small(token_queue_depth=1), 0, vthreads=2)

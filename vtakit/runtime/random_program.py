@@ -393,6 +393,8 @@ def random_program(config: VTAConfig | None = None, seed: int = 0, **limits: obj
     ``vthreads``, ``max_uops``, ``max_iter``, ``max_ops``, ``storm_probability``).
     """
     config = VTAConfig() if config is None else config
+    if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) or seed < 0:
+        raise ConfigError(f"random program seed={seed!r} must be a non-negative integer")
     known = {f.name for f in dataclasses.fields(RandomLimits)}
     unknown = sorted(set(limits) - known)
     if unknown:
