@@ -88,3 +88,53 @@ def test_floordiv_difference_is_bounded_as_a_pair():
     assert const_int_bound((x * 5 + 4) // 7 - (x * 5) // 7 + 1, {x: (0, 8)}) == (1, 2)
     assert const_int_bound((x + 14) // 7 - x // 7, {x: (0, 100)}) == (2, 2)
     assert const_int_bound(x // 7 - (x + 3) // 7, {x: (0, 100)}) == (-1, 0)
+
+
+@st.composite
+def wide_exprs(draw, depth=4):
+    """Integer expressions over x, y, z with truncating and flooring division by positive and
+    negative constants and by never-zero expressions, products, min/max and selects."""
+    if depth == 0 or draw(st.integers(0, 3)) == 0:
+        if draw(st.booleans()):
+            return draw(st.sampled_from([x, y, z]))
+        return ir.IntImm("int32", draw(st.integers(-9, 9)))
+    op = draw(st.sampled_from(["add", "sub", "mul", "mulc", "fdiv", "fmod", "tdiv", "tmod", "min", "max", "select",
+                               "fdiv_expr", "fmod_expr"]))
+    a = draw(wide_exprs(depth - 1))
+    if op == "mulc":
+        return a * draw(st.integers(-4, 4))
+    if op in ("fdiv", "fmod", "tdiv", "tmod"):
+        c = ir.IntImm("int32", draw(st.sampled_from([1, 2, 3, 4, 6, 7, 8, -2, -3])))
+        return {"fdiv": ir.FloorDiv, "fmod": ir.FloorMod, "tdiv": ir.Div, "tmod": ir.Mod}[op](a, c)
+    b = draw(wide_exprs(depth - 1))
+    if op in ("fdiv_expr", "fmod_expr"):  # a divisor that is never zero: in [-3, -1] or >= 1
+        if draw(st.booleans()):
+            b = ir.Max.make(ir.Min.make(b, ir.IntImm("int32", -1)), ir.IntImm("int32", -3))
+        else:
+            b = ir.Max.make(b, ir.IntImm("int32", 1))
+        return (ir.FloorDiv if op == "fdiv_expr" else ir.FloorMod)(a, b)
+    if op == "select":
+        cmp = draw(st.sampled_from([ir.LT, ir.LE, ir.EQ, ir.NE, ir.GE, ir.GT]))
+        return ir.Select(cmp(a, b), a, b)
+    return {"add": a + b, "sub": a - b, "mul": a * b, "min": ir.Min.make(a, b), "max": ir.Max.make(a, b)}[op]
+
+
+@settings(max_examples=250, deadline=None, derandomize=True)
+@given(wide_exprs(), st.integers(-6, 4), st.integers(0, 5), st.integers(-3, 3), st.integers(0, 4),
+       st.sampled_from([ir.LT, ir.LE, ir.EQ, ir.GE]), st.integers(-5, 5))
+def test_simplifier_is_sound_on_signed_ranges(e, lo_x, span_x, lo_y, span_y, cmp, k):
+    """Soundness against direct evaluation, with negative variable ranges: the simplified
+    expression, a comparison decided by the bounds, and the constant bounds all agree with the
+    value of the original expression at every point of the domain."""
+    bounds = {x: (lo_x, lo_x + span_x), y: (lo_y, lo_y + span_y), z: (-2, 3)}
+    an = Analyzer(bounds)
+    simplified = an.simplify(e)
+    cond = cmp(e, ir.IntImm("int32", k))
+    simplified_cond = an.simplify(cond)
+    lo, hi = an.const_int_bound(e)
+    for vx, vy, vz in itertools.product(range(lo_x, lo_x + span_x + 1), range(lo_y, lo_y + span_y + 1), (-2, 0, 3)):
+        env = {x: vx, y: vy, z: vz}
+        value = _eval(e, env)
+        assert _eval(simplified, env) == value, (str(e), str(simplified), env)
+        assert lo <= value <= hi, (str(e), (lo, hi), env, value)
+        assert bool(_eval(simplified_cond, env)) == bool(_eval(cond, env)), (str(cond), str(simplified_cond), env)

@@ -56,6 +56,12 @@ def _np_dtype(dtype: str) -> np.dtype:
     return np.dtype(np.bool_) if base == "bool" else np.dtype(base)
 
 
+_BITWISE: dict[str, Callable[..., Any]] = {
+    "bitwise_and": np.bitwise_and, "bitwise_or": np.bitwise_or, "bitwise_xor": np.bitwise_xor,
+    "bitwise_not": np.invert,
+}
+
+
 def _wrapper(dtype: str) -> Callable[[int], int]:
     base = ir.element_of(dtype)
     if base == "bool":
@@ -381,6 +387,12 @@ class Interpreter:
             wrap = _wrapper(e.dtype)
             return (lambda env: wrap(fa(env) << fb(env))) if op == "shift_left" else \
                 (lambda env: wrap(fa(env) >> fb(env)))
+        if op in _BITWISE:
+            fn = _BITWISE[op]
+            if ir.lanes_of(e.dtype) > 1:
+                return lambda env: fn(*[a(env) for a in args])
+            wrap = _wrapper(e.dtype)
+            return lambda env: wrap(int(fn(*[a(env) for a in args])))
         if op == "abs" and ir.is_int(e.dtype) and ir.lanes_of(e.dtype) == 1:
             wrap = _wrapper(e.dtype)
             return lambda env: wrap(abs(args[0](env)))

@@ -106,11 +106,18 @@ class PrimExpr:
     def __ge__(self, o): return GE.make(self, o)
     def __eq__(self, o): return EQ.make(self, o)  # type: ignore[override]
     def __ne__(self, o): return NE.make(self, o)  # type: ignore[override]
-    def __and__(self, o): return And.make(self, o)
-    def __or__(self, o): return Or.make(self, o)
-    def __invert__(self): return Not(self)
-    def __rshift__(self, o): return Call.make(self.dtype, "shift_right", [self, convert(o, self.dtype)])
-    def __lshift__(self, o): return Call.make(self.dtype, "shift_left", [self, convert(o, self.dtype)])
+    # On integers ``& | ^ ~`` are bitwise (as in TVM); on booleans ``& | ~`` are logical.
+    def __and__(self, o): return _bitwise("bitwise_and", And, self, o)
+    def __rand__(self, o): return _bitwise("bitwise_and", And, o, self)
+    def __or__(self, o): return _bitwise("bitwise_or", Or, self, o)
+    def __ror__(self, o): return _bitwise("bitwise_or", Or, o, self)
+    def __xor__(self, o): return _bitwise("bitwise_xor", None, self, o)
+    def __rxor__(self, o): return _bitwise("bitwise_xor", None, o, self)
+    def __invert__(self): return Call(self.dtype, "bitwise_not", (self,)) if is_int(self.dtype) else Not(self)
+    def __rshift__(self, o): return _shift("shift_right", self, o)
+    def __rrshift__(self, o): return _shift("shift_right", o, self)
+    def __lshift__(self, o): return _shift("shift_left", self, o)
+    def __rlshift__(self, o): return _shift("shift_left", o, self)
 
     def __bool__(self) -> bool:
         raise CompileError(f"cannot use the symbolic expression {self} as a Python bool; "
@@ -451,6 +458,25 @@ def _unify(a: Any, b: Any) -> tuple[PrimExpr, PrimExpr]:
         target = ea if _bits(ea) >= _bits(eb) else eb
     return (a if ea == target else Cast(with_lanes(target, lanes_of(a.dtype)), a),
             b if eb == target else Cast(with_lanes(target, lanes_of(b.dtype)), b))
+
+
+def _bitwise(op: str, logical: type | None, a: Any, b: Any) -> PrimExpr:
+    """``a op b``: the bitwise intrinsic on integers, the logical node (``logical``) on booleans."""
+    a, b = _unify(a, b)
+    if is_int(a.dtype):
+        return Call(a.dtype, op, (a, b))
+    if logical is None or element_of(a.dtype) != "bool":
+        raise CompileError(f"{op} needs integer or boolean operands, got {a.dtype}")
+    return logical(a, b)
+
+
+def _shift(op: str, a: Any, b: Any) -> PrimExpr:
+    """``a << b`` / ``a >> b`` in the dtype of ``a`` (a Python int on the left takes ``b``'s)."""
+    if not isinstance(a, PrimExpr):
+        a = convert(a, element_of(b.dtype))
+    if not is_int(a.dtype):
+        raise CompileError(f"{op} needs an integer operand, got {a} of dtype {a.dtype}")
+    return Call.make(a.dtype, op, [a, convert(b, a.dtype)])
 
 
 # ---------------------------------------------------------------------------- statements

@@ -53,7 +53,7 @@ class StageInfo:
     loop_var: dict[IterVar, ir.Var] = field(default_factory=dict)        # per leaf
     predicates: list[ir.PrimExpr] = field(default_factory=list)
     region: list[Interval] = field(default_factory=list)                 # (min, extent) per output dim
-    buffer_shape: list[Any] = field(default_factory=list)               # ints; shape variables at the root
+    buffer_shape: list[Any] = field(default_factory=list)               # ints, or loop-invariant exprs
     scope: str = "global"
     scope_vars: list[ir.Var] = field(default_factory=list)               # loops enclosing the attach point
 
@@ -246,14 +246,31 @@ def _infer_region(info: StageInfo, consumers: list[Stage], infos: dict[Stage, St
             mx = an.simplify(ir.Min(an.simplify(hi[k]), ir.convert(n) - one))
         ext = an.simplify(_minus(mx, mn) + one)
         info.region.append((mn, ext))
-        info.buffer_shape.append(_const_upper(ext, an, stage, k))
+        info.buffer_shape.append(_buffer_extent(ext, an, stage, k, var_extent))
 
 
-def _const_upper(ext: ir.PrimExpr, an: Analyzer, stage: Stage, dim: int) -> int:
+def _buffer_extent(ext: ir.PrimExpr, an: Analyzer, stage: Stage, dim: int,
+                   loop_vars: dict[ir.Var, ir.PrimExpr]) -> Any:
+    """The allocated extent of one dimension of an attached buffer: a constant upper bound of
+    ``ext`` when there is one, else a loop-invariant upper bound (shape variables only, as TVM
+    allocates ``n`` elements when the region is the whole of a symbolic dimension)."""
     ub = an.const_int_bound(ext)[1]
-    if ub == float("inf") or ub >= 2 ** 31 - 1:  # only the dtype range bounds it
-        raise CompileError(f"stage {stage.name}: cannot bound the extent {ext} of dimension {dim} by a constant")
-    return max(int(ub), 0)
+    if ub != float("inf") and ub < 2 ** 31 - 1:  # bounded by more than the dtype range
+        return max(int(ub), 0)
+    invariant = _invariant_upper(ext, loop_vars)
+    if invariant is None:
+        raise CompileError(f"stage {stage.name}: cannot bound the extent {ext} of dimension {dim} by a constant "
+                           "or a loop-invariant expression")
+    return invariant
+
+
+def _invariant_upper(ext: ir.PrimExpr, loop_vars: dict[ir.Var, ir.PrimExpr]) -> ir.PrimExpr | None:
+    if not ir.uses_var(ext, loop_vars):
+        return ext
+    if isinstance(ext, ir.Min):  # min(a, b) <= either side
+        a = _invariant_upper(ext.a, loop_vars)
+        return a if a is not None else _invariant_upper(ext.b, loop_vars)
+    return None
 
 
 def _loads_of(body: ir.PrimExpr, tensor: Any) -> list[ir.ProducerLoad]:

@@ -56,7 +56,7 @@ class _Vectorizer:
             return ir.BufferLoad(e.buffer, idx)
         if isinstance(e, ir.Call):
             if e.op == "if_then_else" or e.op == "tvm_access_ptr" or not ir.is_float(e.dtype) and e.op not in (
-                    "shift_left", "shift_right", "abs"):
+                    "shift_left", "shift_right", "abs", "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not"):
                 raise _Scalarize  # lazily evaluated or side-effecting calls stay scalar
             args = [self.expr(a) if isinstance(a, ir.PrimExpr) else a for a in e.args]
             return ir.Call(ir.with_lanes(e.dtype, self.lanes),

@@ -113,7 +113,8 @@ IterVar.__ne__ = _compare(ir.NE)  # type: ignore[method-assign,assignment]
 
 for _name in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__",
               "__rtruediv__", "__floordiv__", "__rfloordiv__", "__mod__", "__rmod__", "__neg__",
-              "__lt__", "__le__", "__gt__", "__ge__", "astype"):
+              "__lt__", "__le__", "__gt__", "__ge__", "__and__", "__rand__", "__or__", "__ror__", "__xor__",
+              "__rxor__", "__invert__", "__lshift__", "__rlshift__", "__rshift__", "__rrshift__", "astype"):
     setattr(IterVar, _name, _delegate(_name))
 
 

@@ -247,10 +247,13 @@ class Stage:
         attr = self._attr(iv)
         if attr.kind is not ir.ForKind.SERIAL:
             raise ScheduleError(f"stage {self.name}: axis {iv.name} is already {attr.kind.value}")
+        tag = thread_ivar.thread_tag
         for other, a in self.iter_var_attrs.items():
-            if a.bind_thread is thread_ivar and other is not iv:
-                raise ScheduleError(f"stage {self.name}: thread axis {thread_ivar.thread_tag} is already bound "
-                                    f"to axis {other.name}")
+            if other is iv or a.bind_thread is None:
+                continue
+            # one hardware thread index per stage loop; several virtual threads may nest
+            if a.bind_thread is thread_ivar or (a.bind_thread.thread_tag == tag and tag not in ("vthread", "cthread")):
+                raise ScheduleError(f"stage {self.name}: thread axis {tag} is already bound to axis {other.name}")
         attr.kind, attr.bind_thread = ir.ForKind.THREAD_BINDING, thread_ivar
 
     def _set_kind(self, iv: IterVar, kind: ir.ForKind, what: str) -> None:
