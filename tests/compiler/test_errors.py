@@ -339,10 +339,10 @@ def test_build_target_errors():
     s = te.create_schedule(C.op)
     with pytest.raises(CompileError, match="unknown target 'tpu'"):
         build(s, [A, B, C], target="tpu")
-    register_target("dummy_test", lambda s, a, n, c: "module", override=True)
+    register_target("dummy_test", lambda s, a, n, c, t: f"module for {t}", override=True)
     with pytest.raises(CompileError, match="already registered"):
-        register_target("dummy_test", lambda s, a, n, c: "other")
-    assert build(s, [A, B, C], target="dummy_test") == "module"
+        register_target("dummy_test", lambda s, a, n, c, t: "other")
+    assert build(s, [A, B, C], target="dummy_test -opt=1") == "module for dummy_test -opt=1"
 
 
 # ---------------------------------------------------------------------------- expressions

@@ -581,3 +581,19 @@ def test_strided_vector_loads_read_only_their_span(stride):
     b = np.zeros(lanes, "float32")
     mod(a, b)
     np.testing.assert_array_equal(b, a[::stride])
+
+
+def test_build_passes_target_options_to_the_llvm_backend():
+    import vtakit
+    from vtakit import te
+
+    A = te.placeholder((8,), name="A")
+    B = te.compute((8,), lambda i: A[i] + 1.0, name="B")
+    s = te.create_schedule(B.op)
+    plain = vtakit.build(s, [A, B], target="llvm")
+    generic = vtakit.build(s, [A, B], target="llvm -mcpu=x86-64")
+    assert "-mcpu=x86-64" in str(generic.target) and "-mcpu=x86-64" not in str(plain.target)
+    a = np.arange(8, dtype="float32")
+    b = np.empty_like(a)
+    generic(a, b)
+    np.testing.assert_array_equal(b, a + 1)

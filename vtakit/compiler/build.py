@@ -1,6 +1,7 @@
 """``vtakit.build``: compile a schedule for a target, dispatching to builders registered by name.
 
-A target builder is ``builder(sch, args, name, config) -> module``; it lowers the schedule itself
+A target builder is ``builder(sch, args, name, config, target) -> module`` (``target`` is the
+full target string, options included, e.g. ``"llvm -mcpu=skylake"``); it lowers the schedule itself
 (usually inside its own :class:`~vtakit.compiler.transform.PassContext`, to add passes and memory
 scopes) and returns a callable module. ``sch`` may also be an already lowered ``PrimFunc``.
 The llvm, nvptx and vta backends register themselves when their modules are imported; the
@@ -17,7 +18,7 @@ from vtakit.errors import CompileError
 
 __all__ = ["register_target", "registered_targets", "build", "InterpreterModule"]
 
-TargetBuilder = Callable[[Any, Sequence[Any], str, Any], Any]
+TargetBuilder = Callable[[Any, Sequence[Any], str, Any, str], Any]
 
 _TARGETS: dict[str, TargetBuilder] = {}
 # modules that register a target when imported (so `build(..., target="llvm")` works without imports)
@@ -54,7 +55,7 @@ def _lookup(target: str) -> TargetBuilder:
 def build(s: Any, args: Sequence[Any] | None = None, target: str = "llvm", name: str = "main",
           config: Any = None) -> Any:
     """Compile schedule ``s`` (or a lowered PrimFunc) with parameters ``args`` for ``target``."""
-    return _lookup(target)(s, list(args) if args is not None else [], name, config)
+    return _lookup(target)(s, list(args) if args is not None else [], name, config, target)
 
 
 class InterpreterModule:
@@ -70,7 +71,7 @@ class InterpreterModule:
         self._run(*arrays)
 
 
-def _interpreter_builder(s: Any, args: Sequence[Any], name: str, config: Any) -> InterpreterModule:
+def _interpreter_builder(s: Any, args: Sequence[Any], name: str, config: Any, target: str) -> InterpreterModule:
     from vtakit.compiler.lower import lower  # noqa: PLC0415
 
     func = s if isinstance(s, ir.PrimFunc) else lower(s, args, name=name)

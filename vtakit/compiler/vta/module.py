@@ -128,7 +128,7 @@ def _rebase(insn: isa.Instruction, base: int) -> isa.Instruction:
     return dataclasses.replace(insn, dram_base=insn.dram_base + base)
 
 
-def build(s: Any, args: Sequence[Any], name: str = "main", config: Any = None) -> VTAModule:
+def build(s: Any, args: Sequence[Any], name: str = "main", config: Any = None, target: str = "vta") -> VTAModule:
     """The ``vta`` target builder (see :mod:`vtakit.compiler.build`)."""
     if config is not None and not isinstance(config, (VTAConfig, VTAEnv)):
         raise CompileError(f"target vta: config must be a VTAConfig, got {type(config).__name__}")
