@@ -29,7 +29,7 @@ from tests.programs import CASES, run_program  # noqa: E402
 from tests.programs.runner import insn_address  # noqa: E402
 from vtakit.hw.config import VTAConfig  # noqa: E402
 from vtakit.hw.isa import FinishInsn, GemmInsn, MemId, MemInsn, Opcode, Uop  # noqa: E402
-from vtakit.runtime.blocked_gemm import bench_gemm  # noqa: E402
+from vtakit.runtime.blocked_gemm import bench_gemm, gemm_program  # noqa: E402
 from vtakit.runtime.random_program import random_program  # noqa: E402
 from vtakit.sim.backend import Launch  # noqa: E402
 from vtakit.sim.cycle import simulate  # noqa: E402
@@ -47,6 +47,8 @@ def _programs(quick: bool) -> list[tuple[str, Program]]:
     out += [(f"small/random{s}", random_program(SMALL, s)) for s in seeds]
     out += [(f"default/{n}", CASES[n](DEFAULT).program) for n in (names_default[:1] if quick else names_default)]
     out += [(f"default/random{s}", random_program(DEFAULT, s)) for s in seeds[:2 if quick else 4]]
+    if not quick:   # a longer run (about 50k cycles), where the per-run overheads matter less
+        out.append(("default/gemm_128x256x256_vt2", gemm_program(DEFAULT, 128, 256, 256, vthreads=2)))
     return out
 
 
