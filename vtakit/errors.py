@@ -18,6 +18,7 @@ __all__ = [
     "AllocationError",
     "ScheduleError",
     "CompileError",
+    "ArgumentError",
 ]
 
 
@@ -63,3 +64,7 @@ class ScheduleError(VtakitError):
 
 class CompileError(VtakitError):
     """Lowering or code generation failed."""
+
+
+class ArgumentError(VtakitError, ValueError):
+    """A built module was called with arguments that do not match its parameters."""

@@ -28,14 +28,10 @@ from vtakit.compiler import ir
 from vtakit.compiler.backend import llvm_runtime as rt
 from vtakit.compiler.build import register_target
 from vtakit.compiler.backend.llvm_codegen import generate
-from vtakit.errors import CompileError, VtakitError
+from vtakit.errors import ArgumentError, CompileError
 
 __all__ = ["build_llvm", "CPUModule", "ArgumentError", "TimingResult", "fingerprint", "clear_cache",
            "llvm_target_builder", "register_extern"]
-
-
-class ArgumentError(VtakitError, ValueError):
-    """A built module was called with arrays that do not match its parameters."""
 
 
 _ENTRY_TYPE = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p)
