@@ -10,6 +10,7 @@ errors exit with argparse's status 2.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import json
 import os
@@ -225,7 +226,9 @@ def _add_bench_conv2d(workloads: argparse._SubParsersAction) -> None:
                                 ("co", 64, "output channels"), ("kernel", 3, "kernel size"), ("pad", 1, "padding"),
                                 ("stride", 1, "stride")):
         p.add_argument(f"--{name}", type=int, default=default, help=f"{what} (default {default}; ignored with --layer)")
-    p.add_argument("--vthreads", type=int, default=2, help="virtual threads (cthread; default 2)")
+    p.add_argument("--batch", type=int, help="batch size (default: the configuration's BATCH)")
+    p.add_argument("--vthreads", type=int, default=2,
+                   help="virtual threads (cthread) at most; fewer when the output does not split (default 2)")
     _seed_option(p, "the random inputs")
     _backend_option(p)
     _config_option(p)
@@ -238,12 +241,22 @@ def cmd_bench_conv2d(args: argparse.Namespace) -> int:
     from vtakit.compiler.topi_vta.workloads import Conv2dWorkload, get_workload
 
     config = _load_config(args) or VTAConfig()
-    wl = get_workload(args.layer) if args.layer else Conv2dWorkload(args.h, args.w, args.ci, args.co, args.kernel,
-                                                                    args.pad, args.stride)
+    batch = config.batch if args.batch is None else args.batch
+    wl = dataclasses.replace(get_workload(args.layer), batch=batch) if args.layer else \
+        Conv2dWorkload(args.h, args.w, args.ci, args.co, args.kernel, args.pad, args.stride, batch)
     result = run_conv2d(wl, config, args.backend, args.vthreads, seed=args.seed)
     name = args.layer or f"{wl.h}x{wl.w}x{wl.ci} -> {wl.co}, {wl.kernel}x{wl.kernel} pad {wl.pad} stride {wl.stride}"
-    return _print_op_result(f"conv2d {name} on {args.backend} ({config.model}, {args.vthreads} virtual "
-                            f"thread{'s' if args.vthreads != 1 else ''})", result, args.json)
+    if wl.batch != 1:
+        name += f", batch {wl.batch}"
+    return _print_op_result(f"conv2d {name} on {args.backend} ({config.model}, {_threads(result, args)})",
+                            result, args.json)
+
+
+def _threads(result: Any, args: argparse.Namespace) -> str:
+    """``2 virtual threads``, saying so when the schedule uses fewer than asked for."""
+    text = f"{result.vthreads} virtual thread{'s' if result.vthreads != 1 else ''}"
+    return text if result.vthreads == args.vthreads else \
+        f"{text}; {args.vthreads} asked, the output does not split that many ways"
 
 
 def _add_bench_dense(workloads: argparse._SubParsersAction) -> None:
@@ -254,7 +267,8 @@ def _add_bench_dense(workloads: argparse._SubParsersAction) -> None:
     p.add_argument("--m", type=int, default=256, help="rows of A (default 256)")
     p.add_argument("--n", type=int, default=256, help="output columns (default 256)")
     p.add_argument("--k", type=int, default=256, help="reduction size (default 256)")
-    p.add_argument("--vthreads", type=int, default=2, help="virtual threads (cthread; default 2)")
+    p.add_argument("--vthreads", type=int, default=2,
+                   help="virtual threads (cthread) at most; fewer when the output does not split (default 2)")
     _seed_option(p, "the random inputs")
     _backend_option(p)
     _config_option(p)
@@ -267,8 +281,8 @@ def cmd_bench_dense(args: argparse.Namespace) -> int:
 
     config = _load_config(args) or VTAConfig()
     result = run_dense(args.m, args.n, args.k, config, args.backend, args.vthreads, seed=args.seed)
-    return _print_op_result(f"dense {args.m}x{args.n}x{args.k} on {args.backend} ({config.model}, {args.vthreads} "
-                            f"virtual thread{'s' if args.vthreads != 1 else ''})", result, args.json)
+    return _print_op_result(f"dense {args.m}x{args.n}x{args.k} on {args.backend} ({config.model}, "
+                            f"{_threads(result, args)})", result, args.json)
 
 
 # ---------------------------------------------------------------------------- verilog

@@ -3,6 +3,7 @@
 import json
 
 from vtakit.cli import main
+from vtakit.hw.config import VTAConfig
 
 KEYS = {"correct", "cycles", "ideal_cycles", "utilization", "sim_seconds"}
 
@@ -36,3 +37,24 @@ def test_bench_errors(capsys):
     assert "input channels = 3" in capsys.readouterr().err
     assert main(["bench", "dense", "--backend", "nosuch"]) == 1
     assert "nosuch" in capsys.readouterr().err
+
+
+def test_bench_conv2d_batch_defaults_to_the_config(capsys, tmp_path):
+    config = tmp_path / "batch2.json"
+    VTAConfig.small(log_batch=1).to_json(config)
+    argv = ["bench", "conv2d", "--h", "4", "--w", "4", "--ci", "4", "--co", "8", "--config", str(config)]
+    assert main([*argv, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["correct"] is True and out["ideal_cycles"] == 1 * 2 * 4 * 4 * 9   # batch blocks x co x oh x ow x k^2
+    assert main([*argv, "--batch", "4"]) == 0
+    assert ", batch 4 on fsim" in capsys.readouterr().out
+    assert main([*argv, "--batch", "3"]) == 1
+    assert "batch = 3 is not a multiple of the accelerator's block of 2" in capsys.readouterr().err
+
+
+def test_bench_uses_fewer_threads_when_the_output_does_not_split(capsys):
+    assert main(["bench", "dense", "--m", "4", "--n", "16", "--k", "16", "--vthreads", "2"]) == 0
+    assert "1 virtual thread; 2 asked, the output does not split that many ways" in capsys.readouterr().out
+    assert main(["bench", "conv2d", "--h", "7", "--w", "7", "--ci", "16", "--co", "32", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["correct"] is True and out["vthreads"] == 2 and out["knobs"]["oc_nthread"] == 2

@@ -145,5 +145,19 @@ def test_workload_and_knob_errors(small_env):
         default_conv2d_knobs(small_env, wl, 0)
     with pytest.raises(CompileError, match="no conv2d tiling"):
         default_conv2d_knobs(small_env, Conv2dWorkload(64, 64, 4, 4, 11, 5, 1), 2)
-    with pytest.raises(CompileError, match="no dense tiling"):
-        run_dense(4, 4, 4, VTAConfig.small(), vthreads=2)
+    with pytest.raises(CompileError, match="no dense tiling of 4x4x4 fits .*, even with one virtual thread"):
+        run_dense(4, 4, 4, VTAConfig.small(log_acc_buff_size=4), vthreads=2)
+    with pytest.raises(CompileError, match=r"vthreads must be >= 1 \(an integer\), got 1.5"):
+        run_dense(4, 4, 4, VTAConfig.small(), vthreads=1.5)
+
+
+def test_threads_fall_back_when_the_output_does_not_split(small_env):
+    # one output block: two threads cannot share it, so one runs (the knobs say so)
+    result = run_dense(4, 4, 4, VTAConfig.small(), vthreads=2)
+    assert result.correct and result.knobs["oc_nthread"] == 1
+    # a 7x7 output with one channel block splits neither 3 nor 2 ways: one thread
+    knobs = default_conv2d_knobs(small_env, Conv2dWorkload(7, 7, 4, 4, 3, 1, 1), 3)
+    assert (knobs.oc_nthread, knobs.h_nthread) == (1, 1)
+    # 6 rows and 2 channel blocks: 4 threads split neither, 3 split the rows
+    knobs = default_conv2d_knobs(small_env, Conv2dWorkload(6, 6, 4, 8, 3, 1, 1), 4)
+    assert knobs.oc_nthread * knobs.h_nthread == 3 and knobs.h_nthread == 3

@@ -39,13 +39,14 @@ class BenchResult:
     instructions: int
     knobs: dict[str, Any] = field(default_factory=dict)
     backend: str = "fsim"
+    vthreads: int = 1          # virtual threads the schedule uses (at most the number asked for)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
 def _run(config: VTAConfig, backend: str, s: Any, tensors: list, host: list[np.ndarray], expect: np.ndarray,
-         knobs: Any, compile_start: float) -> tuple[BenchResult, Any]:
+         knobs: Any, threads: int, compile_start: float) -> tuple[BenchResult, Any]:
     mod = vtakit.build(s, tensors, target="vta", config=config)
     compile_seconds = time.perf_counter() - compile_start
     dev = Device(config, backend=backend, dram_size=max(32 << 20, 4 * sum(h.nbytes for h in host)
@@ -55,7 +56,7 @@ def _run(config: VTAConfig, backend: str, s: Any, tensors: list, host: list[np.n
     got = arrays[-1].numpy()
     correct = bool(np.array_equal(got, expect))
     return BenchResult(correct, stats.cycles, stats.ideal_cycles, stats.utilization, stats.sim_seconds,
-                       compile_seconds, len(mod.template.insns), asdict(knobs), backend), (mod, stats, got)
+                       compile_seconds, len(mod.template.insns), asdict(knobs), backend, threads), (mod, stats, got)
 
 
 def run_conv2d(wl: Conv2dWorkload, config: VTAConfig | None = None, backend: str = "fsim", vthreads: int = 2,
@@ -76,7 +77,7 @@ def run_conv2d(wl: Conv2dWorkload, config: VTAConfig | None = None, backend: str
     host = [pack_nchw(x, env.batch, env.block_in), pack_oihw(w, env.block_out, env.block_in),
             pack_bias(bias, env.batch, env.block_out)]
     result, (_, _, got) = _run(config, backend, s, tensors, host, pack_nchw(ref, env.batch, env.block_out), knobs,
-                               start)
+                               knobs.oc_nthread * knobs.h_nthread, start)
     assert unpack_nchw(got).shape == ref.shape
     return result
 
@@ -98,6 +99,6 @@ def run_dense(m: int, n: int, k: int, config: VTAConfig | None = None, backend: 
     host = [pack_matrix(a, env.batch, env.block_in), pack_matrix(w, env.block_out, env.block_in),
             pack_bias(bias, env.batch, env.block_out)]
     result, (_, _, got) = _run(config, backend, s, tensors, host, pack_matrix(ref, env.batch, env.block_out),
-                               knobs, start)
+                               knobs, knobs.oc_nthread, start)
     assert unpack_matrix(got).shape == ref.shape
     return result

@@ -48,12 +48,26 @@ def _cost(env: VTAEnv, threads: int, n_tiles: int, n_k: int, gemm: int, load_byt
 
 
 def choose_conv2d_tiles(env: VTAEnv, wl: "Conv2dWorkload", vthreads: int = 2) -> "Conv2dKnobs":
-    from vtakit.compiler.topi_vta.conv2d import Conv2dKnobs, check_conv2d_shape  # noqa: PLC0415
+    """The cheapest conv2d tiling with at most ``vthreads`` virtual threads.
+
+    Threads split output channels or rows; when neither divides ``vthreads`` ways (a 7x7 output
+    with one channel block and 2 threads), the most threads that do are used, as the knobs say.
+    """
+    from vtakit.compiler.topi_vta.conv2d import check_conv2d_shape  # noqa: PLC0415
 
     check_conv2d_shape(env, wl)
+    _check_vthreads(vthreads)
+    for threads in range(vthreads, 0, -1):
+        knobs = _best_conv2d_tiles(env, wl, threads)
+        if knobs is not None:
+            return knobs
+    raise CompileError(f"no conv2d tiling of {wl} fits {env.config.model}, even with one virtual thread")
+
+
+def _best_conv2d_tiles(env: VTAEnv, wl: "Conv2dWorkload", vthreads: int) -> "Conv2dKnobs | None":
+    from vtakit.compiler.topi_vta.conv2d import Conv2dKnobs  # noqa: PLC0415
+
     c = env.config
-    if vthreads < 1:
-        raise CompileError(f"vthreads must be >= 1, got {vthreads}")
     co_blocks, ci_blocks, k = wl.co // env.block_out, wl.ci // env.block_in, wl.kernel
     best: tuple[float, Conv2dKnobs] | None = None
     splits = [(1, 1)] if vthreads == 1 else [(vthreads, 1), (1, vthreads)]
@@ -78,18 +92,27 @@ def choose_conv2d_tiles(env: VTAEnv, wl: "Conv2dWorkload", vthreads: int = 2) ->
         knobs = Conv2dKnobs(th, tw, tco, tci, oc_n, h_n)
         if best is None or cost < best[0]:
             best = (cost, knobs)
-    if best is None:
-        raise CompileError(f"no conv2d tiling of {wl} fits {c.model} with {vthreads} virtual threads")
-    return best[1]
+    return None if best is None else best[1]
 
 
 def choose_dense_tiles(env: VTAEnv, m: int, n: int, k: int, vthreads: int = 2) -> "DenseKnobs":
-    from vtakit.compiler.topi_vta.dense import DenseKnobs, check_dense_shape  # noqa: PLC0415
+    """The cheapest dense tiling with at most ``vthreads`` virtual threads over output column
+    blocks (fewer when the columns do not split ``vthreads`` ways, as the knobs say)."""
+    from vtakit.compiler.topi_vta.dense import check_dense_shape  # noqa: PLC0415
 
     check_dense_shape(env, m, n, k)
+    _check_vthreads(vthreads)
+    for threads in range(vthreads, 0, -1):
+        knobs = _best_dense_tiles(env, m, n, k, threads)
+        if knobs is not None:
+            return knobs
+    raise CompileError(f"no dense tiling of {m}x{n}x{k} fits {env.config.model}, even with one virtual thread")
+
+
+def _best_dense_tiles(env: VTAEnv, m: int, n: int, k: int, vthreads: int) -> "DenseKnobs | None":
+    from vtakit.compiler.topi_vta.dense import DenseKnobs  # noqa: PLC0415
+
     c = env.config
-    if vthreads < 1:
-        raise CompileError(f"vthreads must be >= 1, got {vthreads}")
     mb, nb, kb = m // env.batch, n // env.block_out, k // env.block_in
     best: tuple[float, DenseKnobs] | None = None
     for tb, tco, tci in itertools.product(divisors(mb), divisors(nb), divisors(kb)):
@@ -107,6 +130,9 @@ def choose_dense_tiles(env: VTAEnv, m: int, n: int, k: int, vthreads: int = 2) -
         knobs = DenseKnobs(tb, tco, tci, vthreads)
         if best is None or cost < best[0]:
             best = (cost, knobs)
-    if best is None:
-        raise CompileError(f"no dense tiling of {m}x{n}x{k} fits {c.model} with {vthreads} virtual threads")
-    return best[1]
+    return None if best is None else best[1]
+
+
+def _check_vthreads(vthreads: int) -> None:
+    if not isinstance(vthreads, int) or isinstance(vthreads, bool) or vthreads < 1:
+        raise CompileError(f"vthreads must be >= 1 (an integer), got {vthreads!r}")
