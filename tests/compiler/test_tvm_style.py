@@ -16,7 +16,7 @@ import pytest
 import vtakit
 from vtakit import te
 from vtakit.compiler.interpreter import run
-from vtakit.compiler.ir_builder import IRBuilder
+from vtakit.compiler import ir_builder
 from vtakit.errors import CompileError, ScheduleError
 
 HAVE_LLVM = importlib.util.find_spec("llvmlite") is not None
@@ -349,18 +349,18 @@ def intrin_gemv(m, l, with_reset):
         cc = outs[0]
 
         def update():
-            ib = IRBuilder()
+            ib = ir_builder.create()
             ib.emit(te.call_intrin("int32", "gemv_update", cc.access_ptr("w"), aa.access_ptr("r"),
                                    bb.access_ptr("r"), m, l, bb.strides[0]))
             return ib.get()
 
         def reset():
-            ib = IRBuilder()
+            ib = ir_builder.create()
             ib.emit(te.call_intrin("int32", "gemv_reset", cc.access_ptr("w"), m))
             return ib.get()
 
         if not with_reset:
-            ib = IRBuilder()
+            ib = ir_builder.create()
             ib.emit(reset())
             ib.emit(update())
             return ib.get()

@@ -37,6 +37,7 @@ def register_target(name: str, builder: TargetBuilder, override: bool = False) -
 
 
 def registered_targets() -> list[str]:
+    """The names ``build`` accepts now (lazily loaded backends appear once imported)."""
     return sorted(_TARGETS)
 
 

@@ -47,7 +47,7 @@ __all__ = [
     "Stmt", "ForKind", "For", "Allocate", "BufferStore", "IfThenElse", "AttrStmt", "Evaluate", "SeqStmt",
     "LetStmt", "PrimFunc",
     "const", "convert", "seq", "lanes_of", "element_of", "with_lanes", "is_float", "is_int",
-    "children", "walk", "structural_equal", "IRMutator", "substitute", "uses_var",
+    "children", "walk", "contains", "structural_equal", "IRMutator", "substitute", "uses_var",
 ]
 
 
@@ -608,6 +608,17 @@ def walk(node: Any, visit: Callable[[Any], None]) -> None:
         current = stack.pop()
         visit(current)
         stack.extend(reversed(list(children(current))))
+
+
+def contains(node: Any, types: type | tuple[type, ...]) -> bool:
+    """Whether any node below and including ``node`` is an instance of ``types``."""
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        if isinstance(current, types):
+            return True
+        stack.extend(children(current))
+    return False
 
 
 def structural_equal(a: Any, b: Any) -> bool:

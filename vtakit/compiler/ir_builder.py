@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterator
 from vtakit.compiler import ir
 from vtakit.errors import CompileError
 
-__all__ = ["IRBuilder"]
+__all__ = ["IRBuilder", "create"]
 
 _NOP = ir.Evaluate(ir.IntImm("int32", 0))
 _KINDS = {"serial": ir.ForKind.SERIAL, "parallel": ir.ForKind.PARALLEL, "vectorize": ir.ForKind.VECTORIZED,
@@ -37,6 +37,8 @@ class _Wrap:
 
 
 class IRBuilder:
+    """Collects statements in nested scopes; :meth:`get` returns them as one statement."""
+
     def __init__(self) -> None:
         self._scopes: list[list[Any]] = [[]]
 
@@ -116,3 +118,8 @@ class IRBuilder:
         stmt = self._pop()
         self._scopes = [[]]
         return stmt
+
+
+def create() -> IRBuilder:
+    """A new builder (TVM's ``tir.ir_builder.create()``)."""
+    return IRBuilder()

@@ -63,4 +63,5 @@ def get_memory_info(scope: str) -> MemoryInfo | None:
 
 
 def registered_scopes() -> dict[str, MemoryInfo]:
+    """A copy of the global scope registry."""
     return dict(_REGISTRY)

@@ -618,6 +618,7 @@ def const_int_bound(expr: Any, bounds: Mapping[ir.Var, Bound] | Analyzer | None 
 
 
 def can_prove(cond: Any, bounds: Mapping[ir.Var, Bound] | Analyzer | None = None) -> bool:
+    """Whether ``cond`` is provably true knowing ``bounds``."""
     return _analyzer(bounds).can_prove(cond)
 
 

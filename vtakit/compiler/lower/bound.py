@@ -33,11 +33,13 @@ Interval = tuple[ir.PrimExpr, ir.PrimExpr]
 
 
 def scope_rank(scope: str) -> int:
+    """TVM's storage rank: global 0, shared 1, warp 2, local (and tagged local.*) 3."""
     head = scope.split(".")[0]
     return {"global": 0, "shared": 1, "warp": 2, "local": 3}.get(head, 3)
 
 
 def thread_rank(tag: str) -> int:
+    """TVM's thread rank: blockIdx 0; threadIdx, vthread and cthread 1."""
     return 0 if tag.startswith("blockIdx") else 1
 
 

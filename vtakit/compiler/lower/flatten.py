@@ -44,6 +44,7 @@ def _mul(a: ir.PrimExpr, b: ir.PrimExpr) -> ir.PrimExpr:
 
 
 def flat_index(buf: ir.Buffer, indices: tuple[ir.PrimExpr, ...]) -> ir.PrimExpr:
+    """The 1-D element index of ``buf[indices]`` in its storage (elem_offset included)."""
     index: ir.PrimExpr = buf.elem_offset
     for i, s in zip(indices, buffer_strides(buf)):
         term = i if isinstance(s, ir.IntImm) and s.value == 1 else i * s

@@ -285,6 +285,7 @@ class _Builder:
 
 
 def schedule_to_primfunc(sch: Schedule, args: Sequence[Any], name: str) -> ir.PrimFunc:
+    """Phase -1 of ``lower``: the schedule as a PrimFunc with N-d buffer accesses."""
     builder = _Builder(sch, args)
     body = builder.run()
     return ir.PrimFunc(name, tuple(builder.params), body)

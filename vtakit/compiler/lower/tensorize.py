@@ -48,6 +48,9 @@ def _const(e: ir.PrimExpr) -> int | None:
 
 
 def make_tensorize(builder: "_Builder", info: StageInfo, tloc: int) -> ir.Stmt:
+    """The loop nest of a stage whose leaf ``tloc`` is tensorized: outer loops, then the
+    intrinsic's body (or reset / update nests, reference/tvm_compiler.md §2.3) with its buffers
+    bound to the tensor regions."""
     st = info.stage
     leaves = st.leaf_iter_vars
     tiv = leaves[tloc]

@@ -9,7 +9,6 @@ as TVM scalarizes them.
 
 from __future__ import annotations
 
-from typing import Any
 
 from vtakit.compiler import ir
 from vtakit.compiler.arith import simplify
@@ -85,7 +84,7 @@ class _Vectorizer:
         if isinstance(s, ir.SeqStmt):
             return ir.seq(*[self.stmt(c) for c in s.stmts])
         if not ir.uses_var(s, {self.var}):
-            if _has_store(s):
+            if ir.contains(s, (ir.BufferStore, ir.Evaluate)):
                 raise _Scalarize  # would run once instead of once per lane
             return s
         if isinstance(s, ir.BufferStore):
@@ -109,17 +108,6 @@ class _Vectorizer:
                 raise _Scalarize
             return ir.AttrStmt(s.node, s.key, s.value, self.stmt(s.body))
         raise _Scalarize
-
-
-def _has_store(s: ir.Stmt) -> bool:
-    found = False
-
-    def visit(n: Any) -> None:
-        nonlocal found
-        found = found or isinstance(n, (ir.BufferStore, ir.Evaluate))
-
-    ir.walk(s, visit)
-    return found
 
 
 class _LoopVectorizer(ir.IRMutator):

@@ -14,6 +14,7 @@ __all__ = ["verify_memory_scopes", "allocation_bits"]
 
 
 def allocation_bits(buf: ir.Buffer) -> int:
+    """The constant size of an allocation in bits (its shape and dtype)."""
     size = 1
     for extent in buf.shape:
         if not isinstance(extent, ir.IntImm):

@@ -111,17 +111,6 @@ class _BufferSplitter(ir.IRMutator):
         return node
 
 
-def _has_loop(s: ir.Stmt) -> bool:
-    found = False
-
-    def visit(n: Any) -> None:
-        nonlocal found
-        found = found or isinstance(n, ir.For)
-
-    ir.walk(s, visit)
-    return found
-
-
 class _Injector:
     def __init__(self, loop: ir.For, touched: set[ir.Var], allow_share: bool) -> None:
         self.var, self.n = loop.loop_var, loop.extent.value
@@ -134,19 +123,10 @@ class _Injector:
     def needs(self, s: ir.Stmt) -> bool:
         if self.dep(s):
             return True
-        if self.allow_share:
-            return False
-        found = False
-
-        def visit(n: Any) -> None:
-            nonlocal found
-            found = found or isinstance(n, (ir.BufferStore, ir.Evaluate))
-
-        ir.walk(s, visit)
-        return found
+        return not self.allow_share and ir.contains(s, (ir.BufferStore, ir.Evaluate))
 
     def replicate(self, s: ir.Stmt) -> ir.Stmt:
-        if not _has_loop(s) and self.n < 16:
+        if not ir.contains(s, ir.For) and self.n < 16:
             return ir.seq(*[ir.substitute(s, {self.var: ir.IntImm(self.var.dtype, i)}) for i in range(self.n)])
         return ir.For(self.var, ir.IntImm("int32", 0), ir.IntImm("int32", self.n), ir.ForKind.SERIAL, s)
 

@@ -130,6 +130,7 @@ size_var = var
 
 
 def const(value: Any, dtype: str | None = None) -> ir.PrimExpr:
+    """A constant; ints default to int32, floats to float32."""
     return ir.const(value, dtype)
 
 
@@ -201,14 +202,7 @@ class Reducer:
 
 
 def _contains_reduce(e: Any) -> bool:
-    found = False
-
-    def visit(n: Any) -> None:
-        nonlocal found
-        found = found or isinstance(n, ir.Reduce)
-
-    ir.walk(e, visit)
-    return found
+    return ir.contains(e, ir.Reduce)
 
 
 def comm_reducer(fcombine: Callable, fidentity: Callable[[str], Any], name: str = "reduce") -> Reducer:
@@ -217,6 +211,7 @@ def comm_reducer(fcombine: Callable, fidentity: Callable[[str], Any], name: str 
 
 
 def max_value(dtype: str) -> ir.PrimExpr:
+    """The largest value of ``dtype`` (the identity of ``te.min``)."""
     base = ir.element_of(dtype)
     if ir.is_float(base):
         return ir.FloatImm(base, float(np.finfo(base).max))
@@ -224,6 +219,7 @@ def max_value(dtype: str) -> ir.PrimExpr:
 
 
 def min_value(dtype: str) -> ir.PrimExpr:
+    """The smallest value of ``dtype`` (the identity of ``te.max``)."""
     base = ir.element_of(dtype)
     if ir.is_float(base):
         return ir.FloatImm(base, float(np.finfo(base).min))
@@ -244,6 +240,7 @@ def if_then_else(cond: Any, t: Any, f: Any) -> ir.PrimExpr:
 
 
 def all(*conds: Any) -> ir.PrimExpr:  # noqa: A001
+    """The logical and of the conditions (given as arguments or one list)."""
     conds = _flatten(conds)
     out = ir.convert(conds[0])
     for c in conds[1:]:
@@ -252,6 +249,7 @@ def all(*conds: Any) -> ir.PrimExpr:  # noqa: A001
 
 
 def any(*conds: Any) -> ir.PrimExpr:  # noqa: A001
+    """The logical or of the conditions (given as arguments or one list)."""
     conds = _flatten(conds)
     out = ir.convert(conds[0])
     for c in conds[1:]:
@@ -268,18 +266,22 @@ def _flatten(conds: tuple) -> list:
 
 
 def floordiv(a: Any, b: Any) -> ir.PrimExpr:
+    """Division rounding towards minus infinity (Python's ``//``)."""
     return ir.FloorDiv.make(a, b)
 
 
 def floormod(a: Any, b: Any) -> ir.PrimExpr:
+    """The remainder of :func:`floordiv` (sign of ``b``, Python's ``%``)."""
     return ir.FloorMod.make(a, b)
 
 
 def truncdiv(a: Any, b: Any) -> ir.PrimExpr:
+    """Division rounding towards zero (C's ``/``)."""
     return ir.Div.make(a, b)
 
 
 def truncmod(a: Any, b: Any) -> ir.PrimExpr:
+    """The remainder of :func:`truncdiv` (sign of ``a``, C's ``%``)."""
     return ir.Mod.make(a, b)
 
 
@@ -308,6 +310,7 @@ abs = _unary("abs", float_only=False)  # noqa: A001
 
 
 def power(x: Any, y: Any) -> ir.PrimExpr:
+    """``x ** y`` on floats."""
     x, y = ir._unify(x, y)
     if not ir.is_float(x.dtype):
         raise CompileError(f"te.power needs float arguments, got {x.dtype}")

@@ -23,6 +23,7 @@ __all__ = ["Split", "Fuse", "IterVarAttr", "Stage", "Schedule", "create_schedule
 
 @dataclass(eq=False)
 class Split:
+    """``parent`` = ``outer * inner_extent + inner``; exactly one of ``factor`` / ``nparts`` is set."""
     parent: IterVar
     outer: IterVar
     inner: IterVar
@@ -32,6 +33,7 @@ class Split:
 
 @dataclass(eq=False)
 class Fuse:
+    """``fused`` = ``outer * inner_extent + inner``."""
     outer: IterVar
     inner: IterVar
     fused: IterVar
@@ -39,6 +41,7 @@ class Fuse:
 
 @dataclass
 class IterVarAttr:
+    """The annotations of one leaf axis: loop kind, thread binding, pragmas, tensor intrinsic."""
     kind: ir.ForKind = ir.ForKind.SERIAL
     bind_thread: IterVar | None = None
     pragmas: list[tuple[str, Any]] = field(default_factory=list)

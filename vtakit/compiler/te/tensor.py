@@ -71,6 +71,7 @@ class Tensor:
 
 
 class Operation:
+    """The producer of a tensor: a placeholder or a compute."""
     name: str
     shape: tuple
     dtype: str
@@ -93,6 +94,7 @@ class Operation:
 
 
 class PlaceholderOp(Operation):
+    """An input: ``te.placeholder`` makes one."""
     def __init__(self, name: str, shape: tuple, dtype: str) -> None:
         self.name, self.shape, self.dtype, self.attrs = name, shape, dtype, {}
         self._output = Tensor(self)

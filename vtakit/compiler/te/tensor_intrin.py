@@ -38,6 +38,7 @@ def decl_buffer(shape: Any, dtype: str = "float32", name: str = "buffer", data: 
 
 @dataclass(eq=False)
 class TensorIntrin:
+    """What ``te.decl_tensor_intrin`` returns: the description, its buffers and the statements."""
     name: str
     op: ComputeOp
     inputs: list[Tensor]
