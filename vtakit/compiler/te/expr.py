@@ -241,28 +241,23 @@ def if_then_else(cond: Any, t: Any, f: Any) -> ir.PrimExpr:
 
 def all(*conds: Any) -> ir.PrimExpr:  # noqa: A001
     """The logical and of the conditions (given as arguments or one list)."""
-    conds = _flatten(conds)
-    out = ir.convert(conds[0])
-    for c in conds[1:]:
-        out = ir.And.make(out, c)
-    return out
+    return _chain(conds, ir.And)
 
 
 def any(*conds: Any) -> ir.PrimExpr:  # noqa: A001
     """The logical or of the conditions (given as arguments or one list)."""
-    conds = _flatten(conds)
-    out = ir.convert(conds[0])
-    for c in conds[1:]:
-        out = ir.Or.make(out, c)
-    return out
+    return _chain(conds, ir.Or)
 
 
-def _flatten(conds: tuple) -> list:
+def _chain(conds: tuple, node: type) -> ir.PrimExpr:
     if len(conds) == 1 and isinstance(conds[0], (list, tuple)):
         conds = tuple(conds[0])
     if not conds:
         raise CompileError("te.all / te.any need at least one condition")
-    return list(conds)
+    out = ir.convert(conds[0])
+    for c in conds[1:]:
+        out = node.make(out, c)
+    return out
 
 
 def floordiv(a: Any, b: Any) -> ir.PrimExpr:
