@@ -402,6 +402,18 @@ def test_tensorize_gemv_tutorial(with_reset):
         vtakit.lower(s, [A, B, C])
 
 
+def test_tensors_with_default_or_equal_names():
+    """Regression: two arguments of one name (TVM's defaults "placeholder" / "compute") were a
+    CompileError; as in TVM they are accepted and their buffers get distinct names."""
+    A, B = te.placeholder((10,)), te.placeholder((10,))
+    C = te.compute((10,), lambda i: A[i] + B[i] * 2)
+    D = te.compute((10,), lambda i: C[i] * C[i])
+    s = te.create_schedule(D.op)
+    text = str(vtakit.lower(s, [A, B, D]))
+    assert "placeholder_1: Buffer" in text and "allocate compute_1" in text
+    check(s, [A, B, D], lambda a, b: [(a + 2 * b) ** 2], 2)
+
+
 # ---------------------------------------------------------------------------- errors
 def test_binding_one_hardware_thread_tag_twice_in_a_stage():
     """Regression: two different thread_axis("threadIdx.x") objects on two loops of one stage were

@@ -88,19 +88,26 @@ class _Builder:
         self.sch = sch
         self.params: list[ir.Buffer] = []
         self.arg_tensors: dict[Tensor, ir.Buffer] = {}
+        self._names: set[str] = set()
         for a in args:
             if not isinstance(a, Tensor):
                 raise CompileError(f"lower: arguments must be tensors, got {a!r}")
             if a in self.arg_tensors:
                 raise CompileError(f"lower: tensor {a.name} appears twice in args")
             sch[a]  # raises if not in the schedule
-            buf = ir.Buffer(a.name, tuple(a.shape), a.dtype)
+            buf = ir.Buffer(self._unique(a.name), tuple(a.shape), a.dtype)
             self.arg_tensors[a] = buf
             self.params.append(buf)
-        names = [b.name for b in self.params]
-        for n in set(names):
-            if names.count(n) > 1:
-                raise CompileError(f"lower: two arguments are named {n!r}; give tensors distinct names")
+
+    def _unique(self, name: str) -> str:
+        """``name``, suffixed if a buffer of the function already has it (TVM allows tensors of one
+        name, e.g. the default "placeholder" and "compute"; buffers stay distinguishable)."""
+        out, k = name, 0
+        while out in self._names:
+            k += 1
+            out = f"{name}_{k}"
+        self._names.add(out)
+        return out
 
     def run(self) -> ir.Stmt:
         sch = self.sch
@@ -146,7 +153,7 @@ class _Builder:
                 if st.scope not in (None, "global"):
                     raise ScheduleError(f"stage {st.name} is an argument, its scope must be global, not {st.scope}")
             else:
-                buf = ir.Buffer(st.name, tuple(info.buffer_shape), st.tensor.dtype, info.scope,
+                buf = ir.Buffer(self._unique(st.name), tuple(info.buffer_shape), st.tensor.dtype, info.scope,
                                 strides=_aligned_strides(info.buffer_shape, st.storage_aligns))
                 self.allocs[st] = buf
             self.buffers[st.tensor] = (buf, [mn for mn, _ in info.region])
