@@ -138,3 +138,39 @@ def test_simplifier_is_sound_on_signed_ranges(e, lo_x, span_x, lo_y, span_y, cmp
         assert _eval(simplified, env) == value, (str(e), str(simplified), env)
         assert lo <= value <= hi, (str(e), (lo, hi), env, value)
         assert bool(_eval(simplified_cond, env)) == bool(_eval(cond, env)), (str(cond), str(simplified_cond), env)
+
+
+@st.composite
+def index_exprs(draw, depth=4):
+    """Index expressions over a point variable x and relaxed variables y, z (z's range depends on x)."""
+    if depth == 0 or draw(st.integers(0, 3)) == 0:
+        return draw(st.sampled_from([x, y, z, ir.IntImm("int32", draw(st.integers(-5, 7)))]))
+    op = draw(st.sampled_from(["add", "sub", "mulc", "mul", "fdiv", "fmod", "tdiv", "tmod", "min", "max", "select"]))
+    a = draw(index_exprs(depth - 1))
+    if op == "mulc":
+        return a * draw(st.integers(-3, 4))
+    if op in ("fdiv", "fmod", "tdiv", "tmod"):
+        c = ir.IntImm("int32", draw(st.integers(1, 7)))
+        return {"fdiv": ir.FloorDiv, "fmod": ir.FloorMod, "tdiv": ir.Div, "tmod": ir.Mod}[op](a, c)
+    b = draw(index_exprs(depth - 1))
+    if op == "select":
+        return ir.Call("int32", "if_then_else", (ir.LT(a, b), a, b))
+    return {"add": a + b, "sub": a - b, "mul": ir.Mul(a, b), "min": ir.Min(a, b), "max": ir.Max(a, b)}[op]
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(index_exprs(), st.integers(-3, 3), st.integers(0, 4), st.integers(0, 4))
+def test_bound_inference_intervals_cover_every_value(e, lo_y, span_y, hi_x):
+    """eval_interval (the region a consumer reads per iteration of the attach loop) contains the
+    index value at every point: x stays symbolic, y and z = [0, x] are relaxed."""
+    from vtakit.compiler.lower.bound import eval_interval
+
+    an = Analyzer({x: (0, hi_x)})
+    dom = {y: (ir.IntImm("int32", lo_y), ir.IntImm("int32", lo_y + span_y)), z: (ir.IntImm("int32", 0), x)}
+    result = eval_interval(e, dom, an)
+    if result is None:  # unknown: lowering falls back to the whole tensor
+        return
+    for vx in range(hi_x + 1):
+        lo, hi = _eval(result[0], {x: vx}), _eval(result[1], {x: vx})
+        for vy, vz in itertools.product(range(lo_y, lo_y + span_y + 1), range(vx + 1)):
+            assert lo <= _eval(e, {x: vx, y: vy, z: vz}) <= hi, (str(e), str(result[0]), str(result[1]), vx, vy, vz)
