@@ -12,7 +12,7 @@ from vtakit.compiler import ir
 from vtakit.compiler.lower.bound import StageInfo, infer_bounds
 from vtakit.compiler.te.expr import IterVar
 from vtakit.compiler.te.schedule import Schedule, Stage
-from vtakit.compiler.te.tensor import Tensor
+from vtakit.compiler.te.tensor import Tensor, input_tensors
 from vtakit.errors import CompileError, ScheduleError
 
 __all__ = ["schedule_to_primfunc", "LoadLowerer"]
@@ -172,8 +172,6 @@ class _Builder:
 
     def _check_attach_scopes(self) -> None:
         """Every reader of an attached stage must run inside the loop the stage is attached at."""
-        from vtakit.compiler.te.tensor import input_tensors  # noqa: PLC0415
-
         readers: dict[Stage, list[Stage]] = {}
         for st, body in self.bodies.items():
             for t in input_tensors(body):
@@ -195,8 +193,6 @@ class _Builder:
                                         f"{parent.name}, but stage {r.name} also reads it outside that loop")
 
     def _needed(self, outputs: set[Stage]) -> set[Stage]:
-        from vtakit.compiler.te.tensor import input_tensors  # noqa: PLC0415
-
         needed: set[Stage] = set()
         todo = list(outputs) + [self.sch[t] for t in self.arg_tensors]
         while todo:
