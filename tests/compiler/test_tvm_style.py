@@ -414,6 +414,31 @@ def test_tensors_with_default_or_equal_names():
     check(s, [A, B, D], lambda a, b: [(a + 2 * b) ** 2], 2)
 
 
+def test_stage_op_reflects_dataflow_rewrites():
+    """Regression: after rfactor / cache_read / cache_write, ``s[B].op`` still was the user's
+    operation, so the TVM idiom ``s[BF].compute_at(s[B], s[B].op.reduce_axis[0])`` named a stale
+    axis. As in TVM the stage's op is now the rewritten one (producing the same tensor)."""
+    A = te.placeholder((12, 40), name="A")
+    k = te.reduce_axis((0, 40), "k")
+    B = te.compute((12,), lambda i: te.sum(A[i, k], axis=k), name="B")
+    s = te.create_schedule(B.op)
+    ko, ki = s[B].split(B.op.reduce_axis[0], factor=16)
+    BF = s.rfactor(B, ki)
+    assert s[B].op is not B.op and [iv.name for iv in s[B].op.reduce_axis] == ["k.inner.v"]
+    assert s[s[B].op] is s[B] and s[B].tensor is B
+    xo, xi = s[B].split(s[B].op.axis[0], factor=4)
+    s[BF].compute_at(s[B], s[B].op.reduce_axis[0])
+    check(s, [A, B], lambda a: [a.sum(1)], 1)
+    s = te.create_schedule(B.op)
+    s.cache_read(A, "local", [B])
+    assert [t.name for t in s[B].op.input_tensors] == ["A.local"]
+    BL = s.cache_write(B, "local")
+    assert s[B].op.input_tensors == [BL] and s[B].op.reduce_axis == [] and s[B].op.axis == B.op.axis
+    with pytest.raises(ScheduleError, match="stage B: cannot compute_inline an output"):
+        s[B].compute_inline()
+    check(s, [A, B], lambda a: [a.sum(1)], 1)
+
+
 # ---------------------------------------------------------------------------- errors
 def test_binding_one_hardware_thread_tag_twice_in_a_stage():
     """Regression: two different thread_axis("threadIdx.x") objects on two loops of one stage were

@@ -63,6 +63,7 @@ class Stage:
 
     def __init__(self, op: Operation, schedule: "Schedule") -> None:
         self.op = op
+        self._tensor = op.output(0)
         self.schedule = schedule
         self.name = op.name
         self.is_placeholder = isinstance(op, PlaceholderOp)
@@ -88,7 +89,17 @@ class Stage:
 
     @property
     def tensor(self) -> Tensor:
-        return self.op.output(0)
+        """The tensor this stage computes (the user's tensor, also after dataflow rewrites)."""
+        return self._tensor
+
+    def _rewrite_op(self) -> None:
+        """After a dataflow rewrite changed this stage's body, ``s[T].op`` is a new operation with
+        the new body (as in TVM: after ``rfactor`` its ``reduce_axis`` are the new ones), producing
+        the same tensor; the schedule finds the stage from either operation."""
+        op = ComputeOp(self.op.name, self.op.tag, self.op.attrs, self.axis, self.body)
+        op._output = self._tensor
+        self.op = op
+        self.schedule._stage_of[op] = self
 
     @property
     def inputs(self) -> list[Tensor]:
@@ -210,7 +221,7 @@ class Stage:
         self.attach_type, self.attach_stage, self.attach_ivar = "root", None, None
 
     def _check_not_output(self, what: str) -> None:
-        if self.op in self.schedule.outputs:
+        if self._tensor.op in self.schedule.outputs:
             raise ScheduleError(f"stage {self.name}: cannot {what} an output of the schedule")
 
     def set_scope(self, scope: str) -> None:
@@ -333,14 +344,14 @@ class Schedule:
         return self[t]
 
     def consumers(self, stage: Stage) -> list[Stage]:
-        return [s for s in self.stages if any(t.op is stage.op for t in s.inputs)]
+        return [s for s in self.stages if any(t.op is stage.tensor.op for t in s.inputs)]
 
     def _reads_transitively(self, consumer: Stage, producer: Stage) -> bool:
         todo, seen = [consumer], set()
         while todo:
             s = todo.pop()
             for t in s.inputs:
-                if t.op is producer.op:
+                if t.op is producer.tensor.op:
                     return True
                 if id(t.op) not in seen:
                     seen.add(id(t.op))
@@ -370,6 +381,7 @@ class Schedule:
         self._insert(stage, after=src)
         for r in reader_stages:
             r.body = _replace_tensor(r.body, tensor, cache)
+            r._rewrite_op()
         return cache
 
     def rfactor(self, tensor: Tensor, axis: IterVar, factor_axis: int = 0) -> Tensor:
@@ -449,6 +461,7 @@ class Schedule:
         stage.all_iter_vars = [iv for iv in stage.all_iter_vars if iv in dp] + [v]
         stage.leaf_iter_vars = [iv for iv in stage.leaf_iter_vars if iv in dp] + [v]
         stage.iter_var_attrs = {iv: a for iv, a in stage.iter_var_attrs.items() if iv in dp}
+        stage._rewrite_op()
         return rf
 
     def cache_write(self, tensor: Tensor, scope: str) -> Tensor:
@@ -481,6 +494,7 @@ class Schedule:
         stage.reduce_axis = []
         stage.all_iter_vars = list(stage.axis)
         stage.leaf_iter_vars = list(stage.axis)
+        stage._rewrite_op()
         return cache
 
 
