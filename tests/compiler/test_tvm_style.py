@@ -177,6 +177,55 @@ def test_shared_local_caches_under_block_virtual_and_thread_axes(thread):
     assert "in shared" in text and "in local" in text and '"blockIdx.x"' in text
 
 
+def test_gpu_gemm_tutorial_schedule_with_cooperative_fetching():
+    """TVM's GPU GEMM schedule: blocks, virtual threads, threads, shared and local caches, and the
+    shared tiles fetched cooperatively (the fetch stage binds the threads of the loop it is
+    attached in). Regression: the interpreter ran such a re-bound thread loop for the current
+    thread only, leaving its peers' share of the shared tile uninitialised (NaN results)."""
+    n, L, num_thread, vthread, step = 64, 32, 4, 2, 8
+    A = te.placeholder((L, n), name="A")
+    B = te.placeholder((L, n), name="B")
+    k = te.reduce_axis((0, L), name="k")
+    C = te.compute((n, n), lambda i, j: te.sum(A[k, i] * B[k, j], axis=k), name="C")
+    s = te.create_schedule(C.op)
+    AA, BB = s.cache_read(A, "shared", [C]), s.cache_read(B, "shared", [C])
+    AL, BL = s.cache_read(AA, "local", [C]), s.cache_read(BB, "local", [C])
+    CC = s.cache_write(C, "local")
+    thread_x = te.thread_axis((0, num_thread), "threadIdx.x")
+    thread_y = te.thread_axis((0, num_thread), "threadIdx.y")
+    by, yi = s[C].split(C.op.axis[0], factor=32)
+    bx, xi = s[C].split(C.op.axis[1], factor=32)
+    s[C].bind(by, te.thread_axis("blockIdx.y"))
+    s[C].bind(bx, te.thread_axis("blockIdx.x"))
+    s[C].reorder(by, bx, yi, xi)
+    tyz, yi = s[C].split(yi, nparts=vthread)
+    ty, yi = s[C].split(yi, nparts=num_thread)
+    txz, xi = s[C].split(xi, nparts=vthread)
+    tx, xi = s[C].split(xi, nparts=num_thread)
+    s[C].bind(tyz, te.thread_axis((0, vthread), "vthread", name="vy"))
+    s[C].bind(txz, te.thread_axis((0, vthread), "vthread", name="vx"))
+    s[C].bind(ty, thread_y)
+    s[C].bind(tx, thread_x)
+    s[C].reorder(by, bx, tyz, txz, ty, tx, yi, xi)
+    s[CC].compute_at(s[C], tx)
+    yo, xo = CC.op.axis
+    ko, ki = s[CC].split(CC.op.reduce_axis[0], factor=step)
+    kt, ki = s[CC].split(ki, factor=1)
+    s[CC].reorder(ko, kt, ki, yo, xo)
+    s[AA].compute_at(s[CC], ko)
+    s[BB].compute_at(s[CC], ko)
+    s[CC].unroll(kt)
+    s[AL].compute_at(s[CC], kt)
+    s[BL].compute_at(s[CC], kt)
+    for load in (AA, BB):
+        fused = s[load].fuse(*s[load].op.axis)
+        ty2, fused = s[load].split(fused, nparts=num_thread)
+        tx2, fused = s[load].split(fused, nparts=num_thread)
+        s[load].bind(ty2, thread_y)
+        s[load].bind(tx2, thread_x)
+    check(s, [A, B, C], lambda a, b: [a.T @ b], 2, llvm=False)
+
+
 @pytest.mark.parametrize("scope,thread,at", [("local", "vthread", "inner"), ("local", "cthread", "outer"),
                                               ("global", "vthread", "inner"), ("local", "vthread", "outer")])
 def test_cache_write_and_read_under_virtual_threads(scope, thread, at):

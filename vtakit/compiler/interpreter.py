@@ -9,9 +9,12 @@ show up in results. Out-of-range accesses raise :class:`~vtakit.errors.MemoryAcc
 
 Target intrinsics are supplied as ``intrinsics={"op": fn}``; ``fn`` receives the evaluated
 arguments (ints, floats, numpy arrays, strings, and :class:`Pointer` for ``tvm_access_ptr``).
-Thread-binding loops run serially (one iteration per thread); a loop re-binding a thread variable
-that is already bound runs its body once, for the current thread. GPU kernels whose threads
-cooperate through shared memory and barriers are therefore not modelled.
+Thread-binding loops run serially (one iteration per thread). A loop re-binding a thread variable
+that is already bound (a stage attached inside the thread loop that splits its work across the
+same threads, e.g. a cooperative fetch into shared memory) runs for every thread value: the
+current thread does the whole work of its peers, so what they would have written before the
+barrier is there when the current thread reads it. The results equal the GPU's for race-free
+kernels; timing and barriers themselves are not modelled.
 
 Works on IR before and after storage flattening: an access with one index per dimension uses the
 buffer's strides and ``elem_offset``; a single index into a multi-dimensional buffer is a flat
@@ -446,12 +449,8 @@ class Interpreter:
 
     def _s_For(self, s: ir.For) -> StmtFn:
         fmin, fext, body, var = self.expr(s.min), self.expr(s.extent), self.stmt(s.body), s.loop_var
-        rebind = s.kind is ir.ForKind.THREAD_BINDING
 
         def loop(env: Env) -> None:
-            if rebind and var in env:
-                body(env)  # the thread is already running: a nested binding of the same thread
-                return
             saved = env.get(var, _UNBOUND)
             lo = fmin(env)
             for i in range(lo, lo + fext(env)):
