@@ -488,6 +488,20 @@ def test_stage_op_reflects_dataflow_rewrites():
     check(s, [A, B], lambda a: [a.sum(1)], 1)
 
 
+def test_pass_context_accepts_the_tvm_spelling():
+    """``PassContext(opt_level=3, config={"tir.UnrollLoop": {"auto_max_step": N}})`` as in TVM."""
+    from vtakit.compiler.transform import PassContext
+
+    A = te.placeholder((4,), name="A")
+    B = te.compute((4,), lambda i: A[i] * 2, name="B")
+    s = te.create_schedule(B.op)
+    with PassContext(opt_level=3, config={"tir.UnrollLoop": {"auto_max_step": 16}}):
+        text = str(vtakit.lower(s, [A, B]))
+    assert "for (" not in text and "B[3] = (A[3] * 2.0f)" in text
+    with pytest.raises(CompileError, match="unknown PassContext config key 'tir.UnrollLoop.bogus'"):
+        PassContext(config={"tir.UnrollLoop": {"bogus": 1}})
+
+
 # ---------------------------------------------------------------------------- errors
 def test_binding_one_hardware_thread_tag_twice_in_a_stage():
     """Regression: two different thread_axis("threadIdx.x") objects on two loops of one stage were

@@ -8,6 +8,8 @@ with ``memory_scopes=``, and can switch built-in passes off by name with ``disab
 Config keys: ``tir.add_lower_pass`` (list of (phase, pass)), ``tir.UnrollLoop.auto_max_step``
 (int, default 0), ``tir.disable_vectorize`` (bool: vectorized loops stay serial),
 ``tir.LoopPartition.partition_const_loop`` (bool, default False: peel split tails off loops).
+TVM's nested spelling is accepted too: ``config={"tir.UnrollLoop": {"auto_max_step": 16}}``;
+``opt_level`` is accepted for TVM compatibility (vtakit runs the same passes at every level).
 """
 
 from __future__ import annotations
@@ -36,10 +38,13 @@ class PassContext:
     config: dict[str, Any] = field(default_factory=dict)
     memory_scopes: dict[str, Any] = field(default_factory=dict)
     disabled_pass: tuple[str, ...] = ()
+    opt_level: int = 2
 
     _local: ClassVar[threading.local] = threading.local()  # a stack of active contexts per thread
 
     def __post_init__(self) -> None:
+        self.config = _flatten_config(self.config)
+        self.disabled_pass = tuple(self.disabled_pass)
         for key in self.config:
             if key not in KNOWN_CONFIG:
                 raise CompileError(f"unknown PassContext config key {key!r}; known keys: {list(KNOWN_CONFIG)}")
@@ -78,6 +83,17 @@ class PassContext:
 
     def enabled(self, name: str) -> bool:
         return name not in self.disabled_pass
+
+
+def _flatten_config(config: dict[str, Any]) -> dict[str, Any]:
+    """TVM's ``{"tir.UnrollLoop": {"auto_max_step": 16}}`` as ``{"tir.UnrollLoop.auto_max_step": 16}``."""
+    out: dict[str, Any] = {}
+    for key, value in config.items():
+        if isinstance(value, dict) and key in ("tir.UnrollLoop", "tir.LoopPartition"):
+            out.update({f"{key}.{sub}": v for sub, v in value.items()})
+        else:
+            out[key] = value
+    return out
 
 
 _DEFAULT = PassContext()
