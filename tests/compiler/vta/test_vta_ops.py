@@ -151,6 +151,17 @@ def test_workload_and_knob_errors(small_env):
         run_dense(4, 4, 4, VTAConfig.small(), vthreads=1.5)
 
 
+def test_tiles_entirely_in_the_padding(small_env):
+    # pad 3 around a 1x1 kernel: the first output rows read nothing but padding
+    wl = Conv2dWorkload(4, 2, 8, 16, 1, 3, 1)
+    knobs = default_conv2d_knobs(small_env, wl, 2)
+    assert run_conv2d(wl, VTAConfig.small(), knobs=knobs).correct
+    with pytest.raises(CompileError, match=r"access pointer to data\[-4:0\] is out of range .*entirely in the padding"):
+        run_conv2d(wl, VTAConfig.small(), knobs=Conv2dKnobs(5, 2, 4, 1, 1, 2))
+    with pytest.raises(CompileError, match="each must read input that is not all padding"):
+        default_conv2d_knobs(small_env, Conv2dWorkload(9, 9, 8, 8, 1, 2, 1), 1)
+
+
 def test_threads_fall_back_when_the_output_does_not_split(small_env):
     # one output block: two threads cannot share it, so one runs (the knobs say so)
     result = run_dense(4, 4, 4, VTAConfig.small(), vthreads=2)

@@ -61,7 +61,8 @@ def choose_conv2d_tiles(env: VTAEnv, wl: "Conv2dWorkload", vthreads: int = 2) ->
         knobs = _best_conv2d_tiles(env, wl, threads)
         if knobs is not None:
             return knobs
-    raise CompileError(f"no conv2d tiling of {wl} fits {env.config.model}, even with one virtual thread")
+    raise CompileError(f"no conv2d tiling of {wl} fits {env.config.model}, even with one virtual thread (tiles "
+                       "must fit the SRAMs and each must read input that is not all padding)")
 
 
 def _best_conv2d_tiles(env: VTAEnv, wl: "Conv2dWorkload", vthreads: int) -> "Conv2dKnobs | None":
@@ -73,7 +74,7 @@ def _best_conv2d_tiles(env: VTAEnv, wl: "Conv2dWorkload", vthreads: int) -> "Con
     splits = [(1, 1)] if vthreads == 1 else [(vthreads, 1), (1, vthreads)]
     for (oc_n, h_n), th, tw, tco, tci in itertools.product(splits, divisors(wl.oh), divisors(wl.ow),
                                                             divisors(co_blocks), divisors(ci_blocks)):
-        if wl.oh % (th * h_n) or co_blocks % (tco * oc_n):
+        if wl.oh % (th * h_n) or co_blocks % (tco * oc_n) or not _tiles_read_data(wl, th, tw):
             continue
         rows, cols = (th - 1) * wl.stride + k, (tw - 1) * wl.stride + k
         acc = th * tw * tco + tco
@@ -131,6 +132,18 @@ def _best_dense_tiles(env: VTAEnv, m: int, n: int, k: int, vthreads: int) -> "De
         if best is None or cost < best[0]:
             best = (cost, knobs)
     return None if best is None else best[1]
+
+
+def _tiles_read_data(wl: "Conv2dWorkload", th: int, tw: int) -> bool:
+    """Whether every output tile reads at least one input row and column that is not padding
+    (the DMA cannot load a tile that lies entirely in the padding)."""
+    for out_size, tile, size in ((wl.oh, th, wl.h), (wl.ow, tw, wl.w)):
+        for first in range(0, out_size, tile):
+            start = first * wl.stride - wl.pad
+            end = start + (tile - 1) * wl.stride + wl.kernel
+            if end <= 0 or start >= size:
+                return False
+    return True
 
 
 def _check_vthreads(vthreads: int) -> None:

@@ -20,7 +20,7 @@ from vtakit.compiler import ir
 from vtakit.compiler.interpreter import Interpreter, Pointer
 from vtakit.compiler.vta.env import (ACC_SCOPE, DEP_POP, DEP_PUSH, INP_SCOPE, LOAD_2D, PUSH_ALU, PUSH_GEMM,
                                      SCOPE_MEM, STORE_2D, UOP_LOOP_BEGIN, UOP_LOOP_END, UOP_PUSH, WGT_SCOPE, VTAEnv)
-from vtakit.errors import CompileError, ISAError, ProgramError
+from vtakit.errors import CompileError, ISAError, MemoryAccessError, ProgramError
 from vtakit.hw import isa
 from vtakit.hw.config import ITER_BITS
 from vtakit.hw.isa import AluOp, MemId, Opcode, Stage
@@ -94,7 +94,11 @@ class _CodeGen(Interpreter):
         env: dict = {}
         for p in self.func.params:
             env[p.data] = _dummy(_const_size(p), p.dtype)
-        self._body(env)
+        try:
+            self._body(env)
+        except MemoryAccessError as exc:
+            raise CompileError(f"{self.func.name}: {exc}: a DMA tile lies outside its tensor (entirely in the "
+                               "padding?); use other tile sizes") from exc
         try:
             program = self.builder.finish()
         except (ISAError, ProgramError) as exc:
