@@ -51,7 +51,7 @@ from vtakit.hw import isa
 from vtakit.hw.config import VTAConfig
 from vtakit.hw.isa import AluInsn, FinishInsn, GemmInsn, MemId, MemInsn, Opcode
 from vtakit.sim.backend import Launch
-from vtakit.sim.fsim import check_program
+from vtakit.sim.fsim import check_finish, check_program
 from vtakit.sim.hb import MODULES, RaceDetector
 from vtakit.sim.machine import QUEUE_NAMES, Machine, describe
 from vtakit.sim.stats import RunStats
@@ -244,7 +244,7 @@ class _Core:
         s = cycle + 1
         self.hb.module = mod.index
         if isinstance(insn, FinishInsn):
-            self._check_finish(index)
+            check_finish(self.hb, self.routes, self.insns, index)
         else:
             self.machine.apply(insn, index, validate=False)
         mod.finish = s
@@ -280,17 +280,6 @@ class _Core:
         mod.timing.write_beats = total
         self.write_bytes += total * beat
         mod.finish = s + total
-
-    def _check_finish(self, index: int) -> None:
-        """fsim's FINISH rule: every instruction of every module happens before it (DESIGN §2.3)."""
-        for m in (_LOAD, _STORE):
-            seen = self.hb.clocks[_COMPUTE][m]
-            if seen < self.totals[m]:
-                pending = [i for i, r in enumerate(self.routes) if r.module == m][seen]
-                raise ProgramError(
-                    f"FINISH (instruction {index}) does not wait for {describe(pending, self.insns[pending])}: "
-                    f"only {seen} of the {self.totals[m]} {MODULES[m]} instructions happen before it; end the "
-                    f"program with a {MODULES[m]}->compute token popped by FINISH (VTA's Synchronize)")
 
     # ------------------------------------------------------------------ one evaluated cycle
     def step(self, c: int) -> None:
