@@ -171,12 +171,7 @@ def _add_bench_gemm(workloads: argparse._SubParsersAction) -> None:
     p.add_argument("--m", type=int, default=256, help="rows of A and C (the batch dimension; default 256)")
     p.add_argument("--n", type=int, default=256, help="output channels (default 256)")
     p.add_argument("--k", type=int, default=256, help="input channels (default 256)")
-    p.add_argument("--vthreads", type=int, default=2, help="virtual threads / SRAM buffer copies (default 2)")
-    _seed_option(p, "the random inputs")
-    _backend_option(p)
-    _config_option(p)
-    _json_option(p)
-    p.set_defaults(func=cmd_bench_gemm)
+    _bench_options(p, cmd_bench_gemm, "virtual threads / SRAM buffer copies (default 2)")
 
 
 def cmd_bench_gemm(args: argparse.Namespace) -> int:
@@ -185,35 +180,43 @@ def cmd_bench_gemm(args: argparse.Namespace) -> int:
     config = _load_config(args) or VTAConfig()
     result = bench_gemm(args.m, args.n, args.k, config=config, backend=args.backend, vthreads=args.vthreads,
                         seed=args.seed)
+    return _report(f"GEMM {args.m}x{args.n}x{args.k} int8 on {args.backend} ({config.model}, {args.vthreads} "
+                   f"virtual thread{'s' if args.vthreads != 1 else ''})", result, args)
+
+
+def _bench_options(parser: argparse.ArgumentParser, func: Callable[[argparse.Namespace], int],
+                   vthreads_help: str) -> None:
+    """The options every ``bench`` workload shares, and its command."""
+    parser.add_argument("--vthreads", type=int, default=2, help=vthreads_help)
+    _seed_option(parser, "the random inputs")
+    _backend_option(parser)
+    _config_option(parser)
+    _json_option(parser)
+    parser.set_defaults(func=func)
+
+
+def _report(title: str, result: Any, args: argparse.Namespace, extra: Sequence[tuple[str, Any]] = ()) -> int:
+    """Print a benchmark result (a table, or its ``to_dict()`` as JSON); exit status 1 when it is wrong."""
     if args.json:
         print(json.dumps(result.to_dict()))
     else:
-        print(f"GEMM {args.m}x{args.n}x{args.k} int8 on {args.backend} ({config.model}, {args.vthreads} virtual "
-              f"thread{'s' if args.vthreads != 1 else ''})")
-        untimed = f"n/a ({args.backend} has no timing)"
-        util = untimed if result.utilization is None else f"{result.utilization:.1%}"
-        _print_table([("correct", "yes" if result.correct else "NO (differs from numpy)"),
-                      ("cycles", untimed if result.cycles is None else result.cycles),
-                      ("ideal cycles", result.ideal_cycles),
-                      ("utilization", util), ("sim seconds", f"{result.sim_seconds:.3f}")])
-    return 0 if result.correct else 1
-
-
-def _print_op_result(title: str, result: Any, as_json: bool) -> int:
-    """Report a compiled-op benchmark (vtakit.compiler.topi_vta.bench.BenchResult)."""
-    if as_json:
-        print(json.dumps(result.to_dict()))
-    else:
         print(title)
-        untimed = f"n/a ({result.backend} has no timing)"
+        untimed = f"n/a ({args.backend} has no timing)"
         _print_table([("correct", "yes" if result.correct else "NO (differs from numpy)"),
                       ("cycles", untimed if result.cycles is None else result.cycles),
                       ("ideal cycles", result.ideal_cycles),
                       ("utilization", untimed if result.utilization is None else f"{result.utilization:.1%}"),
-                      ("instructions", result.instructions), ("knobs", result.knobs),
-                      ("compile seconds", f"{result.compile_seconds:.3f}"),
-                      ("sim seconds", f"{result.sim_seconds:.3f}")])
+                      *extra, ("sim seconds", f"{result.sim_seconds:.3f}")])
     return 0 if result.correct else 1
+
+
+def _report_op(title: str, result: Any, args: argparse.Namespace) -> int:
+    """Report a compiled-op benchmark (vtakit.compiler.topi_vta.bench.BenchResult)."""
+    return _report(title, result, args, [("instructions", result.instructions), ("knobs", result.knobs),
+                                         ("compile seconds", f"{result.compile_seconds:.3f}")])
+
+
+_OP_VTHREADS_HELP = "virtual threads (cthread) at most; fewer when the output does not split (default 2)"
 
 
 def _add_bench_conv2d(workloads: argparse._SubParsersAction) -> None:
@@ -227,13 +230,7 @@ def _add_bench_conv2d(workloads: argparse._SubParsersAction) -> None:
                                 ("stride", 1, "stride")):
         p.add_argument(f"--{name}", type=int, default=default, help=f"{what} (default {default}; ignored with --layer)")
     p.add_argument("--batch", type=int, help="batch size (default: the configuration's BATCH)")
-    p.add_argument("--vthreads", type=int, default=2,
-                   help="virtual threads (cthread) at most; fewer when the output does not split (default 2)")
-    _seed_option(p, "the random inputs")
-    _backend_option(p)
-    _config_option(p)
-    _json_option(p)
-    p.set_defaults(func=cmd_bench_conv2d)
+    _bench_options(p, cmd_bench_conv2d, _OP_VTHREADS_HELP)
 
 
 def cmd_bench_conv2d(args: argparse.Namespace) -> int:
@@ -248,8 +245,7 @@ def cmd_bench_conv2d(args: argparse.Namespace) -> int:
     name = args.layer or f"{wl.h}x{wl.w}x{wl.ci} -> {wl.co}, {wl.kernel}x{wl.kernel} pad {wl.pad} stride {wl.stride}"
     if wl.batch != 1:
         name += f", batch {wl.batch}"
-    return _print_op_result(f"conv2d {name} on {args.backend} ({config.model}, {_threads(result, args)})",
-                            result, args.json)
+    return _report_op(f"conv2d {name} on {args.backend} ({config.model}, {_threads(result, args)})", result, args)
 
 
 def _threads(result: Any, args: argparse.Namespace) -> str:
@@ -267,13 +263,7 @@ def _add_bench_dense(workloads: argparse._SubParsersAction) -> None:
     p.add_argument("--m", type=int, default=256, help="rows of A (default 256)")
     p.add_argument("--n", type=int, default=256, help="output columns (default 256)")
     p.add_argument("--k", type=int, default=256, help="reduction size (default 256)")
-    p.add_argument("--vthreads", type=int, default=2,
-                   help="virtual threads (cthread) at most; fewer when the output does not split (default 2)")
-    _seed_option(p, "the random inputs")
-    _backend_option(p)
-    _config_option(p)
-    _json_option(p)
-    p.set_defaults(func=cmd_bench_dense)
+    _bench_options(p, cmd_bench_dense, _OP_VTHREADS_HELP)
 
 
 def cmd_bench_dense(args: argparse.Namespace) -> int:
@@ -281,8 +271,8 @@ def cmd_bench_dense(args: argparse.Namespace) -> int:
 
     config = _load_config(args) or VTAConfig()
     result = run_dense(args.m, args.n, args.k, config, args.backend, args.vthreads, seed=args.seed)
-    return _print_op_result(f"dense {args.m}x{args.n}x{args.k} on {args.backend} ({config.model}, "
-                            f"{_threads(result, args)})", result, args.json)
+    return _report_op(f"dense {args.m}x{args.n}x{args.k} on {args.backend} ({config.model}, "
+                      f"{_threads(result, args)})", result, args)
 
 
 # ---------------------------------------------------------------------------- verilog
