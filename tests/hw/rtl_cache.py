@@ -9,6 +9,7 @@ changes whenever a file under vtakit/hw or vtakit/sim/rtl.py changes).
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -64,18 +65,25 @@ def session_cache_dir(tmp_path_factory, worker_id: str) -> Path:
 
 
 def rtl_run(program: Program, cache_dir: Path) -> RtlResult:
-    """The RTL run of ``program``, computed once per cache directory."""
+    """The RTL run of ``program``, computed once per cache directory.
+
+    A per-program lock file makes xdist workers that reach the same program at once wait for
+    one run instead of each simulating it.
+    """
     path = Path(cache_dir) / f"{program_key(program)}.npz"
-    if path.exists():
-        with np.load(path) as archive:
-            meta = json.loads(bytes(archive["meta"]).decode())
-            return RtlResult(archive["dram"].copy(), meta["cycles"], meta["retire_cycles"], meta["busy_cycles"])
-    dram, stats = run_program(program, "rtl")
-    result = RtlResult(dram, stats.cycles, list(stats.retire_cycles), dict(stats.busy_cycles))
-    meta = json.dumps({"cycles": result.cycles, "retire_cycles": result.retire_cycles,
-                       "busy_cycles": result.busy_cycles}).encode()
     path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not path.exists():
+            _store(path, *run_program(program, "rtl"))
+    with np.load(path) as archive:
+        meta = json.loads(bytes(archive["meta"]).decode())
+        return RtlResult(archive["dram"].copy(), meta["cycles"], meta["retire_cycles"], meta["busy_cycles"])
+
+
+def _store(path: Path, dram: np.ndarray, stats) -> None:
+    meta = json.dumps({"cycles": stats.cycles, "retire_cycles": list(stats.retire_cycles),
+                       "busy_cycles": dict(stats.busy_cycles)}).encode()
     tmp = path.with_suffix(f".{os.getpid()}.tmp.npz")
     np.savez(tmp, dram=dram, meta=np.frombuffer(meta, dtype=np.uint8))
     os.replace(tmp, path)
-    return result
