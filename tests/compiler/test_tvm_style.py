@@ -502,6 +502,19 @@ def test_pass_context_accepts_the_tvm_spelling():
         PassContext(config={"tir.UnrollLoop": {"bogus": 1}})
 
 
+def test_tvm_keyword_spellings_and_defaults():
+    """``placeholder(dtype=None)`` is float32 (it stored None); pragma's TVM keyword names."""
+    A = te.placeholder((8,), dtype=None, name="A")
+    assert A.dtype == "float32"
+    for bad in ("floaty", "int7", 5):
+        with pytest.raises(CompileError, match="placeholder A: dtype must be a type name"):
+            te.placeholder((8,), bad, name="A")
+    B = te.compute((8,), lambda i: A[i] + 1, name="B")
+    s = te.create_schedule(B.op)
+    s[B].pragma(B.op.axis[0], pragma_type="unroll_explicit", pragma_value=False)
+    assert "pragma_unroll_explicit = 0" in str(vtakit.lower(s, [A, B]))
+
+
 # ---------------------------------------------------------------------------- errors
 def test_binding_one_hardware_thread_tag_twice_in_a_stage():
     """Regression: two different thread_axis("threadIdx.x") objects on two loops of one stage were

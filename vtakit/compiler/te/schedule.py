@@ -288,8 +288,12 @@ class Stage:
     def parallel(self, iv: IterVar) -> None:
         self._set_kind(iv, ir.ForKind.PARALLEL, "parallel")
 
-    def pragma(self, iv: IterVar, key: str, value: Any = None) -> None:
-        """Annotate the loop of ``iv`` with ``AttrStmt pragma_<key>`` (for passes and backends)."""
+    def pragma(self, iv: IterVar, key: str | None = None, value: Any = None, *, pragma_type: str | None = None,
+               pragma_value: Any = None) -> None:
+        """Annotate the loop of ``iv`` with ``AttrStmt pragma_<key>`` (for passes and backends).
+        TVM's keyword names ``pragma_type`` / ``pragma_value`` are accepted too."""
+        key = pragma_type if key is None else key
+        value = pragma_value if value is None else value
         iv = self._require_leaf(iv, "pragma")
         if not isinstance(key, str) or not key:
             raise ScheduleError(f"stage {self.name}: pragma key must be a non-empty string, got {key!r}")

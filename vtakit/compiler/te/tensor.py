@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import inspect
+import re
 from typing import Any, Callable
 
 from vtakit.compiler import ir
 from vtakit.compiler.te.expr import IterVar, Range, _contains_reduce
 from vtakit.errors import CompileError
+
+_DTYPE = re.compile(r"(bool|u?int(8|16|32|64)|float(16|32|64))(x[0-9]+)?")
 
 __all__ = ["Tensor", "Operation", "PlaceholderOp", "ComputeOp", "placeholder", "compute", "input_tensors"]
 
@@ -130,8 +133,11 @@ def input_tensors(expr: Any) -> list[Tensor]:
     return list(seen.values())
 
 
-def placeholder(shape: Any, dtype: str = "float32", name: str = "placeholder") -> Tensor:
-    """An input tensor."""
+def placeholder(shape: Any, dtype: str | None = None, name: str = "placeholder") -> Tensor:
+    """An input tensor (float32 unless ``dtype`` says otherwise)."""
+    dtype = "float32" if dtype is None else dtype
+    if not isinstance(dtype, str) or not _DTYPE.fullmatch(dtype):
+        raise CompileError(f"placeholder {name}: dtype must be a type name such as 'float32' or 'int8', got {dtype!r}")
     return PlaceholderOp(name, _shape(shape, f"placeholder {name}"), dtype).output(0)
 
 
