@@ -17,19 +17,22 @@ import vtakit
 from vtakit.compiler.topi_vta.conv2d import Conv2dKnobs, conv2d
 from vtakit.compiler.topi_vta.dense import DenseKnobs, dense
 from vtakit.compiler.topi_vta.pack import (conv2d_reference, dense_reference, pack_bias, pack_matrix, pack_nchw,
-                                           pack_oihw, requantize, unpack_matrix, unpack_nchw)
+                                           pack_oihw, requantize)
+from vtakit.compiler.topi_vta.tiling import choose_conv2d_tiles, choose_dense_tiles
 from vtakit.compiler.topi_vta.workloads import Conv2dWorkload
-from vtakit.compiler.vta.env import get_env
+from vtakit.compiler.vta.env import VTAEnv, get_env
 from vtakit.hw.config import VTAConfig
 from vtakit.runtime import Device
 
-__all__ = ["BenchResult", "run_conv2d", "run_dense"]
+__all__ = ["BenchResult", "run_conv2d", "run_dense", "conv2d_operands", "dense_operands", "SHIFT"]
 
 SHIFT = 8
 
 
 @dataclass
 class BenchResult:
+    """One benchmark run (``vtakit bench conv2d|dense --json`` prints exactly these keys)."""
+
     correct: bool
     cycles: int | None
     ideal_cycles: int
@@ -46,7 +49,8 @@ class BenchResult:
 
 
 def _run(config: VTAConfig, backend: str, s: Any, tensors: list, host: list[np.ndarray], expect: np.ndarray,
-         knobs: Any, threads: int, compile_start: float) -> tuple[BenchResult, Any]:
+         knobs: Any, threads: int, compile_start: float) -> BenchResult:
+    """Build ``s``, run it on a fresh device holding ``host`` and compare the output with ``expect``."""
     mod = vtakit.build(s, tensors, target="vta", config=config)
     compile_seconds = time.perf_counter() - compile_start
     dev = Device(config, backend=backend, dram_size=max(32 << 20, 4 * sum(h.nbytes for h in host)
@@ -56,7 +60,31 @@ def _run(config: VTAConfig, backend: str, s: Any, tensors: list, host: list[np.n
     got = arrays[-1].numpy()
     correct = bool(np.array_equal(got, expect))
     return BenchResult(correct, stats.cycles, stats.ideal_cycles, stats.utilization, stats.sim_seconds,
-                       compile_seconds, len(mod.template.insns), asdict(knobs), backend, threads), (mod, stats, got)
+                       compile_seconds, len(mod.template.insns), asdict(knobs), backend, threads)
+
+
+def conv2d_operands(env: VTAEnv, wl: Conv2dWorkload, seed: int = 0) -> tuple[list[np.ndarray], np.ndarray]:
+    """Random packed ``[data, kernel, bias]`` for ``wl`` and the packed numpy result of the op."""
+    rng = np.random.default_rng(seed)
+    x = rng.integers(-128, 128, (wl.batch, wl.ci, wl.h, wl.w), dtype=np.int8)
+    w = rng.integers(-128, 128, (wl.co, wl.ci, wl.kernel, wl.kernel), dtype=np.int8)
+    bias = rng.integers(-64, 64, wl.co, dtype=np.int32)
+    ref = requantize(conv2d_reference(x, w, wl.stride, wl.pad), SHIFT, bias, (0, 127))
+    host = [pack_nchw(x, env.batch, env.block_in), pack_oihw(w, env.block_out, env.block_in),
+            pack_bias(bias, env.batch, env.block_out)]
+    return host, pack_nchw(ref, env.batch, env.block_out)
+
+
+def dense_operands(env: VTAEnv, m: int, n: int, k: int, seed: int = 0) -> tuple[list[np.ndarray], np.ndarray]:
+    """Random packed ``[data, weight, bias]`` of an ``m x n x k`` dense and the packed numpy result."""
+    rng = np.random.default_rng(seed)
+    a = rng.integers(-128, 128, (m, k), dtype=np.int8)
+    w = rng.integers(-128, 128, (n, k), dtype=np.int8)
+    bias = rng.integers(-64, 64, n, dtype=np.int32)
+    ref = requantize(dense_reference(a, w), SHIFT, bias, (0, 127))
+    host = [pack_matrix(a, env.batch, env.block_in), pack_matrix(w, env.block_out, env.block_in),
+            pack_bias(bias, env.batch, env.block_out)]
+    return host, pack_matrix(ref, env.batch, env.block_out)
 
 
 def run_conv2d(wl: Conv2dWorkload, config: VTAConfig | None = None, backend: str = "fsim", vthreads: int = 2,
@@ -65,40 +93,19 @@ def run_conv2d(wl: Conv2dWorkload, config: VTAConfig | None = None, backend: str
     config = config or VTAConfig()
     env = get_env(config)
     start = time.perf_counter()
-    from vtakit.compiler.topi_vta.tiling import choose_conv2d_tiles  # noqa: PLC0415
-
     knobs = knobs or choose_conv2d_tiles(env, wl, vthreads)
     s, tensors = conv2d(env, wl, knobs, shift=SHIFT)
-    rng = np.random.default_rng(seed)
-    x = rng.integers(-128, 128, (wl.batch, wl.ci, wl.h, wl.w), dtype=np.int8)
-    w = rng.integers(-128, 128, (wl.co, wl.ci, wl.kernel, wl.kernel), dtype=np.int8)
-    bias = rng.integers(-64, 64, wl.co, dtype=np.int32)
-    ref = requantize(conv2d_reference(x, w, wl.stride, wl.pad), SHIFT, bias, (0, 127))
-    host = [pack_nchw(x, env.batch, env.block_in), pack_oihw(w, env.block_out, env.block_in),
-            pack_bias(bias, env.batch, env.block_out)]
-    result, (_, _, got) = _run(config, backend, s, tensors, host, pack_nchw(ref, env.batch, env.block_out), knobs,
-                               knobs.oc_nthread * knobs.h_nthread, start)
-    assert unpack_nchw(got).shape == ref.shape
-    return result
+    host, expect = conv2d_operands(env, wl, seed)
+    return _run(config, backend, s, tensors, host, expect, knobs, knobs.oc_nthread * knobs.h_nthread, start)
 
 
 def run_dense(m: int, n: int, k: int, config: VTAConfig | None = None, backend: str = "fsim", vthreads: int = 2,
               knobs: DenseKnobs | None = None, seed: int = 0) -> BenchResult:
+    """Compile and run an ``m x n x k`` dense with random int8 data; compare with numpy."""
     config = config or VTAConfig()
     env = get_env(config)
     start = time.perf_counter()
-    from vtakit.compiler.topi_vta.tiling import choose_dense_tiles  # noqa: PLC0415
-
     knobs = knobs or choose_dense_tiles(env, m, n, k, vthreads)
     s, tensors = dense(env, m, n, k, knobs, shift=SHIFT)
-    rng = np.random.default_rng(seed)
-    a = rng.integers(-128, 128, (m, k), dtype=np.int8)
-    w = rng.integers(-128, 128, (n, k), dtype=np.int8)
-    bias = rng.integers(-64, 64, n, dtype=np.int32)
-    ref = requantize(dense_reference(a, w), SHIFT, bias, (0, 127))
-    host = [pack_matrix(a, env.batch, env.block_in), pack_matrix(w, env.block_out, env.block_in),
-            pack_bias(bias, env.batch, env.block_out)]
-    result, (_, _, got) = _run(config, backend, s, tensors, host, pack_matrix(ref, env.batch, env.block_out),
-                               knobs, knobs.oc_nthread, start)
-    assert unpack_matrix(got).shape == ref.shape
-    return result
+    host, expect = dense_operands(env, m, n, k, seed)
+    return _run(config, backend, s, tensors, host, expect, knobs, knobs.oc_nthread, start)
