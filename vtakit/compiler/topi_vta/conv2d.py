@@ -16,6 +16,7 @@ from typing import Any
 
 from vtakit.compiler import te
 from vtakit.compiler.te import Schedule, Tensor
+from vtakit.compiler.topi_vta.epilogue import declare_requant, schedule_requant
 from vtakit.compiler.topi_vta.tiling import choose_conv2d_tiles
 from vtakit.compiler.topi_vta.workloads import Conv2dWorkload
 from vtakit.compiler.vta.env import VTAEnv
@@ -80,24 +81,12 @@ def conv2d_packed(env: VTAEnv, wl: Conv2dWorkload, shift: int = 8, clip: tuple[i
     conv = te.compute(oshape, lambda n, o, y, x, nb, ot: te.sum(
         data_pad[n, ic, y * s + dy, x * s + dx, nb, ic_t].astype(env.acc_dtype)
         * kernel[o, ic, dy, dx, ot, ic_t].astype(env.acc_dtype), axis=[ic, dy, dx, ic_t]), name="conv")
-    stages = {"conv": conv}
-    res = te.compute(oshape, lambda *i: conv(*i) >> shift, name="shr")
-    stages["shr"] = res
-    args = [data, kernel]
-    if with_bias:
-        bias = te.placeholder((wl.co // bo, b, bo), env.acc_dtype, name="bias")
-        args.append(bias)
-        prev = res
-        res = te.compute(oshape, lambda n, o, y, x, nb, ot: prev[n, o, y, x, nb, ot] + bias[o, nb, ot],
-                         name="bias_add")
-        stages["bias_add"] = res
-    prev = res
-    res = te.compute(oshape, lambda *i: te.min(te.max(prev(*i), clip[0]), clip[1]), name="clip")
-    stages["clip"] = res
-    out = te.compute(oshape, lambda *i: res(*i).astype(env.inp_dtype), name="out")
+    bias = te.placeholder((wl.co // bo, b, bo), env.acc_dtype, name="bias") if with_bias else None
+    out, epilogue = declare_requant(env, conv, shift, clip, bias, lambda n, o, y, x, nb, ot: (o, nb, ot))
+    stages = {"conv": conv, **epilogue}
     if p:
         stages["data_pad"] = data_pad
-    return args + [out], stages
+    return [data, kernel, *([bias] if with_bias else []), out], stages
 
 
 def schedule_conv2d_packed(env: VTAEnv, tensors: list[Tensor], stages: dict[str, Tensor],
@@ -113,25 +102,14 @@ def schedule_conv2d_packed(env: VTAEnv, tensors: list[Tensor], stages: dict[str,
         cdata = s.cache_read(data, env.inp_scope, [conv])
     ckernel = s.cache_read(kernel, env.wgt_scope, [conv])
     s[conv].set_scope(env.acc_scope)
-    ewise = [stages[k] for k in ("shr", "bias_add", "clip") if k in stages]
-    cbias = None
-    if "bias_add" in stages:
-        cbias = s.cache_read(tensors[2], env.acc_scope, [stages["bias_add"]])
+    cbias = s.cache_read(tensors[2], env.acc_scope, [stages["bias_add"]]) if "bias_add" in stages else None
 
     x_bo, x_co, x_i, x_j, x_bi, x_ci = s[out].op.axis
     x_co0, x_co1 = s[out].split(x_co, factor=knobs.tile_co)
     x_i0, x_i1 = s[out].split(x_i, factor=knobs.tile_h)
     x_j0, x_j1 = s[out].split(x_j, factor=knobs.tile_w)
     s[out].reorder(x_bo, x_i0, x_co0, x_j0, x_co1, x_i1, x_j1, x_bi, x_ci)
-    store_pt = x_j0
-    s[conv].compute_at(s[out], store_pt)
-    for t in ewise:
-        s[t].set_scope(env.acc_scope)
-        s[t].pragma(s[t].op.axis[0], env.alu)
-        s[t].compute_at(s[out], store_pt)
-    if cbias is not None:
-        s[cbias].compute_at(s[out], store_pt)
-        s[cbias].pragma(s[cbias].op.axis[0], env.dma_copy)
+    schedule_requant(env, s, out, stages, conv, cbias, x_j0)
     if knobs.oc_nthread > 1:
         v_t, _ = s[out].split(x_co0, nparts=knobs.oc_nthread)
         s[out].reorder(v_t, x_bo)

@@ -11,6 +11,7 @@ from typing import Any
 
 from vtakit.compiler import te
 from vtakit.compiler.te import Schedule, Tensor
+from vtakit.compiler.topi_vta.epilogue import declare_requant, schedule_requant
 from vtakit.compiler.topi_vta.tiling import choose_dense_tiles
 from vtakit.compiler.vta.env import VTAEnv
 from vtakit.errors import CompileError
@@ -51,21 +52,9 @@ def dense_packed(env: VTAEnv, m: int, n: int, k: int, shift: int = 8, clip: tupl
     gemm = te.compute(oshape, lambda i, j, x, y: te.sum(
         data[i, ko, x, ki].astype(env.acc_dtype) * weight[j, ko, y, ki].astype(env.acc_dtype), axis=[ko, ki]),
         name="gemm")
-    stages = {"gemm": gemm}
-    res = te.compute(oshape, lambda *i: gemm(*i) >> shift, name="shr")
-    stages["shr"] = res
-    args = [data, weight]
-    if with_bias:
-        bias = te.placeholder((n // bo, b, bo), env.acc_dtype, name="bias")
-        args.append(bias)
-        prev = res
-        res = te.compute(oshape, lambda i, j, x, y: prev[i, j, x, y] + bias[j, x, y], name="bias_add")
-        stages["bias_add"] = res
-    prev = res
-    res = te.compute(oshape, lambda *i: te.min(te.max(prev(*i), clip[0]), clip[1]), name="clip")
-    stages["clip"] = res
-    out = te.compute(oshape, lambda *i: res(*i).astype(env.inp_dtype), name="out")
-    return args + [out], stages
+    bias = te.placeholder((n // bo, b, bo), env.acc_dtype, name="bias") if with_bias else None
+    out, stages = declare_requant(env, gemm, shift, clip, bias, lambda i, j, x, y: (j, x, y))
+    return [data, weight, *([bias] if with_bias else []), out], {"gemm": gemm, **stages}
 
 
 def schedule_dense_packed(env: VTAEnv, tensors: list[Tensor], stages: dict[str, Tensor],
@@ -76,7 +65,6 @@ def schedule_dense_packed(env: VTAEnv, tensors: list[Tensor], stages: dict[str, 
     cdata = s.cache_read(tensors[0], env.inp_scope, [gemm])
     cweight = s.cache_read(tensors[1], env.wgt_scope, [gemm])
     s[gemm].set_scope(env.acc_scope)
-    ewise = [stages[k] for k in ("shr", "bias_add", "clip") if k in stages]
     cbias = s.cache_read(tensors[2], env.acc_scope, [stages["bias_add"]]) if "bias_add" in stages else None
 
     x_b, x_c, x_bi, x_ci = s[out].op.axis
@@ -87,15 +75,7 @@ def schedule_dense_packed(env: VTAEnv, tensors: list[Tensor], stages: dict[str, 
         v_t, x_c0 = s[out].split(x_c0, nparts=knobs.oc_nthread)
         s[out].reorder(v_t, x_b0)
         s[out].bind(v_t, te.thread_axis("cthread"))
-    store_pt = x_c0
-    s[gemm].compute_at(s[out], store_pt)
-    for t in ewise:
-        s[t].set_scope(env.acc_scope)
-        s[t].pragma(s[t].op.axis[0], env.alu)
-        s[t].compute_at(s[out], store_pt)
-    if cbias is not None:
-        s[cbias].compute_at(s[out], store_pt)
-        s[cbias].pragma(s[cbias].op.axis[0], env.dma_copy)
+    schedule_requant(env, s, out, stages, gemm, cbias, x_c0)
 
     g_b, g_c, g_bi, g_ci = s[gemm].op.axis
     k_o, k_i = s[gemm].op.reduce_axis
