@@ -16,7 +16,8 @@ from typing import Any, Callable, Sequence
 from vtakit.compiler import ir
 from vtakit.errors import CompileError
 
-__all__ = ["register_target", "registered_targets", "build", "InterpreterModule"]
+__all__ = ["register_target", "registered_targets", "build", "InterpreterModule", "register_lowering",
+           "lowering_context", "implied_target"]
 
 TargetBuilder = Callable[[Any, Sequence[Any], str, Any, str], Any]
 
@@ -34,6 +35,38 @@ def register_target(name: str, builder: TargetBuilder, override: bool = False) -
     if name in _TARGETS and not override and _TARGETS[name] is not builder:
         raise CompileError(f"target {name!r} is already registered; pass override=True to replace it")
     _TARGETS[name] = builder
+
+
+# target -> factory(config) of the PassContext that lowers for it (passes + memory scopes)
+_LOWERINGS: dict[str, Callable[[Any], Any]] = {}
+# memory scopes that only a target's lowering understands: using one implies that target
+_SCOPE_TARGETS: dict[str, str] = {
+    "local.inp_buffer": "vta",
+    "local.wgt_buffer": "vta",
+    "local.acc_buffer": "vta",
+    "local.uop_buffer": "vta",
+}
+
+
+def register_lowering(name: str, context: Callable[[Any], Any]) -> None:
+    """Make ``vtakit.lower(..., target=name, config=cfg)`` lower inside ``context(cfg)``."""
+    _LOWERINGS[name] = context
+
+
+def lowering_context(target: str, config: Any = None) -> Any:
+    """The PassContext that lowers for ``target`` (None when the target adds no lowering passes)."""
+    kind = target.split()[0] if target.strip() else target
+    _lookup(kind)  # imports the target's module, which registers its lowering; rejects unknown targets
+    factory = _LOWERINGS.get(kind)
+    return factory(config) if factory is not None else None
+
+
+def implied_target(scopes: Sequence[str]) -> str | None:
+    """The target a schedule needs because it stores stages in that target's memory scopes."""
+    targets = {_SCOPE_TARGETS[s] for s in scopes if s in _SCOPE_TARGETS}
+    if len(targets) > 1:
+        raise CompileError(f"the schedule mixes memory scopes of targets {sorted(targets)}")
+    return targets.pop() if targets else None
 
 
 def registered_targets() -> list[str]:

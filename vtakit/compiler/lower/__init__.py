@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from vtakit.compiler import ir
+from vtakit.compiler.build import implied_target, lowering_context
 from vtakit.compiler.lower.double_buffer import inject_double_buffer
 from vtakit.compiler.lower.flatten import flatten_storage
 from vtakit.compiler.lower.loop_partition import partition_loops
@@ -63,17 +64,29 @@ def _serialize_vectorized(func: ir.PrimFunc) -> ir.PrimFunc:
     return ir.PrimFunc(func.name, func.params, _Serial().visit(func.body), dict(func.attrs))
 
 
-def lower(s: Schedule, args: Sequence[Any], name: str = "main", simple_mode: bool = False) -> ir.PrimFunc:
+def lower(s: Schedule, args: Sequence[Any], name: str = "main", simple_mode: bool = False,
+          target: str | None = None, config: Any = None) -> ir.PrimFunc:
     """Lower schedule ``s`` with parameters ``args`` (tensors, outputs included) to loop IR.
 
     ``simple_mode`` is accepted for TVM compatibility; vtakit never wraps the function in a
     packed-call API, so the result is the same either way. Print the result to read it.
+
+    A target that adds lowering passes (``target="vta"``, with its ``config``) lowers inside its
+    PassContext, so the IR shows that target's intrinsics; a schedule that stores stages in a
+    target's memory scopes (``local.acc_buffer``, ...) implies that target. Inside an explicit
+    context (``with vta.build_config(cfg): vtakit.lower(...)``, as in TVM) nothing is added.
     """
     if not isinstance(s, Schedule):
         raise CompileError(f"lower expects a schedule (te.create_schedule), got {type(s).__name__}")
     if not isinstance(args, (list, tuple)):
         raise CompileError(f"lower: args must be a list of tensors, got {args!r}")
     ctx = PassContext.current()
+    if target is None:
+        target = implied_target([stage.scope for stage in s.stages if stage.scope])
+    context = lowering_context(target, config) if target is not None else None
+    if context is not None and not set(context.memory_scopes) <= set(ctx.memory_scopes):
+        with context:
+            return lower(s, args, name=name)
     func = schedule_to_primfunc(s, args, name)
     for passes in phase_passes(ctx):
         for pass_name, p in passes:

@@ -20,7 +20,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from vtakit.compiler import ir
-from vtakit.compiler.build import register_target
+from vtakit.compiler.build import register_lowering, register_target
 from vtakit.compiler.transform import PassContext
 from vtakit.compiler.vta.alu import inject_alu_intrin
 from vtakit.compiler.vta.codegen import ProgramTemplate, generate
@@ -141,3 +141,4 @@ def build(s: Any, args: Sequence[Any], name: str = "main", config: Any = None, t
 
 
 register_target("vta", build)
+register_lowering("vta", build_config)
