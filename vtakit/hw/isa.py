@@ -33,6 +33,8 @@ UOP_BYTES = UOP_BITS // 8
 
 
 class Opcode(enum.IntEnum):
+    """The 3-bit instruction opcode."""
+
     LOAD = 0
     STORE = 1
     GEMM = 2
@@ -41,6 +43,8 @@ class Opcode(enum.IntEnum):
 
 
 class MemId(enum.IntEnum):
+    """The memory type of a LOAD or STORE."""
+
     UOP = 0
     WGT = 1
     INP = 2
@@ -50,6 +54,8 @@ class MemId(enum.IntEnum):
 
 
 class AluOp(enum.IntEnum):
+    """The ALU operation (MUL only when the configuration has ALU_MUL)."""
+
     MIN = 0
     MAX = 1
     ADD = 2

@@ -48,6 +48,7 @@ class Conv2dKnobs:
 
 
 def check_conv2d_shape(env: VTAEnv, wl: Conv2dWorkload) -> None:
+    """Batch and channels must be whole accelerator blocks (a :class:`CompileError` otherwise)."""
     for what, n, block in (("batch", wl.batch, env.batch), ("input channels", wl.ci, env.block_in),
                            ("output channels", wl.co, env.block_out)):
         if n % block:
@@ -91,6 +92,8 @@ def conv2d_packed(env: VTAEnv, wl: Conv2dWorkload, shift: int = 8, clip: tuple[i
 
 def schedule_conv2d_packed(env: VTAEnv, tensors: list[Tensor], stages: dict[str, Tensor],
                            knobs: Conv2dKnobs) -> Schedule:
+    """VTA's conv2d schedule: output tiles, DMA loads per input-channel chunk, GEMM tensorized, ALU
+    epilogue per tile and ``cthread`` over channel or row tiles, as ``knobs`` say."""
     out = tensors[-1]
     data, kernel = tensors[0], tensors[1]
     conv = stages["conv"]

@@ -21,6 +21,8 @@ __all__ = ["DenseKnobs", "dense_packed", "schedule_dense_packed", "dense"]
 
 @dataclass(frozen=True)
 class DenseKnobs:
+    """Schedule knobs: output tile (row and column blocks), reduction blocks per load, threads."""
+
     tile_b: int
     tile_co: int
     tile_ci: int
@@ -35,6 +37,7 @@ class DenseKnobs:
 
 
 def check_dense_shape(env: VTAEnv, m: int, n: int, k: int) -> None:
+    """m, k and n must be positive whole accelerator blocks (a :class:`CompileError` otherwise)."""
     for what, v, block in (("m", m, env.batch), ("k", k, env.block_in), ("n", n, env.block_out)):
         if not isinstance(v, int) or v < 1 or v % block:
             raise CompileError(f"dense: {what} = {v!r} must be a positive multiple of the accelerator's block of {block}")
@@ -42,6 +45,7 @@ def check_dense_shape(env: VTAEnv, m: int, n: int, k: int) -> None:
 
 def dense_packed(env: VTAEnv, m: int, n: int, k: int, shift: int = 8, clip: tuple[int, int] = (0, 127),
                  with_bias: bool = True) -> tuple[list[Tensor], dict[str, Tensor]]:
+    """The tensors ``[data, weight, (bias,) out]`` on packed layouts and the named intermediate stages."""
     check_dense_shape(env, m, n, k)
     b, bi, bo = env.batch, env.block_in, env.block_out
     data = te.placeholder((m // b, k // bi, b, bi), env.inp_dtype, name="data")
@@ -59,6 +63,8 @@ def dense_packed(env: VTAEnv, m: int, n: int, k: int, shift: int = 8, clip: tupl
 
 def schedule_dense_packed(env: VTAEnv, tensors: list[Tensor], stages: dict[str, Tensor],
                           knobs: DenseKnobs) -> Schedule:
+    """VTA's dense schedule: output tiles, DMA loads per reduction chunk, GEMM tensorized, ALU
+    epilogue per tile and ``cthread`` over column tiles, as ``knobs`` say."""
     out = tensors[-1]
     gemm = stages["gemm"]
     s = te.create_schedule(out.op)

@@ -51,6 +51,7 @@ def pack_matrix(a: np.ndarray, rows: int, cols: int) -> np.ndarray:
 
 
 def unpack_matrix(a: np.ndarray) -> np.ndarray:
+    """Inverse of :func:`pack_matrix`: ``(M/r, K/c, r, c) -> (M, K)``."""
     mb, kb, rows, cols = a.shape
     return np.ascontiguousarray(a.transpose(0, 2, 1, 3).reshape(mb * rows, kb * cols))
 

@@ -30,6 +30,7 @@ _LOAD_MARGIN = 1.5      # overlapped loads must leave slack: threads and fetch s
 
 
 def divisors(n: int) -> list[int]:
+    """The divisors of ``n`` in increasing order."""
     return [d for d in range(1, n + 1) if n % d == 0]
 
 

@@ -39,6 +39,8 @@ SHIFT_RANGE = (-32, 31)
 
 @dataclass
 class AluStep:
+    """One ALU instruction of a decomposed element-wise expression: ``dst = op(dst, operand)``."""
+
     op: AluOp
     operand: ir.BufferLoad | int       # a tensor operand or an immediate
 
@@ -232,6 +234,7 @@ def _coalesce_once(body: ir.Stmt, alu_mul: bool) -> ir.Stmt | None:
 
 
 def coalesce_in_place(body: ir.Stmt, alu_mul: bool) -> ir.Stmt:
+    """Rewrite element-wise stages to update their source in place wherever that is legal, until none is left."""
     while True:
         out = _coalesce_once(body, alu_mul)
         if out is None:

@@ -37,6 +37,8 @@ def _push(stmt: ir.PrimExpr, uop_kind: str = PUSH_GEMM) -> ir.Stmt:
 
 
 def gemm_intrin(env: "VTAEnv") -> te.TensorIntrin:
+    """The GEMM tensor intrinsic: a (BATCH, BLOCK_OUT) int32 tile += int8 (BATCH, BLOCK_IN) x (BLOCK_OUT, BLOCK_IN)^T,
+    with body (reset + update), reset and update lowered to VTA micro-ops."""
     b, bi, bo = env.batch, env.block_in, env.block_out
     inp = te.placeholder((b, bi), env.inp_dtype, name="inp")
     wgt = te.placeholder((bo, bi), env.wgt_dtype, name="wgt")

@@ -20,11 +20,14 @@ __all__ = ["Loop", "perfect_nest", "affine", "split_entry", "const_value", "acce
 
 @dataclass
 class Loop:
+    """A serial loop of a perfect nest: its variable and constant extent."""
+
     var: ir.Var
     extent: int
 
 
 def const_value(e: ir.PrimExpr, what: str) -> int:
+    """The integer value of ``e`` after simplification; a :class:`CompileError` naming ``what`` otherwise."""
     e = simplify(e)
     if not isinstance(e, ir.IntImm):
         raise CompileError(f"{what} must be a constant, got {e}")
