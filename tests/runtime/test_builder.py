@@ -85,6 +85,8 @@ def test_illegal_queues():
             b.dep_push(src, dst)
         with pytest.raises(ProgramError, match="no token queue"):
             b.dep_pop(src, dst)
+    with pytest.raises(ProgramError, match=r"token queue \(5, 1\): stages must be Stage.LOAD/COMPUTE/STORE"):
+        b.dep_push(5, 1)
 
 
 def test_finish_is_vta_synchronize():

@@ -274,7 +274,11 @@ class ProgramBuilder:
 
     @staticmethod
     def _check_queue(src: Stage, dst: Stage) -> tuple[Stage, Stage]:
-        src, dst = Stage(src), Stage(dst)
+        try:
+            src, dst = Stage(src), Stage(dst)
+        except ValueError as exc:
+            raise ProgramError(f"token queue ({src!r}, {dst!r}): stages must be Stage.LOAD/COMPUTE/STORE "
+                               f"({', '.join(f'{s.name}={s.value}' for s in Stage)})") from exc
         if (src, dst) not in _QUEUES:
             raise ProgramError(f"there is no token queue from {src.name} to {dst.name}; queues connect "
                                "LOAD<->COMPUTE and COMPUTE<->STORE")
