@@ -226,6 +226,38 @@ def test_gpu_gemm_tutorial_schedule_with_cooperative_fetching():
     check(s, [A, B, C], lambda a, b: [a.T @ b], 2, llvm=False)
 
 
+def _fetch_schedule(scope, fetch_parts):
+    A = te.placeholder((4, 2), "int32", name="A")
+    B = te.placeholder((2, 4), "int32", name="B")
+    k = te.reduce_axis((0, 2), "k")
+    C = te.compute((4, 4), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
+    s = te.create_schedule(C.op)
+    AA = s.cache_read(A, scope, [C])
+    ty = te.thread_axis("threadIdx.y")
+    by, yi = s[C].split(C.op.axis[0], factor=2)
+    tyo, yi = s[C].split(yi, nparts=2 if scope == "local" else 1)
+    s[C].bind(by, te.thread_axis("blockIdx.y"))
+    s[C].bind(tyo, ty)
+    ko, ki = s[C].split(C.op.reduce_axis[0], factor=1)
+    s[AA].compute_at(s[C], ko)
+    t2, _ = s[AA].split(s[AA].fuse(*s[AA].op.axis), nparts=fetch_parts)
+    s[AA].bind(t2, ty)
+    return s, [A, B, C]
+
+
+def test_fetch_rebinding_a_thread_of_another_extent():
+    """Regression: the fetch stage's own thread extent (2) was overridden by the enclosing
+    loop's (1) while simplifying its indices, so half of the tile was never written."""
+    s, args = _fetch_schedule("global", fetch_parts=2)
+    check(s, args, lambda a, b: [a @ b], 2, llvm=False)
+
+
+def test_rebinding_a_thread_for_a_per_thread_buffer_is_an_error():
+    s, args = _fetch_schedule("local", fetch_parts=1)
+    with pytest.raises(ScheduleError, match="stage A.local: axis .* is bound to threadIdx.y, which already encloses"):
+        vtakit.lower(s, args)
+
+
 @pytest.mark.parametrize("scope,thread,at", [("local", "vthread", "inner"), ("local", "cthread", "outer"),
                                               ("global", "vthread", "inner"), ("local", "vthread", "outer")])
 def test_cache_write_and_read_under_virtual_threads(scope, thread, at):

@@ -25,7 +25,7 @@ from vtakit.compiler.arith import Analyzer
 from vtakit.compiler.te.expr import IterVar
 from vtakit.compiler.te.schedule import Schedule, Split, Stage
 from vtakit.compiler.te.tensor import input_tensors
-from vtakit.errors import CompileError
+from vtakit.errors import CompileError, ScheduleError
 
 __all__ = ["StageInfo", "infer_bounds", "scope_rank", "thread_rank", "eval_interval"]
 
@@ -167,6 +167,7 @@ def infer_bounds(sch: Schedule, bodies: dict[Stage, ir.PrimExpr]) -> dict[Stage,
         info.scope_vars = _scope_vars(stage, infos)
         info.scope = stage.scope or _default_scope(info.scope_vars, var_tag)
         if stage.attach_type == "scope":  # lowering checked: the parent is computed and reads this stage
+            _check_rebound_threads(info, var_tag)
             _infer_region(info, consumers[stage], infos, var_extent, var_tag, an)
         else:
             info.region = [(ir.IntImm("int32", 0), ir.convert(n)) for n in stage.tensor.shape]
@@ -178,14 +179,34 @@ def infer_bounds(sch: Schedule, bodies: dict[Stage, ir.PrimExpr]) -> dict[Stage,
         _pass_down(info, an)
         _pass_up(info, an)
         for iv, v in info.loop_var.items():
-            var_extent[v] = info.extent[iv]
-            ub = an.const_int_bound(info.extent[iv])[1]
-            an.bind(v, 0, max(ub - 1, 0))
+            # a thread variable bound by several stages (a cooperative fetch re-binding the threads
+            # of the loop it is attached in) ranges over the widest of their extents
+            ext, hi = info.extent[iv], max(an.const_int_bound(info.extent[iv])[1] - 1, 0)
+            if v in var_extent and var_extent[v] is not ext:
+                ext = an.simplify(ir.Max(var_extent[v], ext))
+                hi = max(hi, an.bounds[v][1])
+            var_extent[v] = ext
+            an.bind(v, 0, hi)
             attr = stage.iter_var_attrs.get(iv)
             if attr is not None and attr.bind_thread is not None:
                 var_tag[v] = attr.bind_thread.thread_tag
         infos[stage] = info
     return infos
+
+
+def _check_rebound_threads(info: StageInfo, var_tag: dict[ir.Var, str]) -> None:
+    """A stage attached inside a thread loop may bind that thread again only to share work on a
+    buffer common to the threads (a cooperative fetch into shared memory); a per-thread buffer
+    has nothing to share."""
+    stage = info.stage
+    enclosing = {var_tag[v] for v in info.scope_vars if v in var_tag}
+    for iv in stage.leaf_iter_vars:
+        attr = stage.iter_var_attrs.get(iv)
+        tag = attr.bind_thread.thread_tag if attr is not None and attr.bind_thread is not None else None
+        if tag in enclosing and scope_rank(info.scope) > thread_rank(tag):
+            raise ScheduleError(f"stage {stage.name}: axis {iv.name} is bound to {tag}, which already encloses its "
+                                f"attach point, but its {info.scope} buffer is private to each {tag} thread; "
+                                "bind only stages in a memory shared by those threads (e.g. \"shared\")")
 
 
 def _default_scope(scope_vars: list[ir.Var], var_tag: dict[ir.Var, str]) -> str:
@@ -312,9 +333,9 @@ def _pass_up(info: StageInfo, an: Analyzer) -> None:
         v = attr.bind_thread.var if attr is not None and attr.bind_thread is not None else iv.var
         info.loop_var[iv] = v
         info.offset[iv] = v
-    scope = Analyzer({v: (0, max(an.const_int_bound(info.extent[iv])[1] - 1, 0))
-                      for iv, v in info.loop_var.items()})
-    scope.bounds.update(an.bounds)
+    scope = Analyzer(an.bounds)  # loops of other stages; this stage's own loops take precedence
+    scope.bounds.update({v: (0, max(an.const_int_bound(info.extent[iv])[1] - 1, 0))
+                         for iv, v in info.loop_var.items()})
     for rel in reversed(stage.relations):
         if isinstance(rel, Split):
             inner_ext = info.extent[rel.inner]
