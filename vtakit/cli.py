@@ -216,7 +216,8 @@ def _report_op(title: str, result: Any, args: argparse.Namespace) -> int:
                                          ("compile seconds", f"{result.compile_seconds:.3f}")])
 
 
-_OP_VTHREADS_HELP = "virtual threads (cthread) at most; fewer when the output does not split (default 2)"
+_OP_VTHREADS_HELP = ("virtual threads (cthread) at most; fewer when the output does not split or the token "
+                     "queues are shallower (default 2)")
 
 
 def _add_bench_conv2d(workloads: argparse._SubParsersAction) -> None:
@@ -252,7 +253,7 @@ def _threads(result: Any, args: argparse.Namespace) -> str:
     """``2 virtual threads``, saying so when the schedule uses fewer than asked for."""
     text = f"{result.vthreads} virtual thread{'s' if result.vthreads != 1 else ''}"
     return text if result.vthreads == args.vthreads else \
-        f"{text}; {args.vthreads} asked, the output does not split that many ways"
+        f"{text}; {args.vthreads} asked, more do not split this output or fit the token queues"
 
 
 def _add_bench_dense(workloads: argparse._SubParsersAction) -> None:

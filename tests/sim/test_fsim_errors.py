@@ -11,7 +11,7 @@ from tests.programs.corpus import alu_map, load, nop, store
 from vtakit.errors import DeadlockError, MemoryAccessError, ProgramError, RaceError
 from vtakit.hw.config import VTAConfig
 from vtakit.hw.isa import AluInsn, AluOp, FinishInsn, GemmInsn, MemId, MemInsn, Opcode
-from vtakit.sim.fsim import simulate
+from vtakit.sim.fsim import check_schedule, simulate
 from vtakit.sim.machine import Machine
 
 CFG = VTAConfig.small()
@@ -103,6 +103,19 @@ def test_fetch_blocked_on_a_full_command_queue_deadlocks():
         assert "fetch: instruction 17 (load: LOAD NOP [push_next]) waits for room in the load command queue " \
                "(full, 8 entries)" in text
         assert "compute: idle" in text
+
+
+def test_check_schedule_finds_deadlocks_without_data():
+    def burst(count):
+        return ([nop(L, MemId.INP, push_next=True) for _ in range(count)]
+                + [nop(L, MemId.UOP, pop_prev=True) for _ in range(count)] + [FinishInsn()])
+
+    limit = CFG.token_queue_depth + CFG.cmd_queue_depth + 1
+    with pytest.raises(DeadlockError, match="waits to push a token to load->compute"):
+        check_schedule(CFG, burst(limit + 2))
+    check_schedule(CFG, burst(limit))
+    with pytest.raises(ProgramError, match="unbalanced dependency tokens"):
+        check_schedule(CFG, burst(limit)[1:])
 
 
 def test_push_to_full_queue_with_one_less_instruction_completes():

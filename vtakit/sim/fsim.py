@@ -51,7 +51,7 @@ from vtakit.sim.hb import MODULES, RaceDetector
 from vtakit.sim.machine import POP_QUEUES, PUSH_QUEUES, QUEUE_NAMES, Machine, describe, validate_instruction
 from vtakit.sim.stats import RunStats
 
-__all__ = ["execute", "simulate", "check_program", "check_finish", "FsimRun", "Routing"]
+__all__ = ["execute", "simulate", "check_program", "check_schedule", "check_finish", "FsimRun", "Routing"]
 
 _STAGES = (Stage.LOAD, Stage.COMPUTE, Stage.STORE)
 _COMPUTE = 1
@@ -134,13 +134,15 @@ class _Unit:
 class _Simulator:
     """Fetch, the three modules and the four token queues around one :class:`Machine`."""
 
-    def __init__(self, config: VTAConfig, insns: list[Instruction], dram: np.ndarray, check_races: bool) -> None:
+    def __init__(self, config: VTAConfig, insns: list[Instruction], dram: np.ndarray | None,
+                 check_races: bool) -> None:
         self.config = config
         self.insns = insns
         self.routes = check_program(insns, config)
         self.units = [_Unit(m) for m in range(len(MODULES))]
         self.hb = RaceDetector(config, self._describe_epoch)
-        self.machine = Machine(config, dram, self.hb if check_races else None)
+        # without a DRAM image only the schedule runs: tokens, queues and the FINISH rule, no data
+        self.machine = None if dram is None else Machine(config, dram, self.hb if check_races else None)
         self.tokens: list[deque] = [deque() for _ in QUEUE_NAMES]
         self.totals = [sum(1 for d in self.routes if d.module == m) for m in range(len(MODULES))]
         self.fetched = 0
@@ -216,7 +218,7 @@ class _Simulator:
         self.hb.module = unit.module
         if isinstance(insn, FinishInsn):
             check_finish(self.hb, self.routes, self.insns, index)
-        else:
+        elif self.machine is not None:
             self.machine.apply(insn, index, validate=False)   # check_program validated it
 
     # ------------------------------------------------------------------ driving
@@ -290,6 +292,12 @@ def simulate(config: VTAConfig, insns: list[Instruction], dram: np.ndarray, *, r
     fetch_stalls = {name: sum(1 for kind, q, _ in sim.stalls if kind == "fetch" and q == name) for name in MODULES}
     push_stalls = {name: sum(1 for kind, q, _ in sim.stalls if kind == "push" and q == name) for name in QUEUE_NAMES}
     return FsimRun(sim.machine, stats, fetch_stalls, push_stalls)
+
+
+def check_schedule(config: VTAConfig, insns: list[Instruction]) -> None:
+    """The program checks that do not depend on data: legality, FINISH rules, token balance and
+    deadlock (with the configuration's queue depths). Raises what :func:`simulate` would."""
+    _Simulator(config, list(insns), None, check_races=False).run(None)
 
 
 def execute(launch: Launch) -> RunStats:

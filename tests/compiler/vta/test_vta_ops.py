@@ -162,6 +162,17 @@ def test_tiles_entirely_in_the_padding(small_env):
         default_conv2d_knobs(small_env, Conv2dWorkload(9, 9, 8, 8, 1, 2, 1), 1)
 
 
+def test_programs_that_would_deadlock_are_compile_errors():
+    shallow = VTAConfig.small(token_queue_depth=1, cmd_queue_depth=1)
+    wl = Conv2dWorkload(6, 6, 8, 8, 3, 1, 1)
+    with pytest.raises(CompileError, match="deadlocks on 1x4_i8w8a32_10_9_10_11 with TOKEN_QUEUE_DEPTH=1 and "
+                                           "CMD_QUEUE_DEPTH=1; use fewer virtual threads"):
+        run_conv2d(wl, shallow, knobs=Conv2dKnobs(2, 6, 1, 1, 1, 3))
+    # the default tiling stays within the token queue depth
+    result = run_conv2d(wl, shallow, vthreads=3)
+    assert result.correct and result.vthreads == 1
+
+
 def test_threads_fall_back_when_the_output_does_not_split(small_env):
     # one output block: two threads cannot share it, so one runs (the knobs say so)
     result = run_dense(4, 4, 4, VTAConfig.small(), vthreads=2)

@@ -52,13 +52,14 @@ def choose_conv2d_tiles(env: VTAEnv, wl: "Conv2dWorkload", vthreads: int = 2) ->
     """The cheapest conv2d tiling with at most ``vthreads`` virtual threads.
 
     Threads split output channels or rows; when neither divides ``vthreads`` ways (a 7x7 output
-    with one channel block and 2 threads), the most threads that do are used, as the knobs say.
+    with one channel block and 2 threads), the most threads that do are used, as the knobs say;
+    never more than TOKEN_QUEUE_DEPTH.
     """
     from vtakit.compiler.topi_vta.conv2d import check_conv2d_shape  # noqa: PLC0415
 
     check_conv2d_shape(env, wl)
     _check_vthreads(vthreads)
-    for threads in range(vthreads, 0, -1):
+    for threads in range(_thread_bound(env, vthreads), 0, -1):
         knobs = _best_conv2d_tiles(env, wl, threads)
         if knobs is not None:
             return knobs
@@ -99,12 +100,13 @@ def _best_conv2d_tiles(env: VTAEnv, wl: "Conv2dWorkload", vthreads: int) -> "Con
 
 def choose_dense_tiles(env: VTAEnv, m: int, n: int, k: int, vthreads: int = 2) -> "DenseKnobs":
     """The cheapest dense tiling with at most ``vthreads`` virtual threads over output column
-    blocks (fewer when the columns do not split ``vthreads`` ways, as the knobs say)."""
+    blocks (fewer when the columns do not split ``vthreads`` ways or TOKEN_QUEUE_DEPTH is smaller,
+    as the knobs say)."""
     from vtakit.compiler.topi_vta.dense import check_dense_shape  # noqa: PLC0415
 
     check_dense_shape(env, m, n, k)
     _check_vthreads(vthreads)
-    for threads in range(vthreads, 0, -1):
+    for threads in range(_thread_bound(env, vthreads), 0, -1):
         knobs = _best_dense_tiles(env, m, n, k, threads)
         if knobs is not None:
             return knobs
@@ -145,6 +147,11 @@ def _tiles_read_data(wl: "Conv2dWorkload", th: int, tw: int) -> bool:
             if end <= 0 or start >= size:
                 return False
     return True
+
+
+def _thread_bound(env: VTAEnv, vthreads: int) -> int:
+    """At most one thread per token-queue slot: each thread's prologue token waits in a queue."""
+    return min(vthreads, env.config.token_queue_depth)
 
 
 def _check_vthreads(vthreads: int) -> None:

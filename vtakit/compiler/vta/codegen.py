@@ -20,11 +20,12 @@ from vtakit.compiler import ir
 from vtakit.compiler.interpreter import Interpreter, Pointer
 from vtakit.compiler.vta.env import (ACC_SCOPE, DEP_POP, DEP_PUSH, INP_SCOPE, LOAD_2D, PUSH_ALU, PUSH_GEMM,
                                      SCOPE_MEM, STORE_2D, UOP_LOOP_BEGIN, UOP_LOOP_END, UOP_PUSH, WGT_SCOPE, VTAEnv)
-from vtakit.errors import CompileError, ISAError, MemoryAccessError, ProgramError
+from vtakit.errors import CompileError, DeadlockError, ISAError, MemoryAccessError, ProgramError
 from vtakit.hw import isa
 from vtakit.hw.config import ITER_BITS
 from vtakit.hw.isa import AluOp, MemId, Opcode, Stage
 from vtakit.runtime.builder import ProgramBuilder
+from vtakit.sim.fsim import check_schedule
 
 __all__ = ["ProgramTemplate", "Relocation", "generate"]
 
@@ -103,6 +104,13 @@ class _CodeGen(Interpreter):
             program = self.builder.finish()
         except (ISAError, ProgramError) as exc:
             raise CompileError(f"{self.func.name}: the generated program does not encode: {exc}") from exc
+        c = self.env.config
+        try:
+            check_schedule(c, program.insns)
+        except DeadlockError as exc:
+            raise CompileError(f"{self.func.name}: the generated program deadlocks on {c.model} with "
+                               f"TOKEN_QUEUE_DEPTH={c.token_queue_depth} and CMD_QUEUE_DEPTH={c.cmd_queue_depth}; "
+                               f"use fewer virtual threads or deeper queues ({exc})") from exc
         loads = [i for i, insn in enumerate(program.insns)
                  if insn.opcode == Opcode.LOAD and insn.memory_type == MemId.UOP and insn.x_size > 0]
         return ProgramTemplate(list(program.insns), list(program.uops), self.relocations, loads)
