@@ -245,6 +245,24 @@ def _fetch_schedule(scope, fetch_parts):
     return s, [A, B, C]
 
 
+def test_fused_producer_at_two_nondividing_tails():
+    """Regression: a producer attached under two non-dividing splits fuses two region extents
+    that are both negative in a tail iteration (an empty region); their product was positive, so
+    the fused loop ran and read out of bounds."""
+    A = te.placeholder((5, 4), "int32", name="A")
+    B = te.placeholder((4, 4), "int32", name="B")
+    k = te.reduce_axis((0, 4), "k")
+    C = te.compute((5, 4), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
+    s = te.create_schedule(C.op)
+    AA = s.cache_read(A, "global", [C])
+    io, ii = s[C].split(C.op.axis[0], factor=4)
+    ko, ki = s[C].split(C.op.reduce_axis[0], factor=3)
+    s[C].reorder(io, C.op.axis[1], ii, ko, ki)
+    s[AA].compute_at(s[C], ki)
+    s[AA].fuse(*s[AA].op.axis)
+    check(s, [A, B, C], lambda a, b: [a @ b], 2)
+
+
 def test_fetch_rebinding_a_thread_of_another_extent():
     """Regression: the fetch stage's own thread extent (2) was overridden by the enclosing
     loop's (1) while simplifying its indices, so half of the tile was never written."""

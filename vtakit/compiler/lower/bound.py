@@ -321,8 +321,12 @@ def _pass_down(info: StageInfo, an: Analyzer) -> None:
                 n = ir.IntImm("int32", rel.nparts)
                 ext[rel.outer] = n
                 ext[rel.inner] = an.simplify(ir.FloorDiv(e + (rel.nparts - 1), n))
-        else:
-            ext[rel.fused] = an.simplify(ext[rel.outer] * ext[rel.inner])
+        else:  # an empty region (a consumer's tail iteration) may have a negative extent: 0 parts
+            ext[rel.fused] = an.simplify(_nonnegative(ext[rel.outer], an) * _nonnegative(ext[rel.inner], an))
+
+
+def _nonnegative(e: ir.PrimExpr, an: Analyzer) -> ir.PrimExpr:
+    return e if an.const_int_bound(e)[0] >= 0 else ir.Max(e, ir.IntImm(e.dtype, 0))
 
 
 def _pass_up(info: StageInfo, an: Analyzer) -> None:
