@@ -1,16 +1,18 @@
 """The rtl backend's contract: deadlocks raise, bad launches raise, traces are written, stats filled."""
 
+import re
+
 import numpy as np
 import pytest
 
 from tests.programs import CASES, run_program
 from tests.programs.runner import insn_address
-from vtakit.errors import DeadlockError, MemoryAccessError, ProgramError
+from vtakit.errors import DeadlockError, MemoryAccessError, ProgramError, SimError
 from vtakit.hw import isa
 from vtakit.hw.config import VTAConfig
 from vtakit.hw.isa import FinishInsn, GemmInsn, MemId, MemInsn, Opcode
 from vtakit.sim.backend import Launch, get_backend
-from vtakit.sim.program import Program
+from vtakit.sim.program import Program, Segment
 
 SMALL = VTAConfig.small()
 
@@ -27,12 +29,20 @@ def _launch(insns, config=SMALL, dram_size=4096, insn_addr=0):
     return Launch(config, list(insns), dram, insn_addr)
 
 
-def _both_deadlock(insns):
-    program = Program(SMALL, insns)
+def _deadlock_cycle(message):
+    return int(re.search(r"deadlock at cycle (\d+)", message).group(1))
+
+
+def _both_deadlock(insns, config=SMALL, **program_args):
+    """fsim, rtl and the cycle model all deadlock; rtl and cycle name the same cycle (docs/timing.md §6)."""
+    program = Program(config, insns, **program_args)
     with pytest.raises(DeadlockError):
         run_program(program, "fsim")
+    with pytest.raises(DeadlockError) as cycle_info:
+        run_program(program, "cycle")
     with pytest.raises(DeadlockError) as info:
         run_program(program, "rtl")
+    assert _deadlock_cycle(str(info.value)) == _deadlock_cycle(str(cycle_info.value))
     return str(info.value)
 
 
@@ -69,6 +79,19 @@ def test_full_token_queue_deadlock():
     assert "cannot push, full queue(s) load_to_compute" in message
 
 
+def test_deadlock_behind_running_dma():
+    """Padded loads stream while the load->compute queue fills (default configuration, shallow queues)."""
+    config = VTAConfig().replace(token_queue_depth=2, cmd_queue_depth=2)
+    load = MemInsn(opcode=Opcode.LOAD, memory_type=MemId.INP, dram_base=0x1000 // config.inp_elem_bytes, y_size=2,
+                   x_size=3, x_stride=3, y_pad_0=1, x_pad_1=2, push_next=True)
+    insns = ([load] * 3 + [GemmInsn(uop_bgn=0, uop_end=0, pop_next=True, push_next=True),
+                           _nop(Opcode.STORE, pop_prev=True, push_prev=True)]
+             + [GemmInsn(uop_bgn=0, uop_end=0, pop_prev=True)] * 3 + [FinishInsn()])
+    message = _both_deadlock(insns, config, segments=[Segment(0x1000, bytes(range(256)) * 4, "data")],
+                             dram_size=0x2000)
+    assert "load: instruction 2" in message and "cannot push, full queue(s) load_to_compute" in message
+
+
 def test_misaligned_instruction_address():
     launch = _launch([FinishInsn()], insn_addr=8)
     with pytest.raises(ProgramError, match="0x8 is not 16-byte aligned"):
@@ -102,6 +125,28 @@ def test_trace_writes_vcd_and_gtkw(tmp_path):
     gtkw = (tmp_path / "run.gtkw").read_text()
     assert "[dumpfile]" in gtkw and "run.vcd" in gtkw and "arvalid" in gtkw
     assert stats.cycles > 0
+
+
+@pytest.mark.parametrize("insns,message", [
+    ([], "has no FINISH"),
+    ([FinishInsn(), GemmInsn(uop_bgn=0, uop_end=0)], "FINISH must be the last instruction"),
+    ([GemmInsn(uop_bgn=0, uop_end=0, pop_prev=True), FinishInsn()], "unbalanced dependency tokens"),
+    ([MemInsn(opcode=Opcode.STORE, memory_type=MemId.INP, y_size=1, x_size=1, x_stride=1), FinishInsn()],
+     "STORE of memory type INP is illegal"),
+], ids=["empty", "finish-not-last", "unbalanced", "illegal-pair"])
+def test_malformed_programs_are_program_errors(insns, message):
+    """fsim's static checks run first: a clear ProgramError, not a deadlock report or silent garbage."""
+    with pytest.raises(ProgramError, match=message):
+        get_backend("rtl")(_launch(insns))
+
+
+def test_trace_needs_a_vcd_path(tmp_path):
+    """A timeline path (.json) is the cycle backend's: the rtl backend refuses it instead of writing VCD there."""
+    launch = _launch([FinishInsn()])
+    launch.trace = tmp_path / "run.json"
+    with pytest.raises(SimError, match=r"must end in \.vcd"):
+        get_backend("rtl")(launch)
+    assert not launch.trace.exists()
 
 
 def test_stats_are_filled():

@@ -222,6 +222,7 @@ class _Core:
         self.done_cycle = -1
         self.write_bytes = 0
         self.events = 0                                # cycles evaluated (the rest were jumped over)
+        self.token_cycle = 0                           # the last cycle a token was popped or pushed
         # (cycle, queue, tokens from that cycle on), kept only for timelines
         self.token_log: list[tuple[int, int, int]] | None = [] if launch.trace is not None else None
 
@@ -361,8 +362,11 @@ class _Core:
                 if mod.current == self.count - 1:          # FINISH: the last instruction (check_program)
                     self.done_cycle = c
                 mod.current = -1
-        if self.token_log is not None and popped | pushed:
-            self.token_log.extend((c + 1, q, len(tokens[q])) for q in range(len(tokens)) if (popped | pushed) >> q & 1)
+        if popped | pushed:
+            self.token_cycle = c
+            if self.token_log is not None:
+                self.token_log.extend((c + 1, q, len(tokens[q])) for q in range(len(tokens))
+                                      if (popped | pushed) >> q & 1)
 
         # Dispatch (§2): the complete head goes to its module's queue if it had room at the start of c.
         d = self.dispatched
@@ -430,8 +434,22 @@ class _Core:
                 return self.done_cycle
             nxt = self.next_event(c)
             if nxt >= _NEVER:
-                raise DeadlockError(self._deadlock_report(c))
+                raise DeadlockError(self._deadlock_report(self._deadlock_cycle()))
             c = c + 1 if every_cycle else nxt
+
+    def _deadlock_cycle(self) -> int:
+        """The cycle the RTL's deadlock flag rises (§6): the first in which every module and fetch is blocked.
+
+        A module is not blocked in a cycle in which it takes, pops, starts, executes, pushes or
+        retires; fetch is not blocked while it dispatches or waits for its head's last beat
+        (later fetch requests and beats do not count: fetch is blocked behind a full queue).
+        """
+        last = self.token_cycle
+        for t in self.timing:
+            last = max(last, t.taken, t.started, t.finished, t.retired, t.dispatched)
+        if self.dispatched < self.count:
+            last = max(last, self.complete[self.dispatched])
+        return last + 1
 
     def _deadlock_report(self, cycle: int) -> str:
         lines = []

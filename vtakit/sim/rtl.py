@@ -7,6 +7,12 @@ served in order back to back, one beat per cycle; writes: applied beat by beat, 
 the last beat), records every retire event, and stops at ``done`` or raises
 :class:`~vtakit.errors.DeadlockError` the cycle the core's exact deadlock flag rises.
 
+Before simulating, the program gets the functional simulator's static checks (legal opcode/memory
+pairs and flags, FINISH rules, token balance), so a malformed program is a ``ProgramError`` naming
+the instruction rather than a hang or a deadlock. Errors that only show while running (SRAM
+addresses out of range, races, uninitialised reads) are not detected here: the hardware wraps
+SRAM addresses, as a real accelerator would; run such programs on ``fsim`` or ``cycle``.
+
 For speed, everything the harness needs from the core in a cycle is packed into one probe signal
 sampled once per clock edge, and the DRAM model reads whole bursts from the numpy image at once.
 """
@@ -30,6 +36,7 @@ from vtakit.hw.config import VTAConfig
 from vtakit.hw.core import COUNTERS, TOKEN_QUEUES, VTACore
 from vtakit.hw.sequencer import ModuleState
 from vtakit.sim.backend import Launch
+from vtakit.sim.fsim import check_program
 from vtakit.sim.stats import RunStats
 
 __all__ = ["execute", "DramModel", "profile_counters", "MAX_CYCLES"]
@@ -242,9 +249,13 @@ def execute(launch: Launch) -> RunStats:
     config = launch.config
     if launch.insn_addr % isa.INSN_BYTES:
         raise ProgramError(f"instruction address {launch.insn_addr:#x} is not {isa.INSN_BYTES}-byte aligned")
-    if launch.insn_addr + isa.INSN_BYTES * len(launch.insns) > launch.dram.size:
+    if launch.insn_addr < 0 or launch.insn_addr + isa.INSN_BYTES * len(launch.insns) > launch.dram.size:
         raise MemoryAccessError(f"instruction stream of {len(launch.insns)} instructions at {launch.insn_addr:#x} "
                                 f"runs past the end of DRAM ({launch.dram.size} bytes)")
+    check_program(launch.insns, config)     # legality, FINISH rules, token balance: clear errors, not a hang
+    if launch.trace is not None and Path(launch.trace).suffix != ".vcd":
+        raise SimError(f"the rtl backend writes a VCD waveform; trace path {str(launch.trace)!r} must end in .vcd "
+                       "(the cycle backend writes .json timelines)")
     probe = _probe_for(config)
     core = probe.core
     dram = DramModel(launch.dram, config)
