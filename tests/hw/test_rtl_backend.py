@@ -140,6 +140,16 @@ def test_malformed_programs_are_program_errors(insns, message):
         get_backend("rtl")(_launch(insns))
 
 
+@pytest.mark.parametrize("memory,depth", [(MemId.INP, SMALL.inp_depth), (MemId.ACC, SMALL.acc_depth)])
+def test_dma_write_past_the_sram_is_a_memory_error(memory, depth):
+    """A load whose footprint runs past the SRAM trips the RTL's Assert: a MemoryAccessError naming the entry."""
+    load = MemInsn(opcode=Opcode.LOAD, memory_type=memory, sram_base=depth - 1, y_size=1, x_size=2, x_stride=2,
+                   push_next=memory == MemId.INP)
+    launch = _launch([load, FinishInsn(pop_prev=memory == MemId.INP)])
+    with pytest.raises(MemoryAccessError, match=f"SRAM write to entry {depth} is out of range"):
+        get_backend("rtl")(launch)
+
+
 def test_trace_needs_a_vcd_path(tmp_path):
     """A timeline path (.json) is the cycle backend's: the rtl backend refuses it instead of writing VCD there."""
     launch = _launch([FinishInsn()])

@@ -14,9 +14,10 @@ reads the SRAM after the write: the strict micro-op order of DESIGN §2.3 holds 
 
 from __future__ import annotations
 
-from amaranth.hdl import Assert, Cat, Module, Mux, Signal, signed
+from amaranth.hdl import Assert, Cat, Format, Module, Mux, Signal, signed
 from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In, Out
+from amaranth.utils import exact_log2
 
 from vtakit.hw import isa
 from vtakit.hw.bus import ReadPortSignature
@@ -30,10 +31,6 @@ __all__ = ["ComputeModule"]
 
 _POPS = ("pop_prev", "pop_next")
 _PUSHES = ("push_prev", "push_next")
-
-
-def _log2(n: int) -> int:
-    return n.bit_length() - 1
 
 
 class ComputeModule(wiring.Component):
@@ -89,7 +86,8 @@ class ComputeModule(wiring.Component):
         m.d.comb += [
             dma.x_size.eq(Mux(is_uop_ld | is_acc_ld | is_acc8_ld, mem_i.x_size, 0)),
             dma.start.eq(seq.start & is_load),
-            dma.log_elem.eq(Mux(is_uop_ld, 2, Mux(is_acc_ld, _log2(cfg.acc_elem_bytes), _log2(cfg.acc8_elem_bytes)))),
+            dma.log_elem.eq(Mux(is_uop_ld, exact_log2(cfg.uop_elem_bytes), Mux(is_acc_ld, exact_log2(cfg.acc_elem_bytes),
+                                                                  exact_log2(cfg.acc8_elem_bytes)))),
         ]
         sext = [Signal(signed(32), name=f"acc8_lane{lane}") for lane in range(cfg.batch * cfg.block_out)]
         m.d.comb += [s.eq(dma.wr_data.word_select(lane, 8).as_signed()) for lane, s in enumerate(sext)]
@@ -180,6 +178,9 @@ class ComputeModule(wiring.Component):
             self.alu_uop.eq(v_c & is_alu_l),
         ]
         m.d.sync += Assert(~(v_c & acc_ld_we), "compute: micro-op and ACC load write in the same cycle")
+        m.d.sync += Assert(~dma.wr_en | (dma.wr_addr < Mux(is_uop_ld, cfg.uop_depth, cfg.acc_depth)), Format(
+            f"compute: SRAM write to entry {{}} is out of range (UOP has {cfg.uop_depth} entries, ACC {cfg.acc_depth})",
+            dma.wr_addr))
 
         # ---------------------------------------------------------------- finish
         with m.Switch(opcode):

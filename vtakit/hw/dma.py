@@ -21,6 +21,7 @@ from __future__ import annotations
 from amaranth.hdl import Assert, Const, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
+from amaranth.utils import exact_log2
 
 from vtakit.hw.bus import ADDR_BITS, BOUNDARY_BYTES, MAX_BURST_BEATS, ReadPortSignature, WritePortSignature
 
@@ -35,11 +36,6 @@ def mem_fields() -> dict:
     """The LOAD/STORE instruction fields an engine reads, as input ports."""
     return {"sram_base": In(16), "dram_base": In(32), "y_size": In(16), "x_size": In(16),
             "x_stride": In(16), "y_pad_0": In(4), "y_pad_1": In(4), "x_pad_0": In(4), "x_pad_1": In(4)}
-
-
-def _log2(n: int) -> int:
-    assert n > 0 and n & (n - 1) == 0, n
-    return n.bit_length() - 1
 
 
 def _burst_beats(row_left, to_boundary):
@@ -126,7 +122,7 @@ class DmaLoad2D(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         bus = self._bus_width
-        log_bus = _log2(bus // 8)
+        log_bus = exact_log2(bus // 8)
         narrow = self.log_elem <= log_bus
         log_size = Mux(narrow, self.log_elem, log_bus)
         log_k = Mux(narrow, 0, (self.log_elem - log_bus)[:4])
@@ -273,8 +269,8 @@ class DmaStore2D(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         bus = self._bus_width
-        log_bus = _log2(bus // 8)
-        log_elem = _log2(self._elem_bytes)
+        log_bus = exact_log2(bus // 8)
+        log_elem = exact_log2(self._elem_bytes)
         narrow = log_elem <= log_bus
         log_size = min(log_elem, log_bus)
         beats_per_elem = 1 if narrow else 1 << (log_elem - log_bus)

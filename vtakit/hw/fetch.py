@@ -13,6 +13,7 @@ from __future__ import annotations
 from amaranth.hdl import Assert, Module, Mux, Signal
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
+from amaranth.utils import exact_log2
 
 from vtakit.hw import isa
 from vtakit.hw.bus import ReadPortSignature
@@ -58,7 +59,7 @@ class FetchModule(wiring.Component):
         m = Module()
         bus = cfg.bus_width
         narrow = bus >= INSN_BITS
-        log_size = 4 if narrow else (bus // 8).bit_length() - 1
+        log_size = exact_log2(INSN_BITS // 8) if narrow else exact_log2(bus // 8)
         beats_per_insn = 1 if narrow else INSN_BITS // bus
 
         m.submodules.buffer = buffer = fifo.SyncFIFO(width=INSN_BITS, depth=FETCH_DEPTH)
@@ -70,7 +71,7 @@ class FetchModule(wiring.Component):
         active = Signal()
 
         # ---- requests: FETCH_BURST-aligned groups of instructions, when the buffer has room.
-        slot = addr[4:4 + (FETCH_BURST.bit_length() - 1)]
+        slot = addr[4:4 + exact_log2(FETCH_BURST)]
         to_align = FETCH_BURST - slot
         remaining = count - requested
         n = Signal(range(FETCH_BURST + 1))

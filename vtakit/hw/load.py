@@ -7,9 +7,10 @@ size of the instruction's memory type selects the beat pattern.
 
 from __future__ import annotations
 
-from amaranth.hdl import Module, Mux
+from amaranth.hdl import Assert, Format, Module, Mux
 from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In, Out
+from amaranth.utils import exact_log2
 
 from vtakit.hw import isa
 from vtakit.hw.bus import ReadPortSignature
@@ -22,10 +23,6 @@ __all__ = ["LoadModule"]
 
 _POPS = ("pop_next",)
 _PUSHES = ("push_next",)
-
-
-def _log2(n: int) -> int:
-    return n.bit_length() - 1
 
 
 class LoadModule(wiring.Component):
@@ -56,7 +53,7 @@ class LoadModule(wiring.Component):
         is_wgt = insn.memory_type == isa.MemId.WGT
         m.d.comb += [
             dma.start.eq(seq.start),
-            dma.log_elem.eq(Mux(is_wgt, _log2(cfg.wgt_elem_bytes), _log2(cfg.inp_elem_bytes))),
+            dma.log_elem.eq(Mux(is_wgt, exact_log2(cfg.wgt_elem_bytes), exact_log2(cfg.inp_elem_bytes))),
             seq.finish.eq(dma.finish),
             self.inp_wr.en.eq(dma.wr_en & ~is_wgt), self.inp_wr.addr.eq(dma.wr_addr),
             self.inp_wr.data.eq(dma.wr_data),
@@ -66,4 +63,8 @@ class LoadModule(wiring.Component):
         for name in ("sram_base", "dram_base", "y_size", "x_size", "x_stride", "y_pad_0", "y_pad_1",
                      "x_pad_0", "x_pad_1"):
             m.d.comb += getattr(dma, name).eq(getattr(insn, name))
+        depth = Mux(is_wgt, cfg.wgt_depth, cfg.inp_depth)
+        m.d.sync += Assert(~dma.wr_en | (dma.wr_addr < depth), Format(
+            f"load: SRAM write to entry {{}} is out of range (INP has {cfg.inp_depth} entries, WGT {cfg.wgt_depth})",
+            dma.wr_addr))
         return m

@@ -36,9 +36,8 @@ class ModuleState(enum.Enum, shape=2):
     RETIRE = 3
 
 
-def TokenSignature() -> HandshakeSignature:
-    """A dependency-token handshake (producer side: valid = push, ready = room)."""
-    return HandshakeSignature()
+class TokenSignature(HandshakeSignature):
+    """A dependency-token handshake, producer side: ``valid`` = push, ``ready`` = room (tokens carry no data)."""
 
 
 class RetireSignature(wiring.Signature):

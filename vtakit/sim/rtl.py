@@ -9,9 +9,11 @@ the last beat), records every retire event, and stops at ``done`` or raises
 
 Before simulating, the program gets the functional simulator's static checks (legal opcode/memory
 pairs and flags, FINISH rules, token balance), so a malformed program is a ``ProgramError`` naming
-the instruction rather than a hang or a deadlock. Errors that only show while running (SRAM
-addresses out of range, races, uninitialised reads) are not detected here: the hardware wraps
-SRAM addresses, as a real accelerator would; run such programs on ``fsim`` or ``cycle``.
+the instruction rather than a hang or a deadlock. While running, a DMA write past the end of an
+SRAM trips an ``Assert`` of the RTL and becomes a ``MemoryAccessError``. Other errors that only
+show while running (GEMM/ALU indices out of range, races, uninitialised reads) are not detected
+here: the hardware wraps those addresses, as a real accelerator would; ``fsim`` and ``cycle``
+report them.
 
 For speed, everything the harness needs from the core in a cycle is packed into one probe signal
 sampled once per clock edge, and the DRAM model reads whole bursts from the numpy image at once.
@@ -334,8 +336,12 @@ def execute(launch: Launch) -> RunStats:
     trace = Path(launch.trace) if launch.trace is not None else None
     writer = (sim.write_vcd(str(trace), str(trace.with_suffix(".gtkw")), traces=_trace_signals(core))
               if trace is not None else nullcontext())
-    with writer:
-        sim.run()
+    try:
+        with writer:
+            sim.run()
+    except AssertionError as exc:   # an in-hardware Assert (vtakit/hw): the program did what the RTL forbids
+        error = MemoryAccessError if "out of range" in str(exc) else SimError
+        raise error(f"RTL {exc} (the fsim backend names the offending instruction)") from exc
     elapsed = time.perf_counter() - began
 
     hw = result["status"]
