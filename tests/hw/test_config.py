@@ -60,6 +60,8 @@ def test_our_keys_and_split_block():
     ({"LOG_ACC_BUFF_SIZE": 4}, "smaller than one acc element"),
     ({"ALU_MUL": 1}, "ALU_MUL=1 must be of type bool"),
     ({"LOG_BLOCK": "4"}, "LOG_BLOCK='4' must be of type int"),
+    ({"CLOCK_MHZ": float("nan")}, "CLOCK_MHZ=nan must be positive and finite"),
+    ({"CLOCK_MHZ": float("inf")}, "CLOCK_MHZ=inf must be positive and finite"),
     ({"LOG_BLOCK": True}, "LOG_BLOCK=True must be of type int"),
 ])
 def test_rejections(raw, match):

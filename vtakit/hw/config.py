@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from dataclasses import dataclass, fields
 from functools import cached_property
 from pathlib import Path
@@ -163,8 +164,8 @@ class VTAConfig:
                 raise ConfigError(f"{name.upper()}={getattr(self, name)} must be at least 1")
         if self.token_queue_depth > 255:
             raise ConfigError(f"TOKEN_QUEUE_DEPTH={self.token_queue_depth} must be at most 255")
-        if self.clock_mhz <= 0:
-            raise ConfigError(f"CLOCK_MHZ={self.clock_mhz} must be positive")
+        if not 0 < self.clock_mhz < math.inf:
+            raise ConfigError(f"CLOCK_MHZ={self.clock_mhz} must be positive and finite")
         self._validate_encodable()
 
     def _validate_encodable(self) -> None:
