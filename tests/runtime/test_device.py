@@ -65,6 +65,8 @@ def test_exhaustion_and_bad_shapes():
         dev.empty(8192)
     with pytest.raises(AllocationError, match="negative dimension"):
         dev.empty((2, -1))
+    with pytest.raises(AllocationError, match="cannot allocate 1208925819614629174706176 bytes"):
+        dev.empty((1 << 40, 1 << 40))      # 2**80 bytes, not an int64 product that wraps to 0
     with pytest.raises(AllocationError, match="outside the device"):
         dev.read(4000, 200)
     with pytest.raises(AllocationError, match="outside the device"):

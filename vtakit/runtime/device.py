@@ -8,6 +8,7 @@ stream, micro-op image, data segments) and launches it on a pluggable backend.
 
 from __future__ import annotations
 
+import math
 import time
 import weakref
 from pathlib import Path
@@ -49,7 +50,7 @@ class DeviceArray:
 
     @property
     def nbytes(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+        return math.prod(self.shape) * self.dtype.itemsize
 
     @property
     def freed(self) -> bool:
@@ -136,7 +137,7 @@ class Device:
             raise AllocationError(f"dtype {dtype!r} is not a numpy data type") from exc
         if dtype.kind not in "biuf":
             raise AllocationError(f"dtype {dtype} cannot live in device DRAM; expected a numeric type (int8, int32, ...)")
-        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        nbytes = math.prod(shape) * dtype.itemsize     # Python ints: no overflow to a small size
         addr = self._allocator.alloc(nbytes, alignment)
         return DeviceArray(self, addr, shape, dtype, name)
 
