@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from vtakit.errors import ISAError, ProgramError
+from vtakit.errors import AllocationError, ISAError, ProgramError
 from vtakit.hw.config import VTAConfig
 from vtakit.hw.isa import AluOp, FinishInsn, GemmInsn, MemId, MemInsn, Opcode, Stage, Uop
 from vtakit.runtime import Device, ProgramBuilder
@@ -179,6 +179,10 @@ def test_builder_errors():
         b.append(FinishInsn())
     with pytest.raises(ProgramError, match="differs from the device"):
         ProgramBuilder(VTAConfig(), dev)
+    with pytest.raises(AllocationError, match="dtype object cannot live in device DRAM"):
+        b.array(np.array([object()]))
+    with pytest.raises(AllocationError, match=r"cannot make a program-image array of shape \(2.5,\)"):
+        b.empty((2.5,))
     bad = ProgramBuilder(SMALL, name="bad")
     bad.load_2d(MemId.INP, 1 << 16, 0, 1, 1)
     with pytest.raises(ISAError, match="program 'bad': instruction 0: sram_base=65536 does not fit"):

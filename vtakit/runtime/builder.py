@@ -28,11 +28,11 @@ from typing import Any, Iterable, Protocol, Sequence
 
 import numpy as np
 
-from vtakit.errors import ISAError, ProgramError
+from vtakit.errors import AllocationError, ISAError, ProgramError
 from vtakit.hw import isa
 from vtakit.hw.config import VTAConfig
 from vtakit.hw.isa import AluInsn, AluOp, FinishInsn, GemmInsn, MemId, MemInsn, Opcode, Stage, Uop
-from vtakit.runtime.device import default_alignment
+from vtakit.runtime.device import default_alignment, dram_dtype
 from vtakit.sim.program import Program, Segment
 
 __all__ = ["ProgramBuilder", "HostArray", "DramArray", "Stage", "elem_bytes"]
@@ -162,6 +162,7 @@ class ProgramBuilder:
         host = np.array(data, dtype=dtype)
         if self.device is not None:
             return self.device.array(host, name=name)
+        dram_dtype(host.dtype)
         addr = -(-self._host_end // self._alignment) * self._alignment
         self._host_end = addr + host.nbytes
         arr = HostArray(addr, host, name)
@@ -174,7 +175,11 @@ class ProgramBuilder:
         if self.device is not None:
             self._check_open()
             return self.device.empty(shape, dtype, name=name)
-        return self.array(np.zeros(shape, dtype=dtype), name=name)
+        try:
+            zeros = np.zeros(shape, dtype=dram_dtype(dtype))
+        except (TypeError, ValueError, MemoryError) as exc:
+            raise AllocationError(f"cannot make a program-image array of shape {shape!r}: {exc}") from exc
+        return self.array(zeros, name=name)
 
     def _dram_base(self, mem: MemId, operand: DramArray | int, offset: int) -> int:
         size = elem_bytes(self.config, mem)

@@ -24,7 +24,7 @@ from vtakit.sim.backend import BACKENDS, Launch, get_backend
 from vtakit.sim.program import MAX_DRAM_SIZE, Program
 from vtakit.sim.stats import RunStats
 
-__all__ = ["Device", "DeviceArray", "DEFAULT_DRAM_SIZE", "default_alignment"]
+__all__ = ["Device", "DeviceArray", "DEFAULT_DRAM_SIZE", "default_alignment", "dram_dtype"]
 
 DEFAULT_DRAM_SIZE = 32 << 20   # VTA's driver caps one CMA buffer at 32 MiB (VTA_MAX_XFER)
 _MIN_ALIGNMENT = 64
@@ -34,6 +34,17 @@ def default_alignment(config: VTAConfig) -> int:
     """An alignment that suits every element size of ``config`` (they are all powers of two)."""
     return max(_MIN_ALIGNMENT, config.inp_elem_bytes, config.wgt_elem_bytes, config.acc_elem_bytes,
                config.out_elem_bytes, config.uop_elem_bytes)
+
+
+def dram_dtype(dtype: Any) -> np.dtype:
+    """``dtype`` as a numpy dtype that can live in DRAM (numeric); an :class:`AllocationError` otherwise."""
+    try:
+        dtype = np.dtype(dtype)
+    except TypeError as exc:
+        raise AllocationError(f"dtype {dtype!r} is not a numpy data type") from exc
+    if dtype.kind not in "biuf":
+        raise AllocationError(f"dtype {dtype} cannot live in device DRAM; expected a numeric type (int8, int32, ...)")
+    return dtype
 
 
 class DeviceArray:
@@ -131,12 +142,7 @@ class Device:
         shape = tuple(int(s) for s in shape)
         if any(s < 0 for s in shape):
             raise AllocationError(f"array shape {shape} has a negative dimension")
-        try:
-            dtype = np.dtype(dtype)
-        except TypeError as exc:
-            raise AllocationError(f"dtype {dtype!r} is not a numpy data type") from exc
-        if dtype.kind not in "biuf":
-            raise AllocationError(f"dtype {dtype} cannot live in device DRAM; expected a numeric type (int8, int32, ...)")
+        dtype = dram_dtype(dtype)
         nbytes = math.prod(shape) * dtype.itemsize     # Python ints: no overflow to a small size
         addr = self._allocator.alloc(nbytes, alignment)
         return DeviceArray(self, addr, shape, dtype, name)
