@@ -79,6 +79,20 @@ def test_full_token_queue_deadlock():
     assert "cannot push, full queue(s) load_to_compute" in message
 
 
+def test_deadlock_names_only_the_full_queue():
+    """Compute has pushed compute->load and blocks on a full compute->store: only that queue is named."""
+    depth = SMALL.token_queue_depth
+    insns = ([_nop(Opcode.STORE, push_prev=True)] * (depth + 1)
+             + [GemmInsn(uop_bgn=0, uop_end=0, push_next=True)] * depth
+             + [GemmInsn(uop_bgn=0, uop_end=0, push_prev=True, push_next=True), _nop(Opcode.LOAD, pop_next=True)]
+             + [GemmInsn(uop_bgn=0, uop_end=0, pop_next=True)] * (depth + 1)
+             + [_nop(Opcode.STORE, pop_prev=True)] * (depth + 1) + [FinishInsn()])
+    message = _both_deadlock(insns)
+    assert f"compute: instruction {2 * depth + 1}" in message
+    assert "cannot push, full queue(s) compute_to_store;" in message
+    assert "store: instruction 8" in message and "full queue(s) store_to_compute;" in message
+
+
 def test_deadlock_behind_running_dma():
     """Padded loads stream while the load->compute queue fills (default configuration, shallow queues)."""
     config = VTAConfig().replace(token_queue_depth=2, cmd_queue_depth=2)

@@ -217,6 +217,9 @@ class _Core:
         self.slot0 = launch.insn_addr // isa.INSN_BYTES
         self.insn_beats = max(1, isa.INSN_BYTES // self.bus)
         self.requested = 0
+        self.fetch_next = self._fetch_burst()          # instructions in fetch's next request (0: all requested)
+        self.token_depth = config.token_queue_depth
+        self.cmd_depth = config.cmd_queue_depth
         self.dispatched = 0
         self.complete: list[int] = [0] * self.count   # cycle each requested instruction's last beat arrives
         self.done_cycle = -1
@@ -233,7 +236,8 @@ class _Core:
         return min(left, FETCH_BURST - (self.slot0 + self.requested) % FETCH_BURST)
 
     def _fetch_presents(self) -> bool:
-        n = self._fetch_burst()
+        """Fetch presents its next request: there is one, and the buffer has room for all of it (§2)."""
+        n = self.fetch_next
         return n > 0 and self.requested - self.dispatched + n <= FETCH_DEPTH
 
     def _start(self, mod: _Module, cycle: int) -> None:
@@ -292,14 +296,15 @@ class _Core:
 
         # Read arbitration (§5): one burst per cycle, fetch > compute > load, window permitting.
         if memory.window_open(c) == c:
-            if self._fetch_presents():
-                n = self._fetch_burst()
+            n = self.fetch_next
+            if n and self.requested - self.dispatched + n <= FETCH_DEPTH:      # _fetch_presents(), inlined
                 k = self.insn_beats
                 first = memory.accept(c, n * k, min(isa.INSN_BYTES, self.bus), "fetch")
                 for j in range(self.requested, self.requested + n):
                     first += k
                     self.complete[j] = self.timing[j].fetched = first - 1
                 self.requested += n
+                self.fetch_next = self._fetch_burst()
             else:
                 for m in _READ_PRIORITY:
                     dma = modules[m].dma
@@ -343,7 +348,7 @@ class _Core:
                 if mod.finish == c:
                     mod.state, mod.step = _RETIRE, 0
                     mod.timing.finished = c
-        depth = self.config.token_queue_depth
+        depth = self.token_depth
         for mod in modules:
             if mod.state != _RETIRE or mod.timing.finished == c:   # entered RETIRE this cycle: acts from c + 1
                 continue
@@ -372,7 +377,7 @@ class _Core:
         d = self.dispatched
         if d < self.requested and self.complete[d] < c:
             mod = modules[self.routes[d].module]
-            if len(mod.commands) + (taken >> mod.index & 1) < self.config.cmd_queue_depth:
+            if len(mod.commands) + (taken >> mod.index & 1) < self.cmd_depth:
                 mod.commands.append(d)
                 self.timing[d].dispatched = c
                 self.dispatched = d + 1
@@ -394,14 +399,14 @@ class _Core:
             elif state == _EXEC:
                 if mod.finish < nxt:
                     nxt = mod.finish
-            elif mod.step == len(mod.pushes) or len(tokens[mod.pushes[mod.step]]) < self.config.token_queue_depth:
+            elif mod.step == len(mod.pushes) or len(tokens[mod.pushes[mod.step]]) < self.token_depth:
                 return c1
         d = self.dispatched
         if d < self.requested:
             complete = self.complete[d]
             if complete >= c1:
                 nxt = min(nxt, complete + 1)
-            elif len(self.modules[self.routes[d].module].commands) < self.config.cmd_queue_depth:
+            elif len(self.modules[self.routes[d].module].commands) < self.cmd_depth:
                 return c1
         present = c1 if self._fetch_presents() else _NEVER
         for m in _READ_PRIORITY:

@@ -223,7 +223,7 @@ def _status_signals(core: VTACore) -> dict:
     return signals
 
 
-def _deadlock_report(status: dict, insns: list[isa.Instruction], cycle: int) -> str:
+def _deadlock_report(status: dict, insns: list[isa.Instruction], cycle: int, token_depth: int) -> str:
     parts = []
     for name in _MODULES:
         state = ModuleState(status[f"{name}_state"])
@@ -239,7 +239,7 @@ def _deadlock_report(status: dict, insns: list[isa.Instruction], cycle: int) -> 
             parts.append(f"{name}: instruction {index} ({text}) waits for a token on {', '.join(waits)}")
         else:
             full = [q for q, (producer, flag, _, _) in TOKEN_QUEUES.items()
-                    if producer == name and getattr(insn, flag, False)]
+                    if producer == name and getattr(insn, flag, False) and status[f"{q}_count"] >= token_depth]
             parts.append(f"{name}: instruction {index} ({text}) cannot push, full queue(s) {', '.join(full)}")
     parts.append("fetch: every instruction dispatched" if status["fetch_done"]
                  else "fetch: stalled on a full command queue")
@@ -346,7 +346,7 @@ def execute(launch: Launch) -> RunStats:
 
     hw = result["status"]
     if result["deadlock"]:
-        raise DeadlockError(_deadlock_report(hw, launch.insns, result["end_cycle"]))
+        raise DeadlockError(_deadlock_report(hw, launch.insns, result["end_cycle"], config.token_queue_depth))
     missing = [i for i, c in enumerate(retire) if c < 0]
     if missing:
         raise SimError(f"RTL run finished but instruction(s) {missing[:8]} never retired")
