@@ -24,10 +24,11 @@ import numpy as np
 from vtakit.errors import RaceError
 from vtakit.hw.config import VTAConfig
 from vtakit.sim.machine import DramRows
+from vtakit.sim.stats import STAGE_MODULES
 
 __all__ = ["RaceDetector", "MODULES"]
 
-MODULES = ("load", "compute", "store")
+MODULES = STAGE_MODULES
 
 
 class _Shadow:

@@ -44,12 +44,12 @@ from vtakit.errors import MemoryAccessError, ProgramError
 from vtakit.hw import isa
 from vtakit.hw.config import VTAConfig
 from vtakit.hw.isa import AluInsn, AluOp, FinishInsn, GemmInsn, Instruction, MemId, MemInsn, Opcode, Stage
-from vtakit.sim.stats import COUNTER_NAMES
+from vtakit.sim.stats import COUNTER_NAMES, STAGE_MODULES
 
 __all__ = ["Machine", "AccessObserver", "DramRows", "validate_instruction", "describe", "POP_QUEUES",
            "PUSH_QUEUES", "QUEUE_NAMES", "MODULE_NAMES", "SHARED_SRAMS"]
 
-MODULE_NAMES = {Stage.LOAD: "load", Stage.COMPUTE: "compute", Stage.STORE: "store"}
+MODULE_NAMES = dict(zip(Stage, STAGE_MODULES))
 SHARED_SRAMS = ("inp", "wgt", "out")
 
 # Token queues, by index: which module pushes and which pops (reference/vta.md §3.2).

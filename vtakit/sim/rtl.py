@@ -39,13 +39,13 @@ from vtakit.hw.core import COUNTERS, TOKEN_QUEUES, VTACore
 from vtakit.hw.sequencer import ModuleState
 from vtakit.sim.backend import Launch
 from vtakit.sim.fsim import check_program
-from vtakit.sim.stats import RunStats
+from vtakit.sim.stats import STAGE_MODULES, RunStats
 
 __all__ = ["execute", "DramModel", "profile_counters", "MAX_CYCLES"]
 
 #: A run that has neither finished nor deadlocked after this many cycles is a harness bug.
 MAX_CYCLES = 20_000_000
-_MODULES = ("load", "compute", "store")
+_MODULES = STAGE_MODULES
 
 
 @dataclass

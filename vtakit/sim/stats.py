@@ -9,11 +9,14 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-__all__ = ["RunStats", "COUNTER_NAMES", "MODULES"]
+from vtakit.hw.isa import Stage
+
+__all__ = ["RunStats", "COUNTER_NAMES", "MODULES", "STAGE_MODULES"]
 
 COUNTER_NAMES = ("inp_load_nbytes", "wgt_load_nbytes", "acc_load_nbytes", "uop_load_nbytes",
                  "out_store_nbytes", "gemm_counter", "alu_counter")
-MODULES = ("fetch", "load", "compute", "store")
+STAGE_MODULES = tuple(stage.name.lower() for stage in Stage)  # load, compute, store: fetch's targets
+MODULES = ("fetch", *STAGE_MODULES)
 
 
 @dataclass
