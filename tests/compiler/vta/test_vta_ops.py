@@ -18,26 +18,12 @@ from vtakit.hw.config import VTAConfig
 from tests.compiler.vta.helpers import build_and_run, conv_case, dense_case
 
 
-def _has_cycle() -> bool:
-    try:
-        import vtakit.sim.cycle  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-needs_cycle = pytest.mark.skipif(not _has_cycle(), reason="the cycle backend is not in this build")
-
-
 # ---------------------------------------------------------------------------- small configuration
 @pytest.mark.parametrize("vthreads", [1, 2, 3])
 @pytest.mark.parametrize("wl", [Conv2dWorkload(6, 6, 8, 12, 3, 1, 1), Conv2dWorkload(9, 7, 4, 8, 3, 1, 2),
                                 Conv2dWorkload(8, 8, 8, 8, 1, 0, 2), Conv2dWorkload(5, 5, 4, 4, 3, 0, 1),
                                 Conv2dWorkload(4, 4, 4, 4, 3, 2, 1, batch=1)], ids=str)
 def test_conv2d_default_schedule_small(small_env, wl, vthreads):
-    co_blocks = wl.co // small_env.block_out
-    if co_blocks % vthreads and wl.oh % vthreads:
-        pytest.skip(f"no axis divides into {vthreads} threads")
     s, tensors = conv2d(small_env, wl, vthreads=vthreads)
     host, expect = conv_case(small_env, wl)
     build_and_run(s, tensors, host, expect, small_env.config)
@@ -47,8 +33,6 @@ def test_conv2d_default_schedule_small(small_env, wl, vthreads):
 @pytest.mark.parametrize("mnk", [(4, 8, 12), (16, 32, 16), (8, 4, 64)], ids=str)
 def test_dense_default_schedule_small(small_env, mnk, vthreads):
     m, n, k = mnk
-    if (n // small_env.block_out) % vthreads:
-        pytest.skip("output blocks do not split into the threads")
     s, tensors = dense(small_env, m, n, k, vthreads=vthreads)
     host, expect = dense_case(small_env, m, n, k)
     build_and_run(s, tensors, host, expect, small_env.config)
@@ -59,9 +43,8 @@ def test_dense_default_schedule_small(small_env, mnk, vthreads):
 def test_small_conv2d_on_rtl_and_cycle_agree(config, wl):
     rtl = run_conv2d(wl, config, backend="rtl", vthreads=2)
     assert rtl.correct and rtl.cycles > rtl.ideal_cycles > 0
-    if _has_cycle():
-        cyc = run_conv2d(wl, config, backend="cycle", vthreads=2)
-        assert cyc.correct and cyc.cycles == rtl.cycles
+    cyc = run_conv2d(wl, config, backend="cycle", vthreads=2)
+    assert cyc.correct and cyc.cycles == rtl.cycles
 
 
 # ---------------------------------------------------------------------------- default configuration
@@ -80,7 +63,6 @@ def test_all_resnet_layers_fsim(layer, vthreads):
 
 
 @pytest.mark.slow
-@needs_cycle
 @pytest.mark.parametrize("layer", list(RESNET18))
 def test_all_resnet_layers_cycle(layer):
     r = run_conv2d(RESNET18[layer], backend="cycle", vthreads=2)
@@ -88,7 +70,7 @@ def test_all_resnet_layers_cycle(layer):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("backend", ["fsim", pytest.param("cycle", marks=needs_cycle)])
+@pytest.mark.parametrize("backend", ["fsim", "cycle"])
 def test_dense_1024_cubed(backend):
     r = run_dense(1024, 1024, 1024, backend=backend, vthreads=2)
     assert r.correct and r.ideal_cycles == 1024 * 64 * 64
