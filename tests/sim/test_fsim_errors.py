@@ -48,7 +48,8 @@ def test_illegal_instruction_is_a_program_error(insn, message):
 
 
 def test_token_only_noop_may_name_any_memory_type():
-    run([nop(L, MemId.OUT), nop(S, MemId.INP, push_prev=True), FinishInsn(pop_next=True)])
+    result = run([nop(L, MemId.OUT), nop(S, MemId.INP, push_prev=True), FinishInsn(pop_next=True)])
+    assert not any(result.stats.counters.values())   # no-ops move no data
 
 
 def test_finish_missing_duplicated_or_not_last():
@@ -142,7 +143,8 @@ def _gemm_program(*, inp_token=True, out_token=True):
 
 
 def test_well_ordered_gemm_program_runs():
-    run(_gemm_program())
+    result = run(_gemm_program())
+    assert result.stats.counters["gemm_counter"] == 1 and result.stats.counters["out_store_nbytes"] > 0
 
 
 def test_race_compute_reads_inp_before_load_is_ordered():
@@ -220,7 +222,8 @@ def test_dram_reads_after_ordered_store_are_fine():
              store(0, 16, 1, 4, pop_prev=True, push_prev=True),
              load(MemId.ACC, 4, 4, 1, 1, pop_next=True),            # waits for the store
              FinishInsn()]
-    run(insns)
+    result = run(insns)
+    assert result.stats.counters["acc_load_nbytes"] == 5 * CFG.acc_elem_bytes   # both ACC loads ran
 
 
 def test_races_can_be_switched_off():
