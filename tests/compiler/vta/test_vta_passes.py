@@ -91,7 +91,9 @@ def test_alu_immediate_ops(name):
                                     (lambda a, b: te.max(a, b), np.maximum),
                                     (lambda a, b: te.min(b, a) + 1, lambda a, b: np.minimum(a, b) + 1),
     (lambda a, b: te.max(a + 2, b + 2) >> 1, lambda a, b: np.maximum(a + 2, b + 2) >> 1),
-    (lambda a, b: te.min(a + b, a), lambda a, b: np.minimum(a + b, a))])  # a is read again after a + b
+    (lambda a, b: te.min(a + b, a), lambda a, b: np.minimum(a + b, a)),  # a is read again after a + b
+    # clip, then add a tensor: the simplifier must not push b into both arms of min/max
+    (lambda a, b: te.min(te.max(a - 3, -5), 7) + b, lambda a, b: np.minimum(np.maximum(a - 3, -5), 7) + b)])
 def test_alu_tensor_ops(op, ref):
     s, args = alu_schedule(op, n_inputs=2)
     (a, b), got = run(s, args)

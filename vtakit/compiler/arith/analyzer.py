@@ -333,10 +333,14 @@ class Analyzer:
     def _linear_result(self, e: ir.PrimExpr) -> ir.PrimExpr:
         lin = self._to_lin(e)
         minmax = [(k, a, c) for k, (a, c) in lin.terms.items() if isinstance(a, (ir.Min, ir.Max)) and c in (1, -1)]
-        if len(minmax) == 1 and (lin.const or len(lin.terms) > 1):
+        rest_terms = {k: v for k, v in lin.terms.items() if not minmax or k != minmax[0][0]}
+        # Only index arithmetic gains from distributing: a loaded value never cancels, and pushing it
+        # into both arms turns a clip-then-add data expression into one no ALU sequence computes.
+        reads_memory = any(ir.contains(atom, (ir.BufferLoad, ir.ProducerLoad)) for atom, _ in rest_terms.values())
+        if len(minmax) == 1 and (lin.const or len(lin.terms) > 1) and not reads_memory:
             # min(a, b) + r -> min(a + r, b + r);  r - min(a, b) -> max(r - a, r - b): lets terms cancel
             key, atom, coef = minmax[0]
-            rest = _Lin({k: v for k, v in lin.terms.items() if k != key}, lin.const)
+            rest = _Lin(rest_terms, lin.const)
             r = self._from_lin(rest, e.dtype)
             if coef == 1:
                 return self._minmax(type(atom)(atom.a + r, atom.b + r, e.dtype))
