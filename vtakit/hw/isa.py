@@ -137,6 +137,7 @@ class FinishInsn(_Deps):
 
 
 Instruction = Union[MemInsn, GemmInsn, AluInsn, FinishInsn]
+_INSN_TYPES = (MemInsn, GemmInsn, AluInsn, FinishInsn)
 
 
 @dataclass(frozen=True)
@@ -248,9 +249,46 @@ def _unpack(words: np.ndarray, field: Field) -> np.ndarray:
     return values
 
 
+@lru_cache(maxsize=None)
+def _scalar_layout(opcode: int, config: VTAConfig) -> tuple[tuple[str, int, int, int, int], ...]:
+    """``layout`` as (name, bit offset, mask, lo, hi) tuples, for encoding one instruction with Python ints."""
+    out = []
+    for f in layout(Opcode(opcode), config):
+        lo, hi = (-(1 << (f.width - 1)), 1 << (f.width - 1)) if f.signed else (0, 1 << f.width)
+        out.append((f.name, f.offset, (1 << f.width) - 1, lo, hi))
+    return tuple(out)
+
+
 def encode(insns: Iterable[Instruction], config: VTAConfig) -> bytes:
     """Encode instructions as little-endian 128-bit words."""
     insns = list(insns)
+    # Fast path: Python ints, one instruction at a time (short programs are dominated by numpy's
+    # per-call overhead). Anything unusual (a bad value or type) goes to the vectorised path below,
+    # which produces the exact error.
+    parts = []
+    for insn in insns:
+        if not isinstance(insn, _INSN_TYPES):
+            break
+        word = 0
+        for name, offset, mask, lo, hi in _scalar_layout(int(insn.opcode), config):
+            value = getattr(insn, name)
+            if type(value) is not int:
+                if not isinstance(value, int):
+                    break
+                value = int(value)
+            if not lo <= value < hi:
+                break
+            word |= (value & mask) << offset
+        else:
+            parts.append(word.to_bytes(INSN_BYTES, "little"))
+            continue
+        break
+    else:
+        return b"".join(parts)
+    return _encode_vectorised(insns, config)
+
+
+def _encode_vectorised(insns: list[Instruction], config: VTAConfig) -> bytes:
     words = np.zeros((len(insns), 2), dtype=np.uint64)
     by_kind: dict[Opcode, list[int]] = {}
     for index, insn in enumerate(insns):

@@ -74,12 +74,16 @@ def check_program(insns: list[Instruction], config: VTAConfig) -> list[Routing]:
     pushes = [0] * len(QUEUE_NAMES)
     pops = [0] * len(QUEUE_NAMES)
     finishes = []
+    known: dict[tuple, Routing] = {}    # a handful of distinct routings per program: built once each
     for index, insn in enumerate(insns):
         validate_instruction(insn, config, index)
         stage = isa.stage_of(insn)
-        entry = Routing(_STAGES.index(stage),
-                         tuple(q for flag, q in POP_QUEUES[stage] if getattr(insn, flag)),
-                         tuple(q for flag, q in PUSH_QUEUES[stage] if getattr(insn, flag)))
+        key = (stage, insn.pop_prev, insn.pop_next, insn.push_prev, insn.push_next)
+        entry = known.get(key)
+        if entry is None:
+            entry = known[key] = Routing(_STAGES.index(stage),
+                                         tuple(q for flag, q in POP_QUEUES[stage] if getattr(insn, flag)),
+                                         tuple(q for flag, q in PUSH_QUEUES[stage] if getattr(insn, flag)))
         for q in entry.pops:
             pops[q] += 1
         for q in entry.pushes:

@@ -268,9 +268,12 @@ class Machine:
             elems = np.stack([(words >> f.offset) & ((1 << f.width) - 1) for f in self._uop_fields], axis=-1)
         else:
             elems = raw.copy().view(spec.dtype).reshape(insn.y_size, insn.x_size, *sram.shape[1:])
-        block = np.zeros((height, width, *sram.shape[1:]), dtype=sram.dtype)
-        block[insn.y_pad_0:insn.y_pad_0 + insn.y_size, insn.x_pad_0:insn.x_pad_0 + insn.x_size] = elems
-        block = block.reshape(height * width, *sram.shape[1:])
+        if height == insn.y_size and width == insn.x_size:   # no padding: the elements are the block
+            block = elems.reshape(height * width, *sram.shape[1:]).astype(sram.dtype, copy=False)
+        else:
+            block = np.zeros((height, width, *sram.shape[1:]), dtype=sram.dtype)
+            block[insn.y_pad_0:insn.y_pad_0 + insn.y_size, insn.x_pad_0:insn.x_pad_0 + insn.x_size] = elems
+            block = block.reshape(height * width, *sram.shape[1:])
         sram[target] = block
         self.written[spec.sram][target] = True
         if spec.sram == "inp":
