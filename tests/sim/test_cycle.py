@@ -363,3 +363,61 @@ def test_model_constants_match_the_rtl():
     assert (cycle.FETCH_BURST, cycle.FETCH_DEPTH) == (fetch.FETCH_BURST, fetch.FETCH_DEPTH)
     assert (cycle._MAX_BURST, cycle._BOUNDARY) == (bus.MAX_BURST_BEATS, bus.BOUNDARY_BYTES)
     assert ("fetch",) + tuple(cycle.MODULES[m] for m in cycle._READ_PRIORITY) == memory_master.READ_PRIORITY
+
+
+# ---------------------------------------------------------------------------- short-program fast paths
+@pytest.mark.parametrize("op", list(AluOp))
+@pytest.mark.parametrize("use_imm", [False, True])
+def test_scalar_alu_path_equals_vectorised(op, use_imm, monkeypatch):
+    """The Python path for small ALU chunks gives the numpy path's acc/out bit for bit, in strict
+    micro-op order (repeated and overlapping dst/src entries, extreme values, every operation)."""
+    from vtakit.sim import machine as machine_module
+
+    config = VTAConfig.small().replace(alu_mul=True) if op == AluOp.MUL else VTAConfig.small()
+    rng = np.random.default_rng(int(op) * 2 + use_imm)
+    for trial in range(20):
+        n = int(rng.integers(1, 24))
+        dst = rng.integers(0, 8, n).astype(np.int64)
+        src = rng.integers(0, 8, n).astype(np.int64)
+        imm = int(rng.integers(-(1 << 15), 1 << 15))
+        insn = AluInsn(alu_opcode=op, use_imm=use_imm, imm=imm)
+        start = rng.integers(-(1 << 31), 1 << 31, (config.acc_depth, config.batch, config.block_out), dtype=np.int64)
+        start[:4] = rng.choice([-(1 << 31), (1 << 31) - 1, -1, 0, 1], start[:4].shape)
+        results = []
+        for lanes in (1 << 30, 0):     # scalar path, then vectorised path
+            monkeypatch.setattr(machine_module, "_SMALL_ALU_LANES", lanes)
+            m = machine_module.Machine(config, np.zeros(64, np.uint8))
+            m.acc[:] = start.astype(np.int32)
+            m._alu_chunk(insn, dst, None if use_imm else src)
+            results.append((m.acc.copy(), m.out.copy(), m.written["out"].copy()))
+        for got, want in zip(*results):
+            np.testing.assert_array_equal(got, want, err_msg=f"trial {trial}")
+
+
+@pytest.mark.parametrize("config", [SMALL, DEFAULT], ids=["small", "default"])
+def test_small_gemm_path_equals_restructured(config, monkeypatch):
+    """The int64 path for small GEMM chunks sums the same products per destination as the
+    restructured float path (steady weight/destination axes, repeated destinations)."""
+    from vtakit.sim import machine as machine_module
+
+    rng = np.random.default_rng(7)
+    m = machine_module.Machine(config, np.zeros(64, np.uint8))
+    m.inp[:] = rng.integers(-128, 128, m.inp.shape)
+    m.wgt[:] = rng.integers(-128, 128, m.wgt.shape)
+    m.wgt[0] = m.inp[0] = -128                      # the extreme products
+    m._inp_f[:] = m.inp                             # the float copies the machine keeps in step
+    m._wgt_t[:] = m.wgt.transpose(0, 2, 1)
+    for shape in [(1, 1, 1), (1, 1, 4), (2, 3, 4), (4, 4, 4), (3, 1, 5)]:
+        for steady in (False, True):
+            dst, src, wgt = (rng.integers(0, 6, shape) for _ in range(3))
+            if steady:   # a weight constant along the inner loop, a destination constant along the outer
+                wgt = np.broadcast_to(wgt[:, :1], shape).copy()
+                dst = np.broadcast_to(dst[:1], shape).copy()
+            got = []
+            for small in (1 << 30, 0):
+                monkeypatch.setattr(machine_module, "_SMALL_GEMM", small)
+                got.append(m._accumulated_products(dst, src, wgt))
+            (d_small, s_small), (d_big, s_big) = got
+            np.testing.assert_array_equal(d_small, d_big)
+            np.testing.assert_array_equal(s_small, s_big)
+            assert s_small.dtype == s_big.dtype == np.int64

@@ -66,6 +66,8 @@ PUSH_QUEUES = {Stage.LOAD: (("push_next", L2C),),
 _FLAGS = ("pop_prev", "pop_next", "push_prev", "push_next")
 _LEGAL_FLAGS = {stage: frozenset(flag for flag, _ in POP_QUEUES[stage] + PUSH_QUEUES[stage]) for stage in Stage}
 
+_SMALL_ALU_LANES = 1024   # ALU chunks up to this many lanes (micro-ops x batch x block_out) run in Python
+_SMALL_GEMM = 64         # GEMM chunks up to this many micro-ops skip the matmul restructuring
 _GEMM_CHUNK = 1 << 16   # micro-ops per vectorised GEMM/ALU step (bounds temporary memory)
 _SMALL_SEGSUM = 4096     # below this many micro-ops, accumulate with np.add.at
 
@@ -391,6 +393,10 @@ class Machine:
         directly; whatever destinations still repeat go through a segmented sum.
         """
         c = self.config
+        if src.size <= _SMALL_GEMM:   # exact int64 products, no search for steady axes
+            products = np.matmul(self.inp[src.ravel()].astype(np.int64),
+                                 self.wgt[wgt.ravel()].astype(np.int64).transpose(0, 2, 1))
+            return _segment_sum(dst.ravel(), products, len(self.acc))
         dst = dst.reshape(src.shape)
         steady_w = _steady_axes(wgt)
         if steady_w:
@@ -429,6 +435,9 @@ class Machine:
 
     def _alu_chunk(self, insn: AluInsn, dst: np.ndarray, src: np.ndarray | None) -> None:
         acc = self.acc
+        if len(dst) * acc[0].size <= _SMALL_ALU_LANES:
+            self._alu_chunk_scalar(insn, dst, src)
+            return
         levels = _alu_levels(dst, src, len(acc))
         groups = [slice(None)] if levels is None else _split_by_level(levels)
         for group in groups:
@@ -439,6 +448,46 @@ class Machine:
         touched = np.unique(dst) if levels is not None else dst
         self.out[touched] = acc[touched].astype(np.int8)
         self.written["out"][touched] = True
+
+    def _alu_chunk_scalar(self, insn: AluInsn, dst: np.ndarray, src: np.ndarray | None) -> None:
+        """``_alu_chunk`` for a few micro-ops: Python ints, one micro-op after the other (numpy's
+        per-call overhead dominates at this size). Same int32 results as :func:`alu_op`."""
+        acc = self.acc
+        dsts = dst.tolist()
+        srcs = None if src is None else src.tolist()
+        entries = sorted(set(dsts) if srcs is None else set(dsts).union(srcs))
+        shape = acc.shape[1:]
+        rows = dict(zip(entries, acc[entries].reshape(len(entries), -1).tolist()))
+        op = insn.alu_opcode
+        for k, d in enumerate(dsts):
+            a = rows[d]
+            if srcs is None:
+                rows[d] = [_alu_scalar(op, x, insn.imm) for x in a]
+            else:
+                rows[d] = [_alu_scalar(op, x, y) for x, y in zip(a, rows[srcs[k]])]
+        touched = sorted(set(dsts))
+        values = np.array([rows[e] for e in touched], dtype=np.int64).reshape(len(touched), *shape)
+        acc[touched] = values.astype(np.int32)
+        self.out[touched] = values.astype(np.int8)
+        self.written["out"][touched] = True
+
+
+def _alu_scalar(op: AluOp, a: int, b: int) -> int:
+    """:func:`alu_op` on one pair of Python ints (a holds an int32 value); the result wrapped to int32."""
+    if op == AluOp.MIN:
+        r = a if a < b else b
+    elif op == AluOp.MAX:
+        r = a if a > b else b
+    elif op == AluOp.ADD:
+        r = a + b
+    elif op == AluOp.SHR:
+        shift = ((b & 63) ^ 32) - 32
+        r = a >> shift if shift >= 0 else a << -shift
+    elif op == AluOp.MUL:
+        r = a * (((b & 0xFFFF) ^ 0x8000) - 0x8000)
+    else:  # pragma: no cover - AluOp has no other members
+        raise ProgramError(f"ALU opcode {op!r} is not one of {list(AluOp)}")
+    return ((r + 0x80000000) & 0xFFFFFFFF) - 0x80000000
 
 
 def alu_op(op: AluOp, a: np.ndarray, b: np.ndarray | np.int64) -> np.ndarray:
