@@ -295,7 +295,10 @@ class _Core:
         hb = self.hb
 
         # Read arbitration (§5): one burst per cycle, fetch > compute > load, window permitting.
-        if memory.window_open(c) == c:
+        flight = memory.in_flight           # memory.window_open(c) == c, inlined
+        while flight and flight[0] < c:
+            flight.popleft()
+        if len(flight) < memory.limit:
             n = self.fetch_next
             if n and self.requested - self.dispatched + n <= FETCH_DEPTH:      # _fetch_presents(), inlined
                 k = self.insn_beats
@@ -408,9 +411,11 @@ class _Core:
                 nxt = min(nxt, complete + 1)
             elif len(self.modules[self.routes[d].module].commands) < self.cmd_depth:
                 return c1
-        present = c1 if self._fetch_presents() else _NEVER
+        n = self.fetch_next              # self._fetch_presents(), inlined
+        present = c1 if n > 0 and self.requested - self.dispatched + n <= FETCH_DEPTH else _NEVER
+        modules = self.modules
         for m in _READ_PRIORITY:
-            dma = self.modules[m].dma
+            dma = modules[m].dma
             if dma is not None:
                 present = min(present, max(dma.present_from, c1))
         if present < nxt:
