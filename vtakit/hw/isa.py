@@ -266,11 +266,16 @@ def encode(insns: Iterable[Instruction], config: VTAConfig) -> bytes:
     # per-call overhead). Anything unusual (a bad value or type) goes to the vectorised path below,
     # which produces the exact error.
     parts = []
+    tables: dict[int, tuple] = {}   # per opcode, looked up once per call (hashing config is not free)
     for insn in insns:
         if not isinstance(insn, _INSN_TYPES):
             break
+        opcode = int(insn.opcode)
+        table = tables.get(opcode)
+        if table is None:
+            table = tables[opcode] = _scalar_layout(opcode, config)
         word = 0
-        for name, offset, mask, lo, hi in _scalar_layout(int(insn.opcode), config):
+        for name, offset, mask, lo, hi in table:
             value = getattr(insn, name)
             if type(value) is not int:
                 if not isinstance(value, int):
