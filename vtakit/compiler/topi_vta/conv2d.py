@@ -16,6 +16,7 @@ from typing import Any
 
 from vtakit.compiler import te
 from vtakit.compiler.te import Schedule, Tensor
+from vtakit.compiler.topi_vta.common import bind_cthreads, schedule_gemm_core
 from vtakit.compiler.topi_vta.epilogue import declare_requant, schedule_requant
 from vtakit.compiler.topi_vta.tiling import choose_conv2d_tiles
 from vtakit.compiler.topi_vta.workloads import Conv2dWorkload
@@ -114,23 +115,15 @@ def schedule_conv2d_packed(env: VTAEnv, tensors: list[Tensor], stages: dict[str,
     s[out].reorder(x_bo, x_i0, x_co0, x_j0, x_co1, x_i1, x_j1, x_bi, x_ci)
     schedule_requant(env, s, out, stages, conv, cbias, x_j0)
     if knobs.oc_nthread > 1:
-        v_t, _ = s[out].split(x_co0, nparts=knobs.oc_nthread)
-        s[out].reorder(v_t, x_bo)
-        s[out].bind(v_t, te.thread_axis("cthread"))
+        bind_cthreads(s, out, x_co0, knobs.oc_nthread, x_bo)
     if knobs.h_nthread > 1:
-        v_t, _ = s[out].split(x_i0, nparts=knobs.h_nthread)
-        s[out].reorder(v_t, x_bo)
-        s[out].bind(v_t, te.thread_axis("cthread"))
+        bind_cthreads(s, out, x_i0, knobs.h_nthread, x_bo)
 
     c_bo, c_co, c_i, c_j, c_bi, c_ci = s[conv].op.axis
     k_o, d_i, d_j, k_i = s[conv].op.reduce_axis
     s[conv].reorder(c_bo, k_o, c_j, d_j, d_i, c_co, c_i, c_bi, c_ci, k_i)
     k_o0, _ = s[conv].split(k_o, factor=knobs.tile_ci)
-    s[cdata].compute_at(s[conv], k_o0)
-    s[ckernel].compute_at(s[conv], k_o0)
-    s[cdata].pragma(s[cdata].op.axis[0], env.dma_copy)
-    s[ckernel].pragma(s[ckernel].op.axis[0], env.dma_copy)
-    s[conv].tensorize(c_bi, env.gemm)
+    schedule_gemm_core(env, s, conv, (cdata, ckernel), k_o0, c_bi)
     s[out].pragma(x_co1, env.dma_copy)
     return s
 

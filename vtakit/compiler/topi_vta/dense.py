@@ -11,6 +11,7 @@ from typing import Any
 
 from vtakit.compiler import te
 from vtakit.compiler.te import Schedule, Tensor
+from vtakit.compiler.topi_vta.common import bind_cthreads, schedule_gemm_core
 from vtakit.compiler.topi_vta.epilogue import declare_requant, schedule_requant
 from vtakit.compiler.topi_vta.tiling import choose_dense_tiles
 from vtakit.compiler.vta.env import VTAEnv
@@ -78,20 +79,14 @@ def schedule_dense_packed(env: VTAEnv, tensors: list[Tensor], stages: dict[str, 
     x_c0, x_c1 = s[out].split(x_c, factor=knobs.tile_co)
     s[out].reorder(x_b0, x_c0, x_b1, x_c1, x_bi, x_ci)
     if knobs.oc_nthread > 1:
-        v_t, x_c0 = s[out].split(x_c0, nparts=knobs.oc_nthread)
-        s[out].reorder(v_t, x_b0)
-        s[out].bind(v_t, te.thread_axis("cthread"))
+        _, x_c0 = bind_cthreads(s, out, x_c0, knobs.oc_nthread, x_b0)
     schedule_requant(env, s, out, stages, gemm, cbias, x_c0)
 
     g_b, g_c, g_bi, g_ci = s[gemm].op.axis
     k_o, k_i = s[gemm].op.reduce_axis
     k_o0, k_o1 = s[gemm].split(k_o, factor=knobs.tile_ci)
     s[gemm].reorder(k_o0, k_o1, g_b, g_c, g_bi, g_ci, k_i)
-    s[cdata].compute_at(s[gemm], k_o0)
-    s[cweight].compute_at(s[gemm], k_o0)
-    s[cdata].pragma(s[cdata].op.axis[0], env.dma_copy)
-    s[cweight].pragma(s[cweight].op.axis[0], env.dma_copy)
-    s[gemm].tensorize(g_bi, env.gemm)
+    schedule_gemm_core(env, s, gemm, (cdata, cweight), k_o0, g_bi)
     s[out].pragma(x_b1, env.dma_copy)
     return s
 
