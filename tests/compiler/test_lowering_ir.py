@@ -21,7 +21,8 @@ def case(name):
     return next(c for c in CASES if c.name == name)
 
 
-def run_case(name, func=None):
+def assert_case_matches_numpy(name, func=None):
+    """Run case ``name`` (lowered by default, or ``func``) in the interpreter; outputs must equal its numpy reference."""
     c = case(name)
     s, args = c.build()
     func = func or vtakit.lower(s, args)
@@ -33,7 +34,7 @@ def run_case(name, func=None):
 
 
 def test_vectorized_loop_becomes_unit_stride_ramps():
-    f = run_case("vectorize_inner")
+    f = assert_case_matches_numpy("vectorize_inner")
     stores = nodes(f, ir.BufferStore)
     assert len(stores) == 1 and isinstance(stores[0].indices[0], ir.Ramp)
     ramp = stores[0].indices[0]
@@ -43,12 +44,12 @@ def test_vectorized_loop_becomes_unit_stride_ramps():
 
 
 def test_vectorize_falls_back_to_serial_with_a_tail_guard():
-    f = run_case("vectorize_nondividing")
+    f = assert_case_matches_numpy("vectorize_nondividing")
     assert not nodes(f, ir.Ramp) and nodes(f, ir.IfThenElse)
 
 
 def test_unroll_parallel_and_pragma():
-    f = run_case("unroll_parallel_pragma")
+    f = assert_case_matches_numpy("unroll_parallel_pragma")
     loops = nodes(f, ir.For)
     assert [lp.kind for lp in loops if lp.kind is ir.ForKind.PARALLEL]
     assert not [lp for lp in loops if lp.kind is ir.ForKind.UNROLLED]
@@ -59,7 +60,7 @@ def test_unroll_parallel_and_pragma():
 
 
 def test_cache_stages_allocate_in_their_scopes():
-    f = run_case("cache_read_shared_at_reduction")
+    f = assert_case_matches_numpy("cache_read_shared_at_reduction")
     scopes = {a.buffer.name: a.buffer.scope for a in nodes(f, ir.Allocate)}
     assert scopes == {"A.shared": "shared", "B.local": "local"}
     sizes = {a.buffer.name: a.buffer.shape[0].value for a in nodes(f, ir.Allocate)}
@@ -67,8 +68,8 @@ def test_cache_stages_allocate_in_their_scopes():
 
 
 def test_vthread_shares_untouched_buffers_and_cthread_splits_all():
-    fv = run_case("vthread_matmul")
-    fc = run_case("cthread_matmul")
+    fv = assert_case_matches_numpy("vthread_matmul")
+    fc = assert_case_matches_numpy("cthread_matmul")
     size = lambda f, name: next(a.buffer.shape[0].value for a in nodes(f, ir.Allocate) if a.buffer.name == name)
     assert size(fv, "C.local") == 12 and size(fc, "C.local") == 12   # touched: one slice per thread
     assert size(fv, "A.local") == 1 and size(fc, "A.local") == 2     # untouched: shared only for vthread
@@ -195,7 +196,7 @@ def test_interpreter_runs_ir_before_every_pass_equal_to_after():
             with PassContext(disabled_pass=disabled):
                 c = case(name)
                 s, args = c.build()
-                run_case(name, vtakit.lower(s, args))
+                assert_case_matches_numpy(name, vtakit.lower(s, args))
 
 
 def test_build_interpreter_target():
@@ -281,7 +282,7 @@ def test_loop_partition_preserves_results(name):
     with PassContext(config={"tir.LoopPartition.partition_const_loop": True}):
         c = case(name)
         s, args = c.build()
-        run_case(name, vtakit.lower(s, args))
+        assert_case_matches_numpy(name, vtakit.lower(s, args))
 
 
 def test_loop_partition_lets_the_main_part_vectorize():
@@ -332,11 +333,11 @@ def test_double_buffer_prefetches_the_next_iteration():
     alloc = next(a for a in nodes(f, ir.Allocate) if a.buffer.name == "A.shared")
     assert alloc.buffer.shape[0].value == 2 * 4 * 5
     assert "if ((k.outer + 1) < 3):" in text and "(floormod((k.outer + 1), 2) * 20)" in text
-    run_case("cache_read_shared_at_reduction", f)
+    assert_case_matches_numpy("cache_read_shared_at_reduction", f)
     with PassContext(disabled_pass=("InjectDoubleBuffer",)):  # the marker alone keeps single buffering
         f = vtakit.lower(*build())
     assert [a.key for a in nodes(f, ir.AttrStmt)] == ["double_buffer_write"]
-    run_case("cache_read_shared_at_reduction", f)
+    assert_case_matches_numpy("cache_read_shared_at_reduction", f)
 
 
 def test_double_buffer_outside_a_loop_stays_single():
