@@ -55,9 +55,8 @@ def register_lowering(name: str, context: Callable[[Any], Any]) -> None:
 
 def lowering_context(target: str, config: Any = None) -> Any:
     """The PassContext that lowers for ``target`` (None when the target adds no lowering passes)."""
-    kind = target.split()[0] if target.strip() else target
-    _lookup(kind)  # imports the target's module, which registers its lowering; rejects unknown targets
-    factory = _LOWERINGS.get(kind)
+    _lookup(target)  # imports the target's module, which registers its lowering; rejects unknown targets
+    factory = _LOWERINGS.get(_target_kind(target))
     return factory(config) if factory is not None else None
 
 
@@ -74,8 +73,13 @@ def registered_targets() -> list[str]:
     return sorted(_TARGETS)
 
 
+def _target_kind(target: Any) -> Any:
+    """``"llvm -mcpu=x"`` -> ``"llvm"``: the registered name in a target string."""
+    return target.split()[0] if isinstance(target, str) and target.strip() else target
+
+
 def _lookup(target: str) -> TargetBuilder:
-    kind = target.split()[0] if isinstance(target, str) and target.strip() else target
+    kind = _target_kind(target)
     if kind not in _TARGETS and kind in _LAZY:
         try:
             importlib.import_module(_LAZY[kind])
