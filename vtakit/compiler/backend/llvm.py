@@ -9,11 +9,19 @@ called TVM-style with every argument, outputs included, as numpy arrays::
 
 Modules are cached by content (a fingerprint of the IR that distinguishes variables by identity,
 not by name, plus the target), so rebuilding the same computation is free.
+
+Intrinsics can be implemented by C functions or Python callbacks (:func:`register_extern`). An
+exception raised by a Python callback cannot unwind through the compiled code, and ctypes would
+only print it, so, as TVM does for ``call_packed`` (``TVMAPISetLastError`` + a -1 return code),
+the callback runs inside a trampoline that catches it, records it against the call's status word
+and sets the word; the compiled code returns as soon as it sees the word set, and the module call
+re-raises the original exception. Nothing outlives the failed call: the module stays usable.
 """
 
 from __future__ import annotations
 
 import ctypes
+import gc
 import hashlib
 import statistics
 import threading
@@ -34,7 +42,7 @@ __all__ = ["build_llvm", "CPUModule", "ArgumentError", "TimingResult", "fingerpr
            "llvm_target_builder", "register_extern"]
 
 
-_ENTRY_TYPE = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p)
+_ENTRY_TYPE = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
 
 
 @dataclass(frozen=True)
@@ -56,7 +64,7 @@ class CPUModule:
     """A compiled kernel: call it with one numpy array per parameter."""
 
     def __init__(self, func: ir.PrimFunc, target: rt.CPUTarget, llvm_ir: str, engine: llvm.ExecutionEngine,
-                 entry: str, shape_vars: list[ir.Var], compile_seconds: float) -> None:
+                 entry: str, shape_vars: list[ir.Var], compile_seconds: float, checked: bool = False) -> None:
         self.func = func
         self.target = target
         self.llvm_ir = llvm_ir
@@ -64,6 +72,7 @@ class CPUModule:
         self._engine = engine  # owns the machine code; keep it alive as long as the module
         self._entry = _ENTRY_TYPE(engine.get_function_address(entry))
         self._shape_vars = shape_vars
+        self._checked = checked  # calls a Python callback: give each call a status word
         self._written = _written_params(func)
         params = func.params
         # fast path of __call__: constant shapes, checked without building any message
@@ -99,7 +108,12 @@ class CPUModule:
             shapev = (ctypes.c_int64 * max(1, len(shapes)))(*shapes)
         else:
             shapev = self._no_shapes
-        self._entry(self._argv_type(*pointers), shapev)  # ctypes releases the GIL for the call
+        if not self._checked:
+            self._entry(self._argv_type(*pointers), shapev, None)  # ctypes releases the GIL for the call
+            return
+        status = ctypes.c_int32(0)
+        if self._entry(self._argv_type(*pointers), shapev, ctypes.byref(status)):
+            raise _take_failure(ctypes.addressof(status), self.name)
 
     def time_evaluator(self, number: int = 1, repeat: int = 3, min_repeat_ms: float = 0) -> Callable[..., TimingResult]:
         """A function that runs the module on its arguments ``repeat`` times ``number`` calls (more
@@ -251,39 +265,104 @@ def fingerprint(func: ir.PrimFunc) -> str:
 
 _cache: dict[str, CPUModule] = {}
 _cache_lock = threading.Lock()
-_externs: dict[str, tuple[Any, int]] = {}  # intrinsic name -> (the object keeping it alive, its address)
+
+@dataclass(frozen=True)
+class _Extern:
+    keep_alive: Any  # the ctypes objects the address points into
+    address: int
+    checked: bool  # a Python callback behind a trampoline: takes the status word first
+
+
+_externs: dict[str, _Extern] = {}  # intrinsic name -> its implementation
+_failures: dict[int, BaseException] = {}  # status word address -> the first exception of that call
 
 
 def register_extern(name: str, function: Any) -> None:
     """Implement the intrinsic ``name`` (``te.call_intrin(dtype, name, ...)``) with a C function:
     a ``ctypes`` function (``CFUNCTYPE`` callback or library symbol) or a raw address. Arguments are
-    passed as the C scalars and pointers of the call (``access_ptr`` gives element pointers)."""
+    passed as the C scalars and pointers of the call (``access_ptr`` gives element pointers).
+
+    A ``CFUNCTYPE`` callback written in Python may raise: the module call then stops at once and
+    re-raises the exception (a raw address is taken to be C code that cannot raise)."""
     if not name.isidentifier():
         raise CompileError(f"extern name must be an identifier, got {name!r}")
     if isinstance(function, int):
-        address = function
+        extern = _Extern(function, function, checked=False)
     elif callable(function) and hasattr(function, "restype"):  # a ctypes function pointer
-        address = ctypes.cast(function, ctypes.c_void_p).value
+        python_callable = _python_callable(function)
+        if python_callable is None:
+            extern = _Extern(function, ctypes.cast(function, ctypes.c_void_p).value or 0, checked=False)
+        else:
+            trampoline = _checked_trampoline(type(function), python_callable)
+            extern = _Extern((function, trampoline), ctypes.cast(trampoline, ctypes.c_void_p).value or 0,
+                             checked=True)
     else:
         raise CompileError(f"register_extern({name!r}): expected a ctypes function or an address, "
                            f"got {type(function).__name__}")
-    if not address:
+    if not extern.address:
         raise CompileError(f"register_extern({name!r}): the function has a null address")
     with _cache_lock:
-        _externs[name] = (function, address)
+        _externs[name] = extern
 
 
-def _used_externs(func: ir.PrimFunc) -> dict[str, str]:
-    """Registered intrinsics ``func`` calls -> unique C symbols bound to their addresses."""
+def _python_callable(function: Any) -> Any:
+    """The Python callable behind a ctypes callback (``CFUNCTYPE(...)(f)``), else None (C code).
+    ctypes keeps it in the callback's thunk, whose references are the argument converters, the
+    callable and the result type."""
+    thunk = (getattr(function, "_objects", None) or {}).get("0")
+    if type(thunk).__name__ != "CThunkObject":
+        return None
+    referents = gc.get_referents(thunk)
+    if len(referents) != 3 or not callable(referents[1]):
+        raise CompileError(f"cannot find the Python function behind the ctypes callback {function!r}; "
+                           "pass its address to register it as C code that never raises")
+    return referents[1]
+
+
+def _checked_trampoline(prototype: Any, python_callable: Callable[..., Any]) -> Any:
+    """A ctypes callback with ``prototype``'s signature plus a leading status word: it calls
+    ``python_callable`` unless the call has already failed, and records any exception it raises
+    (or a result that ``prototype``'s result type cannot hold) instead of letting ctypes print it."""
+    restype, argtypes = prototype._restype_, prototype._argtypes_ or ()
+    failed_result = None if restype is None or restype is ctypes.c_void_p else 0
+
+    def trampoline(status: int, *args: Any) -> Any:
+        word = ctypes.c_int32.from_address(status)
+        if word.value:  # an earlier callback of this call failed (maybe on another pool thread)
+            return failed_result
+        try:
+            result = python_callable(*args)
+            if restype is not None:
+                restype(result)  # ctypes would convert it after we return, and only print a failure
+            return result
+        except BaseException as exc:  # noqa: BLE001 -- every exception is re-raised by the module call
+            _failures.setdefault(status, exc)
+            word.value = 1
+            return failed_result
+
+    return ctypes.CFUNCTYPE(restype, ctypes.c_void_p, *argtypes)(trampoline)
+
+
+def _take_failure(status: int, module: str) -> BaseException:
+    """The exception recorded against a failed call's status word (forgetting it)."""
+    exc = _failures.pop(status, None)
+    if exc is None:  # the compiled code reports failure only after a trampoline recorded one
+        return CompileError(f"{module}: an extern callback failed without recording an exception")
+    return exc
+
+
+def _used_externs(func: ir.PrimFunc) -> tuple[dict[str, str], frozenset[str]]:
+    """Registered intrinsics ``func`` calls -> unique C symbols bound to their addresses, and the
+    names of those that are checked (Python callbacks)."""
     used: dict[str, str] = {}
 
     def visit(node: Any) -> None:
         if isinstance(node, ir.Call) and node.op in _externs and node.op not in used:
-            address = _externs[node.op][1]
-            used[node.op] = f"vtakit_extern_{node.op}_{address:x}"
-            llvm.add_symbol(used[node.op], address)
+            extern = _externs[node.op]
+            used[node.op] = f"vtakit_extern_{node.op}_{extern.address:x}{'_checked' if extern.checked else ''}"
+            llvm.add_symbol(used[node.op], extern.address)
     ir.walk(func.body, visit)
-    return used
+    return used, frozenset(op for op in used if _externs[op].checked)
 
 
 def clear_cache() -> None:
@@ -296,7 +375,7 @@ def build_llvm(func: ir.PrimFunc, target: str | rt.CPUTarget = "llvm") -> CPUMod
     if not isinstance(func, ir.PrimFunc):
         raise CompileError(f"build_llvm expects an ir.PrimFunc, got {type(func).__name__}")
     cpu = rt.parse_target(target)
-    externs = _used_externs(func)
+    externs, checked = _used_externs(func)
     key = hashlib.sha256(f"{fingerprint(func)}|{cpu.triple}|{cpu.cpu}|{cpu.features}|{sorted(externs.items())}"
                          .encode()).hexdigest()
     with _cache_lock:
@@ -306,7 +385,7 @@ def build_llvm(func: ir.PrimFunc, target: str | rt.CPUTarget = "llvm") -> CPUMod
     symbol = f"vtakit_{_c_name(func.name)}_{key[:12]}"
     with rt.LLVM_LOCK:
         data_layout = str(rt.target_machine(cpu).target_data)
-    generated = generate(func, symbol, cpu.triple, data_layout, externs)
+    generated = generate(func, symbol, cpu.triple, data_layout, externs, checked)
     with rt.LLVM_LOCK:
         try:
             module = llvm.parse_assembly(generated.llvm_ir)
@@ -316,7 +395,7 @@ def build_llvm(func: ir.PrimFunc, target: str | rt.CPUTarget = "llvm") -> CPUMod
         rt.optimize(module, cpu)
         engine = rt.jit(module, cpu)
     result = CPUModule(func, cpu, generated.llvm_ir, engine, generated.entry, generated.shape_vars,
-                       time.perf_counter() - start)
+                       time.perf_counter() - start, checked=bool(checked))
     with _cache_lock:
         return _cache.setdefault(key, result)
 

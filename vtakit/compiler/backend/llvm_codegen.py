@@ -2,8 +2,9 @@
 
 :func:`generate` turns a lowered :class:`~vtakit.compiler.ir.PrimFunc` into an LLVM module with
 two functions: ``<symbol>_kernel`` (one ``noalias`` pointer per buffer parameter, then one
-``i64`` per symbolic shape variable) and the entry ``<symbol>(ptr argv, ptr shapes)`` that
-ctypes calls. Semantics, as in TVM's codegen_llvm:
+``i64`` per symbolic shape variable, then the call's status word) and the entry
+``int32 <symbol>(ptr argv, ptr shapes, ptr status)`` that ctypes calls. Semantics, as in TVM's
+codegen_llvm:
 
 - integers wrap around; ``Div``/``Mod`` truncate, ``FloorDiv``/``FloorMod`` round towards minus
   infinity (also for negative operands); shifts by the bit width or more are undefined, as in C;
@@ -21,7 +22,12 @@ ctypes calls. Semantics, as in TVM's codegen_llvm:
   task taking one contiguous chunk of iterations (deterministic); nested parallel loops are an
   error, as in TVM;
 - ``Allocate`` of a constant size up to :data:`STACK_LIMIT` bytes lives on the stack (so that
-  small register tiles are promoted to registers), larger or dynamic ones on the heap.
+  small register tiles are promoted to registers), larger or dynamic ones on the heap;
+- a *checked* extern (one that may fail, such as a Python callback) receives the call's status
+  word (``int32 *``) as an extra first argument and sets it non-zero when it fails; the code
+  tests the word after every such call (and after every parallel launch) and, if it is set,
+  frees its heap buffers and returns at once. The entry returns the status word (0: success),
+  as TVM's generated code returns -1 after a failed ``call_packed``.
 """
 
 from __future__ import annotations
@@ -259,20 +265,24 @@ class _Frame:
     env: dict[ir.Var, lir.Value] = field(default_factory=dict)
     noalias: set[ir.Var] = field(default_factory=set)
     in_parallel: bool = False
+    status: lir.Value | None = None  # the call's status word (int32 *), set by failing checked externs
+    heap: list[lir.Value] = field(default_factory=list)  # live heap buffers, freed on an early return
 
 
 def generate(func: ir.PrimFunc, symbol: str, triple: str = "", data_layout: str = "",
-             externs: dict[str, str] | None = None) -> GeneratedModule:
+             externs: dict[str, str] | None = None, checked: frozenset[str] = frozenset()) -> GeneratedModule:
     """LLVM assembly for ``func``; ``symbol`` names the entry function; ``externs`` maps intrinsic
-    names to the C symbols that implement them (called with the arguments as C scalars and pointers)."""
-    return _CodeGen(func, symbol, triple, data_layout, externs or {}).run()
+    names to the C symbols that implement them (called with the arguments as C scalars and pointers);
+    the intrinsics in ``checked`` also get the status word first and are tested after each call."""
+    return _CodeGen(func, symbol, triple, data_layout, externs or {}, checked).run()
 
 
 class _CodeGen:
     def __init__(self, func: ir.PrimFunc, symbol: str, triple: str, data_layout: str,
-                 externs: dict[str, str]) -> None:
+                 externs: dict[str, str], checked: frozenset[str]) -> None:
         self.func = func
         self.externs = externs
+        self.checked = checked
         self.symbol = symbol
         self.module = lir.Module(name=symbol)
         self.module.triple = triple
@@ -289,14 +299,16 @@ class _CodeGen:
         data_vars = [b.data for b in params]
         if len(set(map(id, data_vars))) != len(data_vars):
             raise CompileError(f"function {self.func.name!r}: two parameters share one data pointer")
-        kernel = lir.Function(self.module, lir.FunctionType(_VOID, [_PTR] * len(params) + [_I64] * len(shape_vars)),
-                              f"{self.symbol}_kernel")
+        kernel = lir.Function(self.module, lir.FunctionType(_VOID, [_PTR] * len(params) + [_I64] * len(shape_vars)
+                                                            + [_PTR]), f"{self.symbol}_kernel")
         kernel.linkage = "internal"
         kernel.attributes.add("nounwind")
         for arg, buf in zip(kernel.args, params):
             arg.add_attribute("noalias")
             arg.name = buf.name
         self.frame = self._new_frame(kernel)
+        self.frame.status = kernel.args[-1]
+        self.frame.status.name = "status"
         env = self.frame.env
         for var, arg in zip(data_vars, kernel.args):
             env[var] = arg
@@ -310,13 +322,13 @@ class _CodeGen:
         return GeneratedModule(str(self.module), self.symbol, shape_vars)
 
     def _emit_entry(self, kernel: lir.Function, n_params: int, n_shapes: int) -> None:
-        entry = lir.Function(self.module, lir.FunctionType(_I32, [_PTR, _PTR]), self.symbol)
+        entry = lir.Function(self.module, lir.FunctionType(_I32, [_PTR, _PTR, _PTR]), self.symbol)
         b = lir.IRBuilder(entry.append_basic_block("entry"))
-        argv, shapes = entry.args
+        argv, shapes, status = entry.args
         args = [b.load(b.gep(argv, [_const(_I64, k)], source_etype=_PTR), typ=_PTR) for k in range(n_params)]
         args += [b.load(b.gep(shapes, [_const(_I64, k)], source_etype=_I64), typ=_I64) for k in range(n_shapes)]
-        b.call(kernel, args)
-        b.ret(_const(_I32, 0))
+        b.call(kernel, [*args, status])
+        b.ret(b.load(status, typ=_I32) if self.checked else _const(_I32, 0))
 
     def _new_frame(self, function: lir.Function) -> _Frame:
         entry = function.append_basic_block("entry")
@@ -336,6 +348,19 @@ class _CodeGen:
         slot.align = 64
         slot.type = _PTR  # llvmlite types allocas with their pointee; use opaque pointers throughout
         return slot
+
+    def _return_if_failed(self) -> None:
+        """After a checked extern call or a parallel launch: if the status word is set, free the
+        live heap buffers and return (the caller reports the failure)."""
+        b = self.b
+        word = b.load_atomic(self.frame.status, "monotonic", 4, typ=_I32)
+        failed, ok = b.append_basic_block("extern_failed"), b.append_basic_block("extern_ok")
+        b.cbranch(b.icmp_signed("!=", word, _const(_I32, 0)), failed, ok)
+        b.position_at_end(failed)
+        for ptr in reversed(self.frame.heap):
+            b.call(self._declare("free", _VOID, [_PTR]), [ptr])
+        b.ret_void()
+        b.position_at_end(ok)
 
     def _declare(self, name: str, ret: lir.Type, args: list[lir.Type]) -> lir.Function:
         fn = self.module.globals.get(name)
@@ -571,8 +596,13 @@ class _CodeGen:
             return self._access_ptr(e)
         if op in self.externs:
             args = [self.expr(a) for a in e.args]
+            if op in self.checked:
+                args.insert(0, self.frame.status)
             ret = _type(e.dtype) if e.dtype != "handle" else _PTR
-            return self.b.call(self._declare(self.externs[op], ret, [a.type for a in args]), args)
+            result = self.b.call(self._declare(self.externs[op], ret, [a.type for a in args]), args)
+            if op in self.checked:
+                self._return_if_failed()
+            return result
         bad = [a for a in e.args if not isinstance(a, ir.PrimExpr)]
         if bad or op not in MATH_INTRINSICS:
             raise CompileError(f"the CPU backend does not know the intrinsic {op!r} in {e}; expected one of "
@@ -815,9 +845,11 @@ class _CodeGen:
         total = self.b.and_(self.b.add(total, _const(_I64, 63)), _const(_I64, -64))
         total = self.b.select(self.b.icmp_signed("<", total, _const(_I64, 64)), _const(_I64, 64), total)
         ptr = self.b.call(self._declare("aligned_alloc", _PTR, [_I64, _I64]), [_const(_I64, 64), total])
+        self.frame.heap.append(ptr)
         with self._bound(buf.data, ptr):
             self.frame.noalias.add(buf.data)
             self.stmt(s.body)
+        self.frame.heap.pop()
         self.b.call(self._declare("free", _VOID, [_PTR]), [ptr])
 
     # --- loops
@@ -884,6 +916,7 @@ class _CodeGen:
         values = [env[v] for v in captured]
         self.n_outlined += 1
         name = f"{self.symbol}_parallel{self.n_outlined}"
+        values.append(self.frame.status)
         task_type = lir.FunctionType(_VOID, [_I32, _I32] + [v.type for v in values])
         task = lir.Function(self.module, task_type, f"{name}_task")
         task.linkage = "internal"
@@ -891,6 +924,7 @@ class _CodeGen:
         outer = self.frame
         self.frame = self._new_frame(task)
         self.frame.in_parallel = True
+        self.frame.status = task.args[-1]
         for var, arg in zip(captured, task.args[2:]):
             self.frame.env[var] = arg
             arg.name = var.name
@@ -925,6 +959,8 @@ class _CodeGen:
         for k, v in enumerate(values):
             self.b.store(v, self.b.gep(slot, [_const(_I32, 0), _const(_I32, k)], source_etype=closure_ty))
         self.b.call(self._declare(PARALLEL_LAUNCH, _I32, [_PTR, _PTR]), [trampoline, slot])
+        if self.checked:
+            self._return_if_failed()
 
 
 def _vars_in(node, keep: Callable[[ir.Var], bool] = lambda v: True) -> list[ir.Var]:
