@@ -92,9 +92,23 @@ def test_bench_gemm_json(capsys, small_config, vthreads):
     code, out, _ = run(capsys, "bench", "gemm", "--m", "16", "--n", "16", "--k", "32", "--backend", "fsim",
                        "--vthreads", vthreads, "--config", str(small_config), "--json")
     result = json.loads(out)
-    assert code == 0 and set(result) == {"correct", "cycles", "ideal_cycles", "utilization", "sim_seconds"}
+    assert code == 0 and set(result) == {"correct", "cycles", "ideal_cycles", "utilization", "sim_seconds", "vthreads"}
     assert result["correct"] is True and result["ideal_cycles"] == 16 * 16 * 32 // 16
+    assert result["vthreads"] == int(vthreads)
     assert result["cycles"] is None and result["utilization"] is None
+
+
+def test_bench_gemm_vthreads_above_the_token_queue_depth(capsys, tmp_path):
+    """--vthreads is a maximum, as for conv2d/dense: the run uses what the token queues allow."""
+    config = tmp_path / "shallow.json"
+    VTAConfig.small(token_queue_depth=2).to_json(config)
+    code, out, _ = run(capsys, "bench", "gemm", "--m", "16", "--n", "16", "--k", "32", "--vthreads", "12",
+                       "--config", str(config), "--json")
+    result = json.loads(out)
+    assert code == 0 and result["correct"] is True and result["vthreads"] == 2
+    code, out, _ = run(capsys, "bench", "gemm", "--m", "16", "--n", "16", "--k", "32", "--vthreads", "12",
+                       "--config", str(config))
+    assert code == 0 and "2 virtual threads; 12 asked, more do not split this output or fit the token queues" in out
 
 
 def test_bench_gemm_defaults(capsys):
@@ -117,7 +131,7 @@ def _bad_inputs(tmp_path, program_file):
         (["run-program", str(program_file), "--backend", "quantum"], "unknown backend 'quantum'"),
         (["run-program", str(program_file), "--config", str(tmp_path / "default.json")], "was built for"),
         (["bench", "gemm", "--k", "100"], "K=100 is not a multiple of BLOCK_IN=16"),
-        (["bench", "gemm", "--vthreads", "0"], "vthreads=0 must be between 1 and 8"),
+        (["bench", "gemm", "--vthreads", "0"], "vthreads=0 must be a positive integer"),
         (["random-program", "-o", str(tmp_path / "no" / "such" / "dir.vtaprog")], "No such file or directory"),
     ]
 

@@ -171,7 +171,8 @@ def _add_bench_gemm(workloads: argparse._SubParsersAction) -> None:
     p.add_argument("--m", type=int, default=256, help="rows of A and C (the batch dimension; default 256)")
     p.add_argument("--n", type=int, default=256, help="output channels (default 256)")
     p.add_argument("--k", type=int, default=256, help="input channels (default 256)")
-    _bench_options(p, cmd_bench_gemm, "virtual threads / SRAM buffer copies (default 2)")
+    _bench_options(p, cmd_bench_gemm, "virtual threads / SRAM buffer copies at most; fewer when the token queues "
+                                      "are shallower or the GEMM has fewer tiles (default 2)")
 
 
 def cmd_bench_gemm(args: argparse.Namespace) -> int:
@@ -180,8 +181,8 @@ def cmd_bench_gemm(args: argparse.Namespace) -> int:
     config = _load_config(args) or VTAConfig()
     result = bench_gemm(args.m, args.n, args.k, config=config, backend=args.backend, vthreads=args.vthreads,
                         seed=args.seed)
-    return _report(f"GEMM {args.m}x{args.n}x{args.k} int8 on {args.backend} ({config.model}, {args.vthreads} "
-                   f"virtual thread{'s' if args.vthreads != 1 else ''})", result, args)
+    return _report(f"GEMM {args.m}x{args.n}x{args.k} int8 on {args.backend} ({config.model}, "
+                   f"{_threads(result, args)})", result, args)
 
 
 def _bench_options(parser: argparse.ArgumentParser, func: Callable[[argparse.Namespace], int],

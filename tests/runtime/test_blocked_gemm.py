@@ -8,7 +8,7 @@ from vtakit.hw.config import VTAConfig
 from vtakit.hw.isa import GemmInsn
 from vtakit.runtime import Device, ProgramBuilder
 from vtakit.runtime.blocked_gemm import (GemmTiling, bench_gemm, build_gemm, gemm_program, pack_inp, pack_wgt,
-                                         plan_gemm, reference_gemm, requant_shift, unpack_out)
+                                         plan_gemm, plan_gemm_threads, reference_gemm, requant_shift, unpack_out)
 from vtakit.runtime.random_program import coverage
 from vtakit.runtime.replay import run_fresh
 
@@ -24,7 +24,8 @@ def test_bench_gemm_is_correct(config, m, n, k, vthreads):
     assert result.correct
     assert result.ideal_cycles == m * n * k // config.macs_per_cycle
     assert result.cycles is None and result.utilization is None and result.sim_seconds > 0
-    assert set(result.to_dict()) == {"correct", "cycles", "ideal_cycles", "utilization", "sim_seconds"}
+    assert set(result.to_dict()) == {"correct", "cycles", "ideal_cycles", "utilization", "sim_seconds", "vthreads"}
+    assert result.vthreads == vthreads
 
 
 @pytest.mark.parametrize("depth, vthreads", [(1, 1), (2, 2), (3, 3)])
@@ -33,6 +34,30 @@ def test_small_queues(depth, vthreads):
     assert bench_gemm(32, 32, 64, config=config, vthreads=vthreads).correct
     with pytest.raises(ConfigError, match=f"vthreads={depth + 1} needs TOKEN_QUEUE_DEPTH >= {depth + 1}"):
         plan_gemm(config, 32, 32, 64, depth + 1)
+
+
+@pytest.mark.parametrize("depth", [1, 2, 3])
+def test_vthreads_is_a_maximum_bounded_by_the_token_queues(depth):
+    """As for the compiled ops, asking for more threads than TOKEN_QUEUE_DEPTH uses fewer and says so."""
+    config = VTAConfig.small(token_queue_depth=depth)
+    result = bench_gemm(32, 32, 64, config=config, vthreads=depth + 5)
+    assert result.correct and result.vthreads == depth
+    assert plan_gemm_threads(config, 32, 32, 64, depth + 5) == (depth, plan_gemm(config, 32, 32, 64, depth))
+
+
+def test_vthreads_is_bounded_by_the_work_and_the_buffers():
+    assert plan_gemm_threads(SMALL, 1, 4, 4, 8)[0] == 1          # one block: one unit of work
+    assert bench_gemm(1, 4, 4, config=SMALL, vthreads=8).vthreads == 1
+    tiny = VTAConfig.small(log_uop_buff_size=5)               # 8 micro-ops: none for each of 3 threads
+    threads, tiling = plan_gemm_threads(tiny, 16, 16, 64, 3)
+    assert threads == 2 and tiling == plan_gemm(tiny, 16, 16, 64, 2)
+    assert plan_gemm_threads(VTAConfig(), 256, 256, 256, 100)[0] == 8  # the planner's own limit
+
+
+@pytest.mark.parametrize("vthreads", [0, -1, 2.5, True, "2"])
+def test_bad_vthreads(vthreads):
+    with pytest.raises(ConfigError, match=f"vthreads={vthreads!r} must be a positive integer"):
+        plan_gemm_threads(SMALL, 16, 16, 16, vthreads)
 
 
 def test_explicit_small_tiles_many_chunks_and_three_threads():
@@ -89,7 +114,7 @@ def unpack_wgt(packed):
     (16, 16, 100, 1, ConfigError, "K=100 is not a multiple of BLOCK_IN=16"),
     (16, 24, 16, 1, ConfigError, "N=24 is not a multiple of BLOCK_OUT=16"),
     (0, 16, 16, 1, ConfigError, "M=0 must be a positive integer"),
-    (16, 16, 16, 0, ConfigError, "vthreads=0 must be between 1 and 8"),
+    (16, 16, 16, 0, ConfigError, "vthreads=0 must be a positive integer"),
     (16, 16, 16 << 20, 1, ConfigError, "K/BLOCK_IN=1048576 and N/BLOCK_OUT=1 must be at most 65535"),
     (1 << 15, 1 << 15, 1 << 15, 1, AllocationError, "more than the 1073741824 byte limit"),
 ])

@@ -26,10 +26,11 @@ from vtakit.runtime.device import Device
 from vtakit.runtime.pipeline import BufferChannel
 from vtakit.sim.program import Program
 
-__all__ = ["GemmTiling", "GemmBenchResult", "plan_gemm", "requant_shift", "pack_inp", "pack_wgt",
+__all__ = ["GemmTiling", "GemmBenchResult", "plan_gemm", "plan_gemm_threads", "MAX_VTHREADS", "requant_shift", "pack_inp", "pack_wgt",
            "unpack_out", "reference_gemm", "build_gemm", "gemm_program", "bench_gemm", "MAX_BENCH_DRAM"]
 
 MAX_BENCH_DRAM = 1 << 30
+MAX_VTHREADS = 8                    # SRAM buffer copies the planner splits the buffers into, at most
 _FIELD_MAX = (1 << 16) - 1          # y_size, x_size and x_stride are 16-bit fields
 _ITER_MAX = (1 << ITER_BITS) - 1
 
@@ -52,6 +53,7 @@ class GemmBenchResult:
     ideal_cycles: int
     utilization: float | None
     sim_seconds: float
+    vthreads: int = 1          # virtual threads the program uses (at most the number asked for)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -87,8 +89,8 @@ def plan_gemm(config: VTAConfig, m: int, n: int, k: int, vthreads: int = 1) -> G
     plan maximises that, then tk (fewer, longer instructions). With several virtual threads it
     first requires two units per thread, so that loads and stores have compute to overlap with.
     """
-    if not 1 <= vthreads <= 8:
-        raise ConfigError(f"vthreads={vthreads} must be between 1 and 8")
+    if not 1 <= vthreads <= MAX_VTHREADS:
+        raise ConfigError(f"vthreads={vthreads} must be between 1 and {MAX_VTHREADS}")
     if vthreads > config.token_queue_depth:
         # In stream order up to `vthreads` tokens wait on load->compute and store->compute;
         # within the queue depth, running the program in stream order never blocks.
@@ -111,6 +113,26 @@ def plan_gemm(config: VTAConfig, m: int, n: int, k: int, vthreads: int = 1) -> G
                 best = (key, GemmTiling(tm, tn, tk))
     assert best is not None  # tm = tn = tk = 1 always fits
     return best[1]
+
+
+def plan_gemm_threads(config: VTAConfig, m: int, n: int, k: int, vthreads: int = 2) -> tuple[int, GemmTiling]:
+    """The most virtual threads up to ``vthreads`` that the GEMM can use, and their tiling.
+
+    ``vthreads`` is a maximum, as for the compiled ops (``vtakit bench conv2d|dense``): fewer
+    threads are used when TOKEN_QUEUE_DEPTH (or :data:`MAX_VTHREADS`) is smaller, when a thread's
+    share of the SRAM would be empty, or when the GEMM has fewer units of work than threads.
+    """
+    if not isinstance(vthreads, (int, np.integer)) or isinstance(vthreads, bool) or vthreads < 1:
+        raise ConfigError(f"vthreads={vthreads!r} must be a positive integer (the most virtual threads to use)")
+    mb, nb, kb = _blocks(config, m, n, k)
+    for threads in range(min(int(vthreads), MAX_VTHREADS, config.token_queue_depth), 1, -1):
+        try:
+            tiling = plan_gemm(config, m, n, k, threads)
+        except ConfigError:  # this many threads leave a buffer share empty: try fewer
+            continue
+        if (mb // tiling.tm) * (nb // tiling.tn) * (kb // tiling.tk) >= threads:
+            return threads, tiling
+    return 1, plan_gemm(config, m, n, k, 1)
 
 
 def requant_shift(k: int) -> int:
@@ -197,9 +219,10 @@ def build_gemm(builder: ProgramBuilder, a: Any, w: Any, c: Any, m: int, n: int, 
 
 def bench_gemm(m: int = 256, n: int = 256, k: int = 256, *, config: VTAConfig | None = None,
                backend: str = "fsim", vthreads: int = 2, seed: int = 0) -> GemmBenchResult:
-    """Build the blocked GEMM on a fresh device, run it, check it against numpy."""
+    """Build the blocked GEMM on a fresh device, run it, check it against numpy. ``vthreads`` is
+    the most virtual threads to use (:func:`plan_gemm_threads`); the result says how many were."""
     config = VTAConfig() if config is None else config
-    tiling = plan_gemm(config, m, n, k, vthreads)
+    vthreads, tiling = plan_gemm_threads(config, m, n, k, vthreads)
     need = m * k + n * k + m * n + 4 * config.uop_depth
     if need > MAX_BENCH_DRAM:
         raise AllocationError(f"GEMM {m}x{n}x{k} needs about {need} bytes of device DRAM, more than the "
@@ -216,7 +239,7 @@ def bench_gemm(m: int = 256, n: int = 256, k: int = 256, *, config: VTAConfig | 
     program = builder.finish()
     stats = device.run(program)
     correct = bool(np.array_equal(unpack_out(c.numpy(), config), reference_gemm(a_host, w_host, requant_shift(k))))
-    return GemmBenchResult(correct, stats.cycles, stats.ideal_cycles, stats.utilization, stats.sim_seconds)
+    return GemmBenchResult(correct, stats.cycles, stats.ideal_cycles, stats.utilization, stats.sim_seconds, vthreads)
 
 
 def gemm_program(config: VTAConfig, m: int, n: int, k: int, *, vthreads: int = 1, seed: int = 0) -> Program:
