@@ -13,6 +13,7 @@ from vtakit.hw.config import VTAConfig
 from vtakit.hw.isa import FinishInsn, GemmInsn, MemId, MemInsn, Opcode
 from vtakit.sim.backend import Launch, get_backend
 from vtakit.sim.program import Program, Segment
+from vtakit.sim.rtl import run_unchecked
 
 SMALL = VTAConfig.small()
 
@@ -121,9 +122,10 @@ def test_instruction_stream_past_dram():
 def test_dma_past_dram():
     load = MemInsn(opcode=Opcode.LOAD, memory_type=MemId.INP, dram_base=1 << 20, y_size=1, x_size=1, x_stride=1,
                    push_next=True)
-    launch = _launch([load, FinishInsn(pop_prev=True)])
+    with pytest.raises(MemoryAccessError, match=r"DRAM bytes \[0x400000, 0x400004\) out of range"):
+        get_backend("rtl")(_launch([load, FinishInsn(pop_prev=True)]))    # fsim's check, before the RTL runs
     with pytest.raises(MemoryAccessError, match="DRAM read of 4 bytes at 0x400000 runs past the end"):
-        get_backend("rtl")(launch)
+        run_unchecked(_launch([load, FinishInsn(pop_prev=True)]))         # the harness DRAM model's own check
 
 
 def test_trace_writes_vcd_and_gtkw(tmp_path):
@@ -156,12 +158,15 @@ def test_malformed_programs_are_program_errors(insns, message):
 
 @pytest.mark.parametrize("memory,depth", [(MemId.INP, SMALL.inp_depth), (MemId.ACC, SMALL.acc_depth)])
 def test_dma_write_past_the_sram_is_a_memory_error(memory, depth):
-    """A load whose footprint runs past the SRAM trips the RTL's Assert: a MemoryAccessError naming the entry."""
+    """A load whose footprint runs past the SRAM: fsim's check names the instruction; on the hardware
+    alone it trips the RTL's Assert, a MemoryAccessError naming the entry."""
     load = MemInsn(opcode=Opcode.LOAD, memory_type=memory, sram_base=depth - 1, y_size=1, x_size=2, x_stride=2,
                    push_next=memory == MemId.INP)
-    launch = _launch([load, FinishInsn(pop_prev=memory == MemId.INP)])
+    insns = [load, FinishInsn(pop_prev=memory == MemId.INP)]
+    with pytest.raises(MemoryAccessError, match=rf"instruction 0 .*entries \[{depth - 1}, {depth + 1}\) out of range"):
+        get_backend("rtl")(_launch(insns))
     with pytest.raises(MemoryAccessError, match=f"SRAM write to entry {depth} is out of range"):
-        get_backend("rtl")(launch)
+        run_unchecked(_launch(insns))
 
 
 def test_trace_needs_a_vcd_path(tmp_path):

@@ -7,13 +7,15 @@ served in order back to back, one beat per cycle; writes: applied beat by beat, 
 the last beat), records every retire event, and stops at ``done`` or raises
 :class:`~vtakit.errors.DeadlockError` the cycle the core's exact deadlock flag rises.
 
-Before simulating, the program gets the functional simulator's static checks (legal opcode/memory
-pairs and flags, FINISH rules, token balance), so a malformed program is a ``ProgramError`` naming
-the instruction rather than a hang or a deadlock. While running, a DMA write past the end of an
-SRAM trips an ``Assert`` of the RTL and becomes a ``MemoryAccessError``. Other errors that only
-show while running (GEMM/ALU indices out of range, races, uninitialised reads) are not detected
-here: the hardware wraps those addresses, as a real accelerator would; ``fsim`` and ``cycle``
-report them.
+Before simulating, the functional simulator runs the launch on a copy of its DRAM image, so the
+``rtl`` backend rejects exactly the programs ``fsim`` rejects, with fsim's error naming the
+instruction: malformed programs (``ProgramError``), GEMM/ALU/DMA indices out of range and
+uninitialised reads (``MemoryAccessError``), data races (``RaceError``). Those depend on micro-ops
+and data loaded at run time, which the hardware does not check (it wraps SRAM addresses, as a real
+accelerator would), and the pre-run costs next to nothing beside the RTL simulation. A deadlock is
+left to the RTL, which reports the cycle it happens in. :func:`run_unchecked` runs the hardware
+alone; there a DMA write past the end of an SRAM still trips an ``Assert`` of the RTL and becomes
+a ``MemoryAccessError``.
 
 For speed, everything the harness needs from the core in a cycle is packed into one probe signal
 sampled once per clock edge, and the DRAM model reads whole bursts from the numpy image at once.
@@ -38,10 +40,10 @@ from vtakit.hw.config import VTAConfig
 from vtakit.hw.core import COUNTERS, TOKEN_QUEUES, VTACore
 from vtakit.hw.sequencer import ModuleState
 from vtakit.sim.backend import Launch
-from vtakit.sim.fsim import check_program
+from vtakit.sim.fsim import check_program, simulate
 from vtakit.sim.stats import STAGE_MODULES, RunStats
 
-__all__ = ["execute", "DramModel", "profile_counters", "MAX_CYCLES"]
+__all__ = ["execute", "run_unchecked", "validate", "DramModel", "profile_counters", "MAX_CYCLES"]
 
 #: A run that has neither finished nor deadlocked after this many cycles is a harness bug.
 MAX_CYCLES = 20_000_000
@@ -247,17 +249,39 @@ def _deadlock_report(status: dict, insns: list[isa.Instruction], cycle: int, tok
 
 
 def execute(launch: Launch) -> RunStats:
-    """Run ``launch`` on the RTL simulation; mutates ``launch.dram``."""
-    config = launch.config
+    """Run ``launch`` on the RTL simulation after :func:`validate`; mutates ``launch.dram``."""
+    _check_launch(launch)
+    validate(launch)
+    return run_unchecked(launch)
+
+
+def validate(launch: Launch) -> None:
+    """Raise what the functional simulator raises for ``launch`` (run on a copy of its DRAM), except
+    a deadlock, which the RTL run reports with its cycle (docs/timing.md)."""
+    try:
+        simulate(launch.config, launch.insns, launch.dram.copy())
+    except DeadlockError:
+        pass
+
+
+def _check_launch(launch: Launch) -> None:
     if launch.insn_addr % isa.INSN_BYTES:
         raise ProgramError(f"instruction address {launch.insn_addr:#x} is not {isa.INSN_BYTES}-byte aligned")
     if launch.insn_addr < 0 or launch.insn_addr + isa.INSN_BYTES * len(launch.insns) > launch.dram.size:
         raise MemoryAccessError(f"instruction stream of {len(launch.insns)} instructions at {launch.insn_addr:#x} "
                                 f"runs past the end of DRAM ({launch.dram.size} bytes)")
-    check_program(launch.insns, config)     # legality, FINISH rules, token balance: clear errors, not a hang
     if launch.trace is not None and Path(launch.trace).suffix != ".vcd":
         raise SimError(f"the rtl backend writes a VCD waveform; trace path {str(launch.trace)!r} must end in .vcd "
                        "(the cycle backend writes .json timelines)")
+
+
+def run_unchecked(launch: Launch) -> RunStats:
+    """Run ``launch`` on the RTL alone, as the hardware would: only fsim's static checks (legality,
+    FINISH rules, token balance) first, so SRAM indices out of range wrap, races and uninitialised
+    reads go unnoticed, and a DMA past an SRAM's end trips the RTL's ``Assert``."""
+    config = launch.config
+    _check_launch(launch)
+    check_program(launch.insns, config)     # legality, FINISH rules, token balance: clear errors, not a hang
     probe = _probe_for(config)
     core = probe.core
     dram = DramModel(launch.dram, config)
