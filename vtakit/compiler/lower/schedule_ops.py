@@ -10,6 +10,7 @@ from typing import Any, Sequence
 
 from vtakit.compiler import ir
 from vtakit.compiler.lower.bound import StageInfo, infer_bounds
+from vtakit.compiler.lower.thread_extent import verify_thread_extents
 from vtakit.compiler.te.expr import IterVar
 from vtakit.compiler.te.schedule import Schedule, Stage
 from vtakit.compiler.te.tensor import Tensor, input_tensors
@@ -87,6 +88,7 @@ class _Builder:
     def __init__(self, sch: Schedule, args: Sequence[Any]) -> None:
         self.sch = sch
         self.params: list[ir.Buffer] = []
+        self.thread_bindings: dict[int, tuple[Stage, IterVar]] = {}  # id of each thread-bound For -> its axis
         self.arg_tensors: dict[Tensor, ir.Buffer] = {}
         self._names: set[str] = set()
         for a in args:
@@ -278,6 +280,7 @@ class _Builder:
                 raise ScheduleError(f"stage {st.name}: axis {iv.name} has extent {ext} but is bound to thread axis "
                                     f"{th.thread_tag} of extent {th.dom.extent}")
             loop: ir.Stmt = ir.For(th.var, zero, ext, ir.ForKind.THREAD_BINDING, body, thread_tag=th.thread_tag)
+            self.thread_bindings[id(loop)] = (st, iv)
         else:
             loop = ir.For(iv.var, zero, ext, attr.kind if attr is not None else ir.ForKind.SERIAL, body)
         if attr is not None:
@@ -291,4 +294,5 @@ def schedule_to_primfunc(sch: Schedule, args: Sequence[Any], name: str) -> ir.Pr
     """Phase -1 of ``lower``: the schedule as a PrimFunc with N-d buffer accesses."""
     builder = _Builder(sch, args)
     body = builder.run()
+    verify_thread_extents(body, builder.thread_bindings)
     return ir.PrimFunc(name, tuple(builder.params), body)
