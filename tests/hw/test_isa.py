@@ -1,5 +1,9 @@
-"""ISA: round trips across configurations, VTA's exact bit positions, and rejection of bad values."""
+"""ISA: round trips across configurations, VTA's exact bit positions, the fast encoders pinned to the
+reference one, and rejection of bad values."""
 
+import dataclasses
+
+import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
@@ -163,3 +167,75 @@ def test_docs_isa_table_is_current():
     from pathlib import Path
     docs = Path(__file__).resolve().parents[2] / "docs" / "isa.md"
     assert docs.read_text().split("\n", 1)[1] == isa.isa_table_markdown(VTAConfig())
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: c.model)
+def test_fast_encoder_matches_reference(config):
+    """The generated encoder takes every well-formed instruction and agrees with the field-table packer."""
+    fast = isa._fast_encoder(config)
+
+    @settings(max_examples=150, deadline=None, derandomize=True)
+    @given(st.lists(instructions(config), min_size=1, max_size=12))
+    def check(insns):
+        assert fast(insns) is not None            # no silent fallback: the fast path itself is tested
+        assert isa.encode(insns, config) == isa._encode_vectorised(insns, config)
+
+    check()
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: c.model)
+def test_fast_uop_encoder_matches_reference(config):
+    fields = {f.name: f.width for f in isa.uop_layout(config)}
+    reference = lambda uops: isa._pack(uops, isa.uop_layout(config), "micro-op", range(len(uops)), 1)[:, 0] \
+        .astype("<u4").tobytes()  # noqa: E731
+
+    @settings(max_examples=100, deadline=None, derandomize=True)
+    @given(st.lists(st.builds(Uop, _uint(fields["dst_idx"]), _uint(fields["src_idx"]), _uint(fields["wgt_idx"])),
+                    max_size=20))
+    def check(uops):
+        assert isa.encode_uops(uops, config) == reference(uops)
+
+    check()
+
+
+class _TaggedGemm(GemmInsn):
+    """A subclass: not the fast encoder's business, so it takes the reference path."""
+
+
+def test_unusual_integers_encode_like_plain_ints():
+    config = VTAConfig()
+    plain = [GemmInsn(uop_bgn=3, uop_end=9, iter_out=7, dst_factor_in=5),
+             MemInsn(opcode=Opcode.STORE, memory_type=MemId.OUT, x_size=4, x_stride=4, pop_prev=True),
+             AluInsn(alu_opcode=AluOp.ADD, use_imm=True, imm=-7, uop_end=2)]
+    expected = isa.encode(plain, config)
+    numpy_ints = [dataclasses.replace(plain[0], uop_end=np.int64(9), iter_out=np.uint16(7)),
+                  dataclasses.replace(plain[1], x_size=np.int32(4), pop_prev=np.True_),
+                  dataclasses.replace(plain[2], imm=np.int8(-7))]
+    assert isa._fast_encoder(config)(numpy_ints) is None     # numpy scalars are not trusted on the fast path ...
+    assert isa.encode(numpy_ints, config) == expected         # ... and encode the same on the reference path
+    plain_ints = [dataclasses.replace(plain[1], opcode=1, memory_type=4, pop_prev=1)]
+    assert isa.encode(plain_ints, config) == expected[16:32]  # enums and bools are ints
+    tagged = _TaggedGemm(uop_bgn=3, uop_end=9, iter_out=7, dst_factor_in=5)
+    assert isa.encode([tagged], config) == expected[:16]
+    assert isa.encode_uops([Uop(np.int64(5), 2, np.uint8(1))], config) == isa.encode_uops([Uop(5, 2, 1)], config)
+
+
+@pytest.mark.parametrize("insn, match", [
+    (GemmInsn(uop_end=2.5), r"instruction 1: uop_end=2.5 is not an integer \(float\)"),
+    (MemInsn(opcode=Opcode.LOAD, memory_type=MemId.INP, x_size=None), r"x_size=None is not an integer"),
+    (MemInsn(opcode=Opcode.LOAD, memory_type=MemId.INP, dram_base=1 << 70), r"dram_base=1180591620717411303424 "
+                                                                           r"does not fit its 32-bit field"),
+    (GemmInsn(opcode=Opcode.ALU), r"instruction 1: a GemmInsn with opcode <Opcode.ALU: 4>; expected GEMM=2"),
+    (MemInsn(opcode=Opcode.FINISH, memory_type=MemId.INP), r"a MemInsn with opcode .*; expected LOAD=0 or STORE=1"),
+    (FinishInsn(opcode=9), r"a FinishInsn with opcode 9; expected FINISH=3"),
+])
+def test_malformed_instruction(insn, match):
+    with pytest.raises(ISAError, match=match):
+        isa.encode([FinishInsn(), insn], VTAConfig())
+
+
+def test_malformed_uop():
+    with pytest.raises(ISAError, match=r"micro-op 1: src_idx=1.0 is not an integer \(float\)"):
+        isa.encode_uops([Uop(0), Uop(0, 1.0)], VTAConfig())
+    with pytest.raises(ISAError, match=r"micro-op 0: \(1, 2, 3\) is not a Uop"):
+        isa.encode_uops([(1, 2, 3)], VTAConfig())

@@ -23,9 +23,10 @@ def insn_address(program: Program) -> int:
 
 def run_program(program: Program, backend: str = "fsim") -> tuple[np.ndarray, RunStats]:
     """Run ``program`` on ``backend``; returns the final DRAM image and the run's statistics."""
+    execute = get_backend(backend)
+    encoded = program.encoded_insns()     # cached by the program while its instructions are unchanged
     insn_addr = insn_address(program)
-    encoded = program.encoded_insns()
     dram = program.initial_dram(insn_addr + len(encoded))
-    dram[insn_addr:insn_addr + len(encoded)] = np.frombuffer(encoded, dtype=np.uint8)
-    stats = get_backend(backend)(Launch(program.config, list(program.insns), dram, insn_addr))
+    memoryview(dram)[insn_addr:insn_addr + len(encoded)] = encoded
+    stats = execute(Launch(program.config, list(program.insns), dram, insn_addr))
     return dram, stats

@@ -155,6 +155,27 @@ def test_launch_gets_the_encoded_stream_in_dram(monkeypatch):
     assert seen["stream"] == seen["code"] and len(seen["code"]) > 0
 
 
+def test_rerun_after_editing_the_program_runs_the_new_instructions(monkeypatch):
+    streams = []
+
+    def probe(launch):
+        code = isa.encode(launch.insns, launch.config)
+        assert bytes(launch.dram[launch.insn_addr:launch.insn_addr + len(code)]) == code
+        streams.append(code)
+        from vtakit.sim.stats import RunStats
+        return RunStats(backend="probe")
+
+    monkeypatch.setattr(device_module, "get_backend", lambda name: probe)
+    dev = Device(SMALL, dram_size=1 << 16)
+    program = gemm_program(SMALL, 4, 4, 8)
+    dev.run(program)
+    dev.run(program)                                   # the cached encoding
+    program.insns[-1] = FinishInsn(pop_prev=False)     # an equal instruction: same stream
+    program.insns.insert(0, MemInsn(opcode=Opcode.LOAD, memory_type=MemId.UOP, x_size=0))
+    dev.run(program)
+    assert streams[0] == streams[1] and streams[2] == isa.encode(program.insns, SMALL) != streams[0]
+
+
 def test_device_built_program_runs_on_current_array_contents():
     dev = Device(SMALL, dram_size=1 << 16)
     b = ProgramBuilder(SMALL, dev)

@@ -1,4 +1,4 @@
-"""Program: DRAM image assembly, disassembly, and the file format incl. malformed files."""
+"""Program: DRAM image assembly, the encoding cache, disassembly, and the file format incl. malformed files."""
 
 import json
 import re
@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from vtakit.errors import ProgramError
+from vtakit.hw import isa
 from vtakit.hw.config import VTAConfig
 from vtakit.hw.isa import AluInsn, AluOp, FinishInsn, GemmInsn, MemId, MemInsn, Opcode, Uop
 from vtakit.sim.program import Program, Segment
@@ -32,6 +33,46 @@ def test_dram_image_places_everything():
     assert p.initial_dram(1024).size == 1024
     with pytest.raises(ProgramError, match="needs 264 bytes of DRAM, got 100"):
         p.initial_dram(100)
+
+
+def test_encoding_is_cached_until_the_program_changes():
+    p = _program()
+    code, uops = p.encoded_insns(), p.encoded_uops()
+    assert code == isa.encode(p.insns, p.config) and uops == isa.encode_uops(p.uops, p.config)
+    assert p.encoded_insns() is code and p.encoded_uops() is uops          # reused, not re-encoded
+    p.insns[1] = GemmInsn(reset_reg=True, uop_end=2)                       # an equal, new object: re-encoded
+    assert p.encoded_insns() is not code and p.encoded_insns() == code
+    p.insns[1] = GemmInsn(reset_reg=True, uop_bgn=1, uop_end=2)           # changed in place
+    assert p.encoded_insns() == isa.encode(p.insns, p.config) != code
+    p.insns.append(FinishInsn())                                           # grown
+    assert len(p.encoded_insns()) == 16 * 5
+    p.insns = p.insns[:2]                                                  # replaced
+    assert p.encoded_insns() == isa.encode(p.insns, p.config)
+    p.uops[1] = Uop(3, 2, 1)
+    assert bytes(p.initial_dram()[256:264]) == isa.encode_uops([Uop(0, 1, 2), Uop(3, 2, 1)], p.config)
+    wide = VTAConfig()                                                     # other field widths
+    p.config = wide
+    assert p.encoded_insns() == isa.encode(p.insns, wide) != isa.encode(p.insns, VTAConfig.small())
+    assert p.encoded_uops() == isa.encode_uops(p.uops, wide) != isa.encode_uops(p.uops, VTAConfig.small())
+
+
+def test_place_writes_the_initial_image():
+    p = _program()
+    dram = np.full(300, 0xAA, dtype=np.uint8)
+    p.place(dram)
+    assert np.array_equal(dram[:264], p.initial_dram()) and (dram[264:] == 0xAA).all()
+    with pytest.raises(ProgramError, match="needs 264 bytes of DRAM, got 200"):
+        p.place(np.zeros(200, np.uint8))
+    with pytest.raises(ProgramError, match=r"writable 1-D contiguous uint8 DRAM array, got ndarray int32\(300,\)"):
+        p.place(np.zeros(300, np.int32))
+    with pytest.raises(ProgramError, match="got ndarray uint8"):
+        p.place(np.zeros(600, np.uint8)[::2])
+    frozen = np.zeros(300, np.uint8)
+    frozen.flags.writeable = False
+    with pytest.raises(ProgramError, match="writable"):
+        p.place(frozen)
+    with pytest.raises(ProgramError, match="got bytearray"):
+        p.place(bytearray(300))
 
 
 def test_save_load_round_trip(tmp_path):

@@ -177,7 +177,7 @@ class Device:
     # ------------------------------------------------------------------ programs
     def _as_program(self, program: Program | Sequence[isa.Instruction] | bytes) -> Program:
         if isinstance(program, Program):
-            if program.config != self.config:
+            if program.config is not self.config and program.config != self.config:
                 raise ProgramError(f"program {program.name!r} was built for {program.config.model}, this device "
                                    f"is {self.config.model} ({program.config.differences(self.config)})")
             return program
@@ -225,7 +225,7 @@ class Device:
         except AllocationError as exc:
             raise AllocationError(f"program {program.name!r} brings its own DRAM layout [0, {program.dram_size:#x}) "
                                   f"but this device has buffers there; run it on a fresh Device ({exc})") from exc
-        self.dram[:program.dram_size] = program.initial_dram()
+        program.place(self.dram)
         return [0]
 
     def run(self, program: Program | Sequence[isa.Instruction] | bytes, trace: str | Path | None = None) -> RunStats:
@@ -239,10 +239,10 @@ class Device:
         execute = get_backend(self.backend)
         temporary = self._place(program)
         try:
-            code = program.encoded_insns()
+            code = program.encoded_insns()     # cached by the program while its instructions are unchanged
             insn_addr = self._allocator.alloc(len(code))
             temporary.append(insn_addr)
-            self.dram[insn_addr:insn_addr + len(code)] = np.frombuffer(code, dtype=np.uint8)
+            memoryview(self.dram)[insn_addr:insn_addr + len(code)] = code
             launch = Launch(self.config, list(program.insns), self.dram, insn_addr,
                             None if trace is None else Path(trace))
             start = time.perf_counter()

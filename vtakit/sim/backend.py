@@ -42,15 +42,23 @@ BACKENDS: dict[str, str] = {
 }
 
 
+_modules: dict[str, tuple[str, object]] = {}   # name -> (its BACKENDS entry, imported module)
+
+
 def get_backend(name: str) -> Callable[[Launch], RunStats]:
-    """The execute function of backend ``name``."""
-    if name not in BACKENDS:
+    """The execute function of backend ``name`` (its module is imported on first use)."""
+    target = BACKENDS.get(name) if isinstance(name, str) else None
+    if target is None:
         raise VtakitError(f"unknown backend {name!r}; expected one of {sorted(BACKENDS)}")
-    module_name, func = BACKENDS[name].split(":")
+    module_name, func = target.split(":")
+    hit = _modules.get(name)
+    if hit is not None and hit[0] == target:      # re-registering a name under another module re-imports
+        return getattr(hit[1], func)
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
         if exc.name == module_name:
             raise VtakitError(f"backend {name!r} is not available in this build ({module_name} missing)") from exc
         raise
+    _modules[name] = (target, module)
     return getattr(module, func)

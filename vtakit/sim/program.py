@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import io
 import json
+import operator
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +40,30 @@ def _check_address(what: str, value: object, limit: int = MAX_DRAM_SIZE) -> None
     if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or not 0 <= value <= limit:
         raise ProgramError(f"{what}={value!r} must be an integer byte address in [0, {limit:#x}] "
                            "(the 32-bit DRAM address space)")
+
+
+@dataclass(frozen=True)
+class _Encoded:
+    """An encoding and exactly what it encodes: the configuration and the (immutable) items."""
+
+    config: VTAConfig
+    items: tuple
+    data: bytes
+
+
+def _encoded(cached: _Encoded | None, items: list, config: VTAConfig, encode) -> _Encoded:
+    """``cached`` if it still encodes ``items`` for ``config``, else a fresh encoding.
+
+    Runs encode the same program again and again (a benchmark loop, a layer run per input).
+    Instructions and micro-ops are frozen dataclasses, so a program's encoding can only change
+    when its ``insns``/``uops`` list or its ``config`` is changed; the cache is reused only while
+    the list holds the very same objects as at encoding time (an identity check, a few ns an item).
+    """
+    snapshot = tuple(items)
+    if (cached is not None and cached.config is config and len(cached.items) == len(snapshot)
+            and all(map(operator.is_, cached.items, snapshot))):
+        return cached
+    return _Encoded(config, snapshot, encode(snapshot, config))
 
 
 @dataclass
@@ -77,14 +102,25 @@ class Program:
         self.dram_size = max(self.dram_size, self.uop_addr + isa.UOP_BYTES * len(self.uops),
                              *(s.end for s in self.segments), 0)
         _check_address("end of the micro-op image", self.dram_size)
+        # Encodings of the last instructions / micro-ops encoded (not dataclass fields: neither
+        # compared, printed nor copied by ``dataclasses.replace``); see ``_encoded``.
+        self._insn_code: _Encoded | None = None
+        self._uop_code: _Encoded | None = None
 
     @property
     def uop_segment(self) -> Segment:
         """The encoded micro-op image as a DRAM segment."""
-        return Segment(self.uop_addr, isa.encode_uops(self.uops, self.config), "uops")
+        return Segment(self.uop_addr, self.encoded_uops(), "uops")
 
     def encoded_insns(self) -> bytes:
-        return isa.encode(self.insns, self.config)
+        """The instruction stream, encoded with :func:`vtakit.hw.isa.encode` (cached, see ``_encoded``)."""
+        self._insn_code = _encoded(self._insn_code, self.insns, self.config, isa.encode)
+        return self._insn_code.data
+
+    def encoded_uops(self) -> bytes:
+        """The micro-op image, encoded with :func:`vtakit.hw.isa.encode_uops` (cached, see ``_encoded``)."""
+        self._uop_code = _encoded(self._uop_code, self.uops, self.config, isa.encode_uops)
+        return self._uop_code.data
 
     def initial_dram(self, size: int | None = None) -> np.ndarray:
         """A zeroed DRAM image of ``size`` bytes (default: the program's own) with every segment placed."""
@@ -92,9 +128,27 @@ class Program:
         if size < self.dram_size:
             raise ProgramError(f"program {self.name!r} needs {self.dram_size} bytes of DRAM, got {size}")
         dram = np.zeros(size, dtype=np.uint8)
-        for seg in [*self.segments, self.uop_segment]:
-            dram[seg.addr:seg.end] = np.frombuffer(seg.data, dtype=np.uint8)
+        self._write_image(memoryview(dram))
         return dram
+
+    def place(self, dram: np.ndarray) -> None:
+        """Write the program's DRAM image (``initial_dram()``) over the first ``dram_size`` bytes of ``dram``."""
+        if not (isinstance(dram, np.ndarray) and dram.dtype == np.uint8 and dram.ndim == 1
+                and dram.flags.c_contiguous and dram.flags.writeable):
+            raise ProgramError(f"program {self.name!r} can only be placed in a writable 1-D contiguous uint8 "
+                               f"DRAM array, got {type(dram).__name__} "
+                               f"{getattr(dram, 'dtype', '')}{getattr(dram, 'shape', '')}")
+        if dram.size < self.dram_size:
+            raise ProgramError(f"program {self.name!r} needs {self.dram_size} bytes of DRAM, got {dram.size}")
+        dram[:self.dram_size] = 0
+        self._write_image(memoryview(dram))
+
+    def _write_image(self, view: memoryview) -> None:
+        """Copy the segments and the micro-op image into a zeroed byte view of DRAM."""
+        for seg in self.segments:   # memoryview slice assignment: no numpy array per segment
+            view[seg.addr:seg.addr + len(seg.data)] = seg.data
+        uops = self.encoded_uops()
+        view[self.uop_addr:self.uop_addr + len(uops)] = uops
 
     def disasm(self) -> str:
         """The program as assembly text, one instruction per line, then the micro-ops."""
@@ -113,7 +167,7 @@ class Program:
                 "segments": [{"name": s.name, "addr": s.addr} for s in self.segments]}
         arrays = {"meta": np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8),
                   "insns": np.frombuffer(self.encoded_insns(), dtype=np.uint8),
-                  "uops": np.frombuffer(isa.encode_uops(self.uops, self.config), dtype=np.uint8)}
+                  "uops": np.frombuffer(self.encoded_uops(), dtype=np.uint8)}
         for i, seg in enumerate(self.segments):
             arrays[f"seg_{i}"] = np.frombuffer(seg.data, dtype=np.uint8)
         with open(path, "wb") as f:
