@@ -43,12 +43,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from vtakit.errors import DeadlockError, ProgramError, SimError
-from vtakit.hw import isa
 from vtakit.hw.config import VTAConfig
 from vtakit.hw.isa import FinishInsn, Instruction, Stage
 from vtakit.sim.backend import Launch
 from vtakit.sim.hb import MODULES, RaceDetector
-from vtakit.sim.machine import POP_QUEUES, PUSH_QUEUES, QUEUE_NAMES, Machine, describe, validate_instruction
+from vtakit.sim.machine import POP_QUEUES, PUSH_QUEUES, QUEUE_NAMES, Machine, checked_stage, describe
 from vtakit.sim.stats import RunStats
 
 __all__ = ["execute", "simulate", "check_program", "check_schedule", "check_finish", "FsimRun", "Routing"]
@@ -71,26 +70,27 @@ class Routing:
 def check_program(insns: list[Instruction], config: VTAConfig) -> list[Routing]:
     """The static checks (legality, FINISH rules, token balance); returns each instruction's routing."""
     routes = []
-    pushes = [0] * len(QUEUE_NAMES)
-    pops = [0] * len(QUEUE_NAMES)
     finishes = []
-    known: dict[tuple, Routing] = {}    # a handful of distinct routings per program: built once each
+    known: dict[tuple, list] = {}    # a handful of distinct routings per program: [routing, uses], built once each
     for index, insn in enumerate(insns):
-        validate_instruction(insn, config, index)
-        stage = isa.stage_of(insn)
+        stage = checked_stage(insn, config, index)
         key = (stage, insn.pop_prev, insn.pop_next, insn.push_prev, insn.push_next)
-        entry = known.get(key)
-        if entry is None:
-            entry = known[key] = Routing(_STAGES.index(stage),
+        slot = known.get(key)
+        if slot is None:
+            slot = known[key] = [Routing(_STAGES.index(stage),
                                          tuple(q for flag, q in POP_QUEUES[stage] if getattr(insn, flag)),
-                                         tuple(q for flag, q in PUSH_QUEUES[stage] if getattr(insn, flag)))
-        for q in entry.pops:
-            pops[q] += 1
-        for q in entry.pushes:
-            pushes[q] += 1
+                                         tuple(q for flag, q in PUSH_QUEUES[stage] if getattr(insn, flag))), 0]
+        slot[1] += 1
         if isinstance(insn, FinishInsn):
             finishes.append(index)
-        routes.append(entry)
+        routes.append(slot[0])
+    pushes = [0] * len(QUEUE_NAMES)
+    pops = [0] * len(QUEUE_NAMES)
+    for entry, uses in known.values():
+        for q in entry.pops:
+            pops[q] += uses
+        for q in entry.pushes:
+            pushes[q] += uses
     if not finishes:
         raise ProgramError(f"program of {len(insns)} instructions has no FINISH; expected exactly one FINISH "
                            "as the last instruction")
@@ -110,12 +110,16 @@ def check_program(insns: list[Instruction], config: VTAConfig) -> list[Routing]:
 def check_finish(hb: RaceDetector, routes: list[Routing], insns: list[Instruction], index: int) -> None:
     """The FINISH rule, checked when FINISH (instruction ``index``) executes: every instruction of
     every module happens before it (:class:`ProgramError` naming the first one that does not)."""
+    modules = None
     for m in range(len(MODULES)):
         if m == _COMPUTE:
             continue   # FINISH is compute's last instruction: program order covers the rest
-        indices = [i for i, route in enumerate(routes) if route.module == m]
         seen = hb.clocks[_COMPUTE][m]
-        if seen < len(indices):
+        if modules is None:
+            modules = [route.module for route in routes]
+        total = modules.count(m)
+        if seen < total:
+            indices = [i for i, module in enumerate(modules) if module == m]
             pending = indices[seen]
             raise ProgramError(
                 f"FINISH (instruction {index}) does not wait for {describe(pending, insns[pending])}: "
@@ -148,7 +152,9 @@ class _Simulator:
         # without a DRAM image only the schedule runs: tokens, queues and the FINISH rule, no data
         self.machine = None if dram is None else Machine(config, dram, self.hb if check_races else None)
         self.tokens: list[deque] = [deque() for _ in QUEUE_NAMES]
-        self.totals = [sum(1 for d in self.routes if d.module == m) for m in range(len(MODULES))]
+        modules = [route.module for route in self.routes]
+        self.totals = [modules.count(m) for m in range(len(MODULES))]
+        self.last = len(insns) - 1          # FINISH (check_program)
         self.fetched = 0
         self.finished = False
         self.stalls: set[tuple[str, str, int]] = set()   # (kind, queue, instruction) seen blocked on a full queue
@@ -162,76 +168,94 @@ class _Simulator:
         """Dispatch up to ``budget`` instructions; returns how many."""
         done = 0
         depth = self.config.cmd_queue_depth
-        while done < budget and self.fetched < len(self.insns):
-            unit = self.units[self.routes[self.fetched].module]
+        fetched, count = self.fetched, len(self.insns)
+        routes, units = self.routes, self.units
+        while done < budget and fetched < count:
+            unit = units[routes[fetched].module]
             if len(unit.commands) >= depth:
-                self.stalls.add(("fetch", MODULES[unit.module], self.fetched))
+                self.stalls.add(("fetch", MODULES[unit.module], fetched))
                 break
-            unit.commands.append(self.fetched)
-            self.fetched += 1
+            unit.commands.append(fetched)
+            fetched += 1
             done += 1
+        self.fetched = fetched
         return done
 
     def advance(self, unit: _Unit, budget: int) -> int:
         """Let ``unit`` take up to ``budget`` actions (start, pop, execute, push); returns how many."""
+        if self.finished:
+            return 0
         done = 0
         tokens = self.tokens
         depth = self.config.token_queue_depth
         hb = self.hb
         m = unit.module
-        while done < budget and not self.finished:
-            if unit.current < 0:
-                if not unit.commands:
-                    break
-                unit.current = unit.commands.popleft()
-                unit.phase, unit.step = _POPPING, 0
-                hb.begin(m)
-                unit.executed.append(unit.current)
-                done += 1
-                continue
-            route = self.routes[unit.current]
-            if unit.phase == _POPPING:
-                if unit.step < len(route.pops):
-                    queue = tokens[route.pops[unit.step]]
-                    if not queue:
+        commands = unit.commands
+        # the unit's state lives in locals while it steps, and is written back whenever it stops
+        current, phase, step = unit.current, unit.phase, unit.step
+        route = None if current < 0 else self.routes[current]
+        try:
+            while done < budget:
+                if current < 0:
+                    if not commands:
                         break
-                    hb.join(m, queue.popleft())
-                    unit.step += 1
+                    current = commands.popleft()
+                    route = self.routes[current]
+                    phase, step = _POPPING, 0
+                    hb.begin(m)
+                    unit.executed.append(current)
+                    done += 1
+                    continue
+                if phase == _POPPING:
+                    pops = route.pops
+                    if step < len(pops):
+                        queue = tokens[pops[step]]
+                        if not queue:
+                            break
+                        hb.join(m, queue.popleft())
+                        step += 1
+                    else:
+                        self._execute(m, current)
+                        phase, step = _PUSHING, 0
+                    done += 1
+                    continue
+                pushes = route.pushes
+                if step < len(pushes):
+                    queue = tokens[pushes[step]]
+                    if len(queue) >= depth:
+                        self.stalls.add(("push", QUEUE_NAMES[pushes[step]], current))
+                        break
+                    queue.append(hb.snapshot(m))
+                    step += 1
                 else:
-                    self._execute(unit)
-                    unit.phase, unit.step = _PUSHING, 0
+                    finished = current == self.last   # FINISH retired: the program is done
+                    current = -1
+                    if finished:
+                        self.finished = True
+                        done += 1
+                        break
                 done += 1
-                continue
-            if unit.step < len(route.pushes):
-                queue = tokens[route.pushes[unit.step]]
-                if len(queue) >= depth:
-                    self.stalls.add(("push", QUEUE_NAMES[route.pushes[unit.step]], unit.current))
-                    break
-                queue.append(hb.snapshot(m))
-                unit.step += 1
-            else:
-                if isinstance(self.insns[unit.current], FinishInsn):
-                    self.finished = True
-                unit.current = -1
-            done += 1
+        finally:
+            unit.current, unit.phase, unit.step = current, phase, step
         return done
 
-    def _execute(self, unit: _Unit) -> None:
-        index = unit.current
-        insn = self.insns[index]
-        self.hb.module = unit.module
-        if isinstance(insn, FinishInsn):
+    def _execute(self, module: int, index: int) -> None:
+        self.hb.module = module
+        if index == self.last:
             check_finish(self.hb, self.routes, self.insns, index)
         elif self.machine is not None:
-            self.machine.apply(insn, index, validate=False)   # check_program validated it
+            self.machine.apply(self.insns[index], index, validate=False)   # check_program validated it
 
     # ------------------------------------------------------------------ driving
     def run(self, rng: random.Random | None) -> None:
         everything = 1 << 62
         steppers = [self.fetch] + [lambda budget, u=u: self.advance(u, budget) for u in self.units]
+        fetch, advance, units = self.fetch, self.advance, self.units
         while not self.finished:
             if rng is None:
-                progress = sum(step(everything) for step in steppers)
+                progress = fetch(everything)
+                for unit in units:
+                    progress += advance(unit, everything)
             else:
                 order = rng.sample(range(len(steppers)), len(steppers))
                 progress = 0

@@ -26,17 +26,24 @@ Representation: ``inp`` int8 ``[inp_depth, batch, block_in]``, ``wgt`` int8
 int8 like ``acc``, ``uop`` int64 ``[uop_depth, 3]`` (dst, src, wgt), ``dram`` uint8. DRAM element
 byte order matches these shapes (ACC little-endian int32).
 
-Performance: every instruction is one vectorised numpy step. GEMM gathers its operands, multiplies
-them as a batched float32 matmul (exact: |products| < 2**24) and accumulates repeated destinations
-with a segmented sum (wrap-around addition commutes). ALU instructions run vectorised; only when
-their micro-ops depend on each other (a later micro-op reads or rewrites an entry an earlier one
-wrote) are they split into dependency levels, each level vectorised.
+Performance: every instruction is a handful of numpy steps, and the fixed cost per instruction is
+kept small because typical programs are short (a random or corpus program runs in well under a
+millisecond). Everything derived from the configuration is computed once per configuration
+(:class:`_Layout`); loops generate all their indices in one broadcast; a GEMM of up to
+``_SMALL_LOOP`` micro-ops multiplies gathered int32 operands and adds the products into ACC with
+``np.add.at`` (wrap-around addition commutes). Larger GEMMs multiply as a batched float32 matmul
+(exact: |products| < 2**24) over float copies of INP/WGT allocated on first use, restructured
+along loop axes where the weight or destination stays put, and accumulate repeated destinations
+with a segmented sum. ALU instructions on a few lanes run in plain Python, one micro-op after the
+other; larger ones run vectorised, split into dependency levels only when their micro-ops depend
+on each other (a later micro-op reads or rewrites an entry an earlier one wrote).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from functools import lru_cache
+from typing import Callable, Protocol
 
 import numpy as np
 
@@ -46,8 +53,8 @@ from vtakit.hw.config import VTAConfig
 from vtakit.hw.isa import AluInsn, AluOp, FinishInsn, GemmInsn, Instruction, MemId, MemInsn, Opcode, Stage
 from vtakit.sim.stats import COUNTER_NAMES, STAGE_MODULES
 
-__all__ = ["Machine", "AccessObserver", "DramRows", "validate_instruction", "describe", "POP_QUEUES",
-           "PUSH_QUEUES", "QUEUE_NAMES", "MODULE_NAMES", "SHARED_SRAMS"]
+__all__ = ["Machine", "AccessObserver", "DramRows", "validate_instruction", "checked_stage", "describe",
+           "POP_QUEUES", "PUSH_QUEUES", "QUEUE_NAMES", "MODULE_NAMES", "SHARED_SRAMS"]
 
 MODULE_NAMES = dict(zip(Stage, STAGE_MODULES))
 SHARED_SRAMS = ("inp", "wgt", "out")
@@ -67,9 +74,11 @@ _FLAGS = ("pop_prev", "pop_next", "push_prev", "push_next")
 _LEGAL_FLAGS = {stage: frozenset(flag for flag, _ in POP_QUEUES[stage] + PUSH_QUEUES[stage]) for stage in Stage}
 
 _SMALL_ALU_LANES = 1024   # ALU chunks up to this many lanes (micro-ops x batch x block_out) run in Python
-_SMALL_GEMM = 64         # GEMM chunks up to this many micro-ops skip the matmul restructuring
-_GEMM_CHUNK = 1 << 16   # micro-ops per vectorised GEMM/ALU step (bounds temporary memory)
-_SMALL_SEGSUM = 4096     # below this many micro-ops, accumulate with np.add.at
+_SMALL_LOOP = 256         # GEMMs up to this many micro-ops: int32 products added in place with np.add.at
+_SMALL_GEMM = 64          # GEMM chunks up to this many micro-ops skip the matmul restructuring
+_GEMM_CHUNK = 1 << 16     # micro-ops per vectorised GEMM/ALU step (bounds temporary memory)
+_SMALL_SEGSUM = 4096      # below this many micro-ops, accumulate with np.add.at
+_PY_OFFSETS = 16          # loops of up to this many (i, j) iterations build their offsets in Python
 
 
 def describe(index: int | None, insn: Instruction) -> str:
@@ -84,6 +93,59 @@ def validate_instruction(insn: Instruction, config: VTAConfig, index: int | None
     Checks the opcode/memory pair, the dependency flags the module may use, STORE padding and
     ALU MUL availability. Memory ranges are checked when the instruction runs.
     """
+    if _quick_stage(insn, config.alu_mul) is None:
+        _validate(insn, config, index)
+
+
+def checked_stage(insn: Instruction, config: VTAConfig, index: int | None = None) -> Stage:
+    """:func:`validate_instruction`, then the module ``insn`` goes to (:func:`vtakit.hw.isa.stage_of`)."""
+    stage = _quick_stage(insn, config.alu_mul)
+    if stage is None:
+        _validate(insn, config, index)
+        stage = isa.stage_of(insn)
+    return stage
+
+
+def _quick_stage(insn: Instruction, alu_mul: bool) -> Stage | None:
+    """The stage of a plainly legal instruction of one of the four ISA classes, else None.
+
+    None means "ask :func:`_validate`": the instruction is illegal or unusual (a subclass, an
+    opcode field that does not match its class); this fast path never accepts what
+    :func:`_validate` would reject, and agrees with :func:`vtakit.hw.isa.stage_of`.
+    """
+    kind = type(insn)
+    if kind is MemInsn:
+        opcode = insn.opcode
+        if opcode is Opcode.LOAD:
+            memory = insn.memory_type
+            if memory is MemId.INP or memory is MemId.WGT:
+                if insn.pop_prev or insn.push_prev:
+                    return None
+                return Stage.LOAD
+            if memory is MemId.OUT and insn.x_size != 0:
+                return None
+            return Stage.COMPUTE
+        if opcode is Opcode.STORE:
+            if insn.pop_next or insn.push_next:
+                return None
+            if insn.x_size != 0 and (insn.memory_type is not MemId.OUT or insn.y_pad_0 or insn.y_pad_1
+                                     or insn.x_pad_0 or insn.x_pad_1):
+                return None
+            return Stage.STORE
+        return None
+    if kind is GemmInsn:
+        return Stage.COMPUTE if insn.opcode is Opcode.GEMM else None
+    if kind is AluInsn:
+        if insn.opcode is not Opcode.ALU or (insn.alu_opcode is AluOp.MUL and not alu_mul):
+            return None
+        return Stage.COMPUTE
+    if kind is FinishInsn:
+        return Stage.COMPUTE if insn.opcode is Opcode.FINISH else None
+    return None
+
+
+def _validate(insn: Instruction, config: VTAConfig, index: int | None) -> None:
+    """:func:`validate_instruction`'s general path, field by field (every error message is here)."""
     if not isinstance(insn, (MemInsn, GemmInsn, AluInsn, FinishInsn)):
         raise ProgramError(f"instruction {index}: {insn!r} is not a VTA instruction")
     stage = isa.stage_of(insn)
@@ -143,11 +205,49 @@ class AccessObserver(Protocol):
 class _MemSpec:
     """How a LOAD of one memory type maps DRAM bytes onto SRAM entries."""
 
-    sram: str             # target SRAM
-    elem_bytes: int       # DRAM bytes per element
-    dtype: str            # DRAM element scalar type
-    counter: str          # profiler counter
-    counted_bytes: int    # bytes counted per element
+    sram: str                # target SRAM
+    elem_bytes: int          # DRAM bytes per element
+    dtype: str               # DRAM element scalar type
+    counter: str             # profiler counter
+    counted_bytes: int       # bytes counted per element
+    entry: tuple[int, ...]   # shape of one SRAM entry
+    depth: int               # SRAM entries
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """Everything a :class:`Machine` derives from its configuration, computed once per configuration."""
+
+    shapes: dict[str, tuple[int, ...]]   # SRAM array shapes, by name
+    depths: dict[str, int]               # SRAM entries, by name
+    mem: dict[MemId, _MemSpec]           # LOAD specs, by memory type
+    out_elem_bytes: int
+    uop_shifts: np.ndarray               # micro-op field offsets / masks, (dst, src, wgt) order
+    uop_masks: np.ndarray
+    product_dtype: type                  # holds any sum of block_in int8 x int8 products exactly
+
+
+@lru_cache(maxsize=16)
+def _layout(config: VTAConfig) -> _Layout:
+    c = config
+    shapes = {"uop": (c.uop_depth, 3), "inp": (c.inp_depth, c.batch, c.block_in),
+              "wgt": (c.wgt_depth, c.block_out, c.block_in), "acc": (c.acc_depth, c.batch, c.block_out),
+              "out": (c.out_depth, c.batch, c.block_out)}
+    depths = {name: shape[0] for name, shape in shapes.items()}
+
+    def spec(sram: str, elem_bytes: int, dtype: str, counter: str, counted: int) -> _MemSpec:
+        return _MemSpec(sram, elem_bytes, dtype, counter, counted, shapes[sram][1:], depths[sram])
+
+    mem = {MemId.UOP: spec("uop", c.uop_elem_bytes, "<u4", "uop_load_nbytes", c.uop_elem_bytes),
+           MemId.INP: spec("inp", c.inp_elem_bytes, "i1", "inp_load_nbytes", c.inp_elem_bytes),
+           MemId.WGT: spec("wgt", c.wgt_elem_bytes, "i1", "wgt_load_nbytes", c.wgt_elem_bytes),
+           MemId.ACC: spec("acc", c.acc_elem_bytes, "<i4", "acc_load_nbytes", c.acc_elem_bytes),
+           MemId.ACC_8BIT: spec("acc", c.acc8_elem_bytes, "i1", "acc_load_nbytes", c.acc_elem_bytes)}
+    fields = isa.uop_layout(config)
+    shifts = np.array([f.offset for f in fields], dtype=np.int64)
+    masks = np.array([(1 << f.width) - 1 for f in fields], dtype=np.int64)
+    product = np.int32 if c.block_in * 128 * 128 < 1 << 31 else np.int64
+    return _Layout(shapes, depths, mem, c.out_elem_bytes, shifts, masks, product)
 
 
 class Machine:
@@ -170,29 +270,49 @@ class Machine:
             raise MemoryAccessError(f"DRAM image must be a 1-D uint8 numpy array, got "
                                     f"{getattr(dram, 'dtype', type(dram).__name__)} "
                                     f"with shape {getattr(dram, 'shape', None)}")
-        c = config
+        layout = _layout(config)
+        shapes = layout.shapes
         self.config = config
         self.dram = dram
         self.observer = observer
-        self.uop = np.zeros((c.uop_depth, 3), dtype=np.int64)
-        self.inp = np.zeros((c.inp_depth, c.batch, c.block_in), dtype=np.int8)
-        self.wgt = np.zeros((c.wgt_depth, c.block_out, c.block_in), dtype=np.int8)
-        self.acc = np.zeros((c.acc_depth, c.batch, c.block_out), dtype=np.int32)
-        self.out = np.zeros((c.out_depth, c.batch, c.block_out), dtype=np.int8)
-        self.written = {name: np.zeros(len(getattr(self, name)), dtype=bool)
-                        for name in ("uop", "inp", "wgt", "acc", "out")}
+        self.uop = np.zeros(shapes["uop"], dtype=np.int64)
+        self.inp = np.zeros(shapes["inp"], dtype=np.int8)
+        self.wgt = np.zeros(shapes["wgt"], dtype=np.int8)
+        self.acc = np.zeros(shapes["acc"], dtype=np.int32)
+        self.out = np.zeros(shapes["out"], dtype=np.int8)
+        self.written = {name: np.zeros(shape[0], dtype=bool) for name, shape in shapes.items()}
         self.counters: dict[str, int] = dict.fromkeys(COUNTER_NAMES, 0)
-        # float32 copies of INP/WGT feed the GEMM matmul; products of int8 values are exact in float32
-        self._inp_f = np.zeros(self.inp.shape, dtype=np.float32)
-        self._wgt_t = np.zeros((c.wgt_depth, c.block_in, c.block_out), dtype=np.float32)  # transposed
-        self._mem = {
-            MemId.UOP: _MemSpec("uop", c.uop_elem_bytes, "<u4", "uop_load_nbytes", c.uop_elem_bytes),
-            MemId.INP: _MemSpec("inp", c.inp_elem_bytes, "i1", "inp_load_nbytes", c.inp_elem_bytes),
-            MemId.WGT: _MemSpec("wgt", c.wgt_elem_bytes, "i1", "wgt_load_nbytes", c.wgt_elem_bytes),
-            MemId.ACC: _MemSpec("acc", c.acc_elem_bytes, "<i4", "acc_load_nbytes", c.acc_elem_bytes),
-            MemId.ACC_8BIT: _MemSpec("acc", c.acc8_elem_bytes, "i1", "acc_load_nbytes", c.acc_elem_bytes),
-        }
-        self._uop_fields = isa.uop_layout(config)
+        self._layout = layout
+        self._depths = layout.depths
+        self._mem = layout.mem
+        # float32 copies of INP/WGT (WGT transposed) feed large GEMMs' matmuls, exact for int8 products;
+        # made on first use (see _inp_f/_wgt_t), then kept in step by every write
+        self._inp_f_copy: np.ndarray | None = None
+        self._wgt_t_copy: np.ndarray | None = None
+        self._uop_signed = False   # a negative micro-op index was written (write_sram): no small-GEMM path
+
+    @property
+    def _inp_f(self) -> np.ndarray:
+        """INP as float32, for the matmul of large GEMMs."""
+        if self._inp_f_copy is None:
+            self._inp_f_copy = self.inp.astype(np.float32)
+        return self._inp_f_copy
+
+    @property
+    def _wgt_t(self) -> np.ndarray:
+        """WGT as float32, transposed to ``[wgt_depth, block_in, block_out]``, for large GEMMs."""
+        if self._wgt_t_copy is None:
+            self._wgt_t_copy = self.wgt.transpose(0, 2, 1).astype(np.float32)
+        return self._wgt_t_copy
+
+    def _wrote(self, name: str, target: slice | np.ndarray) -> None:
+        """Keep the float copies of INP/WGT in step after ``target`` entries of ``name`` changed."""
+        if name == "inp":
+            if self._inp_f_copy is not None:
+                self._inp_f_copy[target] = self.inp[target]
+        elif name == "wgt":
+            if self._wgt_t_copy is not None:
+                self._wgt_t_copy[target] = self.wgt[target].transpose(0, 2, 1)
 
     def write_sram(self, name: str, start: int, values: np.ndarray) -> None:
         """Set SRAM ``name`` entries ``[start, start + len(values))`` directly (tests, debuggers, preloading)."""
@@ -203,16 +323,31 @@ class Machine:
         sram = getattr(self, name)
         sram[target] = values
         self.written[name][target] = True
-        if name == "inp":
-            self._inp_f[target] = sram[target]
-        elif name == "wgt":
-            self._wgt_t[target] = sram[target].transpose(0, 2, 1)
+        self._wrote(name, target)
+        if name == "uop" and len(values) and sram[target].min() < 0:
+            self._uop_signed = True
 
     # ------------------------------------------------------------------ dispatch
     def apply(self, insn: Instruction, index: int | None = None, *, validate: bool = True) -> None:
         """Perform ``insn``'s data effect, validating it first unless the caller already has."""
         if validate:
             validate_instruction(insn, self.config, index)
+        kind = type(insn)
+        if kind is GemmInsn:
+            self.gemm(insn, index)
+        elif kind is MemInsn:
+            if insn.x_size == 0:
+                return
+            if insn.opcode == Opcode.LOAD:
+                self.load(insn, index)
+            else:
+                self.store(insn, index)
+        elif kind is AluInsn:
+            self.alu(insn, index)
+        elif kind is not FinishInsn:
+            self._apply_subclass(insn, index)
+
+    def _apply_subclass(self, insn: Instruction, index: int | None) -> None:
         if isinstance(insn, MemInsn):
             if insn.x_size == 0:
                 return
@@ -227,84 +362,94 @@ class Machine:
 
     # ------------------------------------------------------------------ DMA
     def _dram_rows(self, insn: MemInsn, elem_bytes: int, index: int | None) -> DramRows:
-        rows = DramRows(insn.dram_base * elem_bytes, insn.x_size * elem_bytes, insn.y_size,
-                        insn.x_stride * elem_bytes)
-        if insn.y_size and (rows.start < 0 or rows.end > self.dram.size):
-            raise MemoryAccessError(
-                f"{describe(index, insn)}: DRAM bytes [{rows.start:#x}, {rows.end:#x}) out of range; "
-                f"DRAM holds {self.dram.size:#x} bytes (dram_base={insn.dram_base}, x_stride={insn.x_stride}, "
-                f"y_size={insn.y_size}, x_size={insn.x_size}, {elem_bytes} B per element)")
-        return rows
+        start = insn.dram_base * elem_bytes
+        row_bytes = insn.x_size * elem_bytes
+        y_size = insn.y_size
+        stride = insn.x_stride * elem_bytes
+        if y_size:
+            end = start if row_bytes == 0 else start + (y_size - 1) * stride + row_bytes
+            if start < 0 or end > self.dram.size:
+                raise MemoryAccessError(
+                    f"{describe(index, insn)}: DRAM bytes [{start:#x}, {end:#x}) out of range; "
+                    f"DRAM holds {self.dram.size:#x} bytes (dram_base={insn.dram_base}, x_stride={insn.x_stride}, "
+                    f"y_size={y_size}, x_size={insn.x_size}, {elem_bytes} B per element)")
+        return DramRows(start, row_bytes, y_size, stride)
 
     def _dram_view(self, rows: DramRows) -> np.ndarray:
         """The footprint as a [rows, row_bytes] view of DRAM (rows may overlap when stride < row)."""
-        if rows.rows == 1 or rows.stride == rows.row_bytes:   # contiguous: a plain slice
-            return self.dram[rows.start:rows.start + rows.rows * rows.row_bytes].reshape(rows.rows, rows.row_bytes)
-        base = self.dram[rows.start:]
-        return np.lib.stride_tricks.as_strided(base, shape=(rows.rows, rows.row_bytes),
-                                               strides=(rows.stride, 1))
+        count, row, stride, start = rows.rows, rows.row_bytes, rows.stride, rows.start
+        if count == 1 or stride == row:   # contiguous: a plain slice
+            return self.dram[start:start + count * row].reshape(count, row)
+        if stride > row and start + count * stride <= self.dram.size:   # gaps between rows: slice, then crop
+            return self.dram[start:start + count * stride].reshape(count, stride)[:, :row]
+        return np.lib.stride_tricks.as_strided(self.dram[start:], shape=(count, row), strides=(stride, 1))
 
     def _sram_range(self, insn: MemInsn, name: str, count: int, index: int | None) -> slice:
-        depth = len(getattr(self, name))
-        if insn.sram_base < 0 or insn.sram_base + count > depth:
+        depth = self._depths[name]
+        base = insn.sram_base
+        if base < 0 or base + count > depth:
             raise MemoryAccessError(
-                f"{describe(index, insn)}: {name.upper()} entries [{insn.sram_base}, {insn.sram_base + count}) "
+                f"{describe(index, insn)}: {name.upper()} entries [{base}, {base + count}) "
                 f"out of range; the {name.upper()} buffer has {depth} entries")
-        return slice(insn.sram_base, insn.sram_base + count)
+        return slice(base, base + count)
 
     def load(self, insn: MemInsn, index: int | None = None) -> None:
         """LOAD: 2-D strided DRAM -> SRAM copy with zero padding written around it."""
         spec = self._mem[insn.memory_type]
-        height = insn.y_pad_0 + insn.y_size + insn.y_pad_1
-        width = insn.x_pad_0 + insn.x_size + insn.x_pad_1
-        target = self._sram_range(insn, spec.sram, height * width, index)
+        name = spec.sram
+        y_size, x_size = insn.y_size, insn.x_size
+        y_pad_0, x_pad_0 = insn.y_pad_0, insn.x_pad_0
+        height = y_pad_0 + y_size + insn.y_pad_1
+        width = x_pad_0 + x_size + insn.x_pad_1
+        target = self._sram_range(insn, name, height * width, index)
         rows = self._dram_rows(insn, spec.elem_bytes, index)
-        if self.observer is not None:
-            self.observer.dram(False, rows)
-            if spec.sram in SHARED_SRAMS:
-                self.observer.sram(spec.sram, True, target)
+        observer = self.observer
+        if observer is not None:
+            observer.dram(False, rows)
+            if name in SHARED_SRAMS:
+                observer.sram(name, True, target)
         raw = self._dram_view(rows)
-        sram = getattr(self, spec.sram)
-        if insn.memory_type == MemId.UOP:
-            words = raw.copy().view("<u4").astype(np.int64)          # [y, x]
-            elems = np.stack([(words >> f.offset) & ((1 << f.width) - 1) for f in self._uop_fields], axis=-1)
+        entry = spec.entry
+        if name == "uop":
+            words = raw.view("<u4").astype(np.int64)          # [y, x]
+            layout = self._layout
+            elems = (words[..., None] >> layout.uop_shifts) & layout.uop_masks
         else:
-            elems = raw.copy().view(spec.dtype).reshape(insn.y_size, insn.x_size, *sram.shape[1:])
-        if height == insn.y_size and width == insn.x_size:   # no padding: the elements are the block
-            block = elems.reshape(height * width, *sram.shape[1:]).astype(sram.dtype, copy=False)
+            elems = raw.view(spec.dtype).reshape(y_size, x_size, *entry)
+        sram = getattr(self, name)
+        if height == y_size and width == x_size:   # no padding: the elements are the block
+            sram[target] = elems.reshape(height * width, *entry)
         else:
-            block = np.zeros((height, width, *sram.shape[1:]), dtype=sram.dtype)
-            block[insn.y_pad_0:insn.y_pad_0 + insn.y_size, insn.x_pad_0:insn.x_pad_0 + insn.x_size] = elems
-            block = block.reshape(height * width, *sram.shape[1:])
-        sram[target] = block
-        self.written[spec.sram][target] = True
-        if spec.sram == "inp":
-            self._inp_f[target] = block
-        elif spec.sram == "wgt":
-            self._wgt_t[target] = block.transpose(0, 2, 1)
-        self.counters[spec.counter] += insn.y_size * insn.x_size * spec.counted_bytes
+            block = sram[target].reshape(height, width, *entry)   # a view of the target entries
+            block[...] = 0
+            block[y_pad_0:y_pad_0 + y_size, x_pad_0:x_pad_0 + x_size] = elems
+        self.written[name][target] = True
+        if name == "inp" or name == "wgt":
+            self._wrote(name, target)
+        self.counters[spec.counter] += y_size * x_size * spec.counted_bytes
 
     def store(self, insn: MemInsn, index: int | None = None) -> None:
         """STORE: 2-D strided OUT -> DRAM copy (OUT only, no padding)."""
-        elem_bytes = self.config.out_elem_bytes
-        source = self._sram_range(insn, "out", insn.y_size * insn.x_size, index)
+        elem_bytes = self._layout.out_elem_bytes
+        y_size, x_size = insn.y_size, insn.x_size
+        source = self._sram_range(insn, "out", y_size * x_size, index)
         rows = self._dram_rows(insn, elem_bytes, index)
         if self.observer is not None:
             self.observer.sram("out", False, source)
             self.observer.dram(True, rows)
         self._require_written("out", source, insn, index)
-        data = self.out[source].view(np.uint8).reshape(insn.y_size, insn.x_size * elem_bytes)
+        data = self.out[source].view(np.uint8).reshape(y_size, x_size * elem_bytes)
         if rows.stride >= rows.row_bytes or rows.rows <= 1:
             self._dram_view(rows)[...] = data
         else:  # overlapping rows: later rows win, as a row-by-row DMA would leave them
             for y in range(rows.rows):
                 start = rows.start + y * rows.stride
                 self.dram[start:start + rows.row_bytes] = data[y]
-        self.counters["out_store_nbytes"] += insn.y_size * insn.x_size * elem_bytes
+        self.counters["out_store_nbytes"] += y_size * x_size * elem_bytes
 
     # ------------------------------------------------------------------ micro-coded loops
     def _uops(self, insn: GemmInsn | AluInsn, index: int | None) -> np.ndarray:
-        depth = self.config.uop_depth
+        depth = self._depths["uop"]
         if insn.uop_end > depth:
             raise MemoryAccessError(f"{describe(index, insn)}: micro-ops [{insn.uop_bgn}, {insn.uop_end}) out of "
                                     f"range; the micro-op cache has {depth} entries")
@@ -318,7 +463,7 @@ class Machine:
         for column, (name, (f_out, f_in)) in enumerate(zip(buffers, factors)):
             if name is None:
                 continue
-            depth = len(getattr(self, name))
+            depth = self._depths[name]
             top = peaks[column] + (insn.iter_out - 1) * f_out + (insn.iter_in - 1) * f_in
             if top >= depth:
                 field = ("dst", "src", "wgt")[column]
@@ -351,17 +496,23 @@ class Machine:
 
     def gemm(self, insn: GemmInsn, index: int | None = None) -> None:
         """GEMM: acc[dst] += inp[src] . wgt[wgt]^T over the loop nest, or zero acc/out with reset_reg."""
-        if insn.uop_end <= insn.uop_bgn or insn.iter_out == 0 or insn.iter_in == 0:
+        iter_out, iter_in = insn.iter_out, insn.iter_in
+        if insn.uop_end <= insn.uop_bgn or iter_out == 0 or iter_in == 0:
             return
         uops = self._uops(insn, index)
         factors = [(insn.dst_factor_out, insn.dst_factor_in), (insn.src_factor_out, insn.src_factor_in),
                    (insn.wgt_factor_out, insn.wgt_factor_in)]
-        self._check_index_ranges(insn, uops, factors, ("acc", None, None) if insn.reset_reg else ("acc", "inp", "wgt"),
-                                 index)
+        reset = insn.reset_reg
+        self._check_index_ranges(insn, uops, factors, ("acc", None, None) if reset else ("acc", "inp", "wgt"), index)
+        count = iter_out * iter_in * len(uops)
+        if (count <= _SMALL_LOOP and count <= _GEMM_CHUNK and iter_out > 0 and iter_in > 0 and not self._uop_signed
+                and min(f for pair in factors for f in pair) >= 0):
+            self._gemm_small(insn, _loop_indices(uops, iter_out, iter_in, factors), index)
+            return
         obs = self.observer
         for dst, src, wgt in self._index_chunks(insn, uops, factors):
             dst = dst.ravel()
-            if insn.reset_reg:
+            if reset:
                 if obs is not None:
                     obs.sram("out", True, dst)
                 self.acc[dst] = 0
@@ -381,8 +532,43 @@ class Machine:
             self.acc[touched] = total.astype(np.int32)                    # wraps mod 2**32
             self.out[touched] = total.astype(np.int8)                     # low 8 bits
             self.written["out"][touched] = True
-        if not insn.reset_reg:
-            self.counters["gemm_counter"] += insn.iter_out * insn.iter_in * len(uops)
+        if not reset:
+            self.counters["gemm_counter"] += count
+
+    def _gemm_small(self, insn: GemmInsn, indices: np.ndarray, index: int | None) -> None:
+        """:meth:`gemm` for a loop of at most ``_SMALL_LOOP`` micro-ops, in one step, given its
+        non-negative, in-range indices ``[micro-op, (dst, src, wgt)]`` in loop order.
+
+        The int32 (or int64) products of each micro-op are added into ACC in place with
+        ``np.add.at``, which accumulates repeated destinations and wraps like the hardware's
+        adders (addition mod 2**32 commutes, so the order does not matter).
+        """
+        dst = indices[:, 0]
+        obs = self.observer
+        written = self.written
+        if insn.reset_reg:
+            if obs is not None:
+                obs.sram("out", True, dst)
+            self.acc[dst] = 0
+            self.out[dst] = 0
+            written["acc"][dst] = True
+            written["out"][dst] = True
+            return
+        src, wgt = indices[:, 1], indices[:, 2]
+        if obs is not None:
+            obs.sram("inp", False, src)
+            obs.sram("wgt", False, wgt)
+            obs.sram("out", True, dst)
+        self._require_written("inp", src, insn, index)
+        self._require_written("wgt", wgt, insn, index)
+        self._require_written("acc", dst, insn, index)
+        product = self._layout.product_dtype
+        products = np.matmul(self.inp[src].astype(product), self.wgt[wgt].astype(product).transpose(0, 2, 1))
+        acc = self.acc
+        np.add.at(acc, dst, products.astype(np.int32, copy=False))        # wraps mod 2**32
+        self.out[dst] = acc[dst].astype(np.int8)                          # low 8 bits
+        written["out"][dst] = True
+        self.counters["gemm_counter"] += len(dst)
 
     def _accumulated_products(self, dst: np.ndarray, src: np.ndarray, wgt: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Sum of inp[src] . wgt[wgt]^T per destination, for index arrays shaped [i, j, k]: (dsts, int64 sums).
@@ -417,21 +603,27 @@ class Machine:
 
     def alu(self, insn: AluInsn, index: int | None = None) -> None:
         """ALU: acc[dst] = op(acc[dst], imm if use_imm else acc[src]) in strict micro-op order."""
-        if insn.uop_end <= insn.uop_bgn or insn.iter_out == 0 or insn.iter_in == 0:
+        iter_out, iter_in = insn.iter_out, insn.iter_in
+        if insn.uop_end <= insn.uop_bgn or iter_out == 0 or iter_in == 0:
             return
         uops = self._uops(insn, index)
         factors = [(insn.dst_factor_out, insn.dst_factor_in), (insn.src_factor_out, insn.src_factor_in)]
-        self._check_index_ranges(insn, uops, factors, ("acc", None) if insn.use_imm else ("acc", "acc"), index)
-        for dst, src in self._index_chunks(insn, uops, factors):
-            dst, src = dst.ravel(), src.ravel()
+        use_imm = insn.use_imm
+        self._check_index_ranges(insn, uops, factors, ("acc", None) if use_imm else ("acc", "acc"), index)
+        count = iter_out * iter_in * len(uops)
+        if 0 < count <= _GEMM_CHUNK and iter_out > 0:   # one step: [dst, src] index rows, in loop order
+            chunks = [_loop_indices(uops, iter_out, iter_in, factors).T]
+        else:
+            chunks = ((dst.ravel(), src.ravel()) for dst, src in self._index_chunks(insn, uops, factors))
+        for dst, src in chunks:
             if self.observer is not None:
                 self.observer.sram("out", True, dst)
             self._require_written("acc", dst, insn, index)
-            if not insn.use_imm:
+            if not use_imm:
                 # every dst is initialised, so an uninitialised src is not written earlier in this instruction
                 self._require_written("acc", src, insn, index)
-            self._alu_chunk(insn, dst, None if insn.use_imm else src)
-        self.counters["alu_counter"] += insn.iter_out * insn.iter_in * len(uops)
+            self._alu_chunk(insn, dst, None if use_imm else src)
+        self.counters["alu_counter"] += count
 
     def _alu_chunk(self, insn: AluInsn, dst: np.ndarray, src: np.ndarray | None) -> None:
         acc = self.acc
@@ -454,40 +646,110 @@ class Machine:
         per-call overhead dominates at this size). Same int32 results as :func:`alu_op`."""
         acc = self.acc
         dsts = dst.tolist()
-        srcs = None if src is None else src.tolist()
-        entries = sorted(set(dsts) if srcs is None else set(dsts).union(srcs))
-        shape = acc.shape[1:]
-        rows = dict(zip(entries, acc[entries].reshape(len(entries), -1).tolist()))
-        op = insn.alu_opcode
-        for k, d in enumerate(dsts):
-            a = rows[d]
-            if srcs is None:
-                rows[d] = [_alu_scalar(op, x, insn.imm) for x in a]
-            else:
-                rows[d] = [_alu_scalar(op, x, y) for x, y in zip(a, rows[srcs[k]])]
         touched = sorted(set(dsts))
-        values = np.array([rows[e] for e in touched], dtype=np.int64).reshape(len(touched), *shape)
-        acc[touched] = values.astype(np.int32)
+        if src is None:
+            rows = dict(zip(touched, acc[touched].reshape(len(touched), -1).tolist()))
+            row_op = _imm_row_op(insn.alu_opcode, insn.imm)
+            for d in dsts:
+                rows[d] = row_op(rows[d])
+        else:
+            srcs = src.tolist()
+            entries = sorted(set(dsts).union(srcs))
+            rows = dict(zip(entries, acc[entries].reshape(len(entries), -1).tolist()))
+            pair_op = _pair_row_op(insn.alu_opcode)
+            for d, s in zip(dsts, srcs):
+                rows[d] = pair_op(rows[d], rows[s])
+        values = np.array([rows[e] for e in touched], dtype=np.int32).reshape(len(touched), *acc.shape[1:])
+        acc[touched] = values
         self.out[touched] = values.astype(np.int8)
         self.written["out"][touched] = True
 
 
-def _alu_scalar(op: AluOp, a: int, b: int) -> int:
-    """:func:`alu_op` on one pair of Python ints (a holds an int32 value); the result wrapped to int32."""
-    if op == AluOp.MIN:
-        r = a if a < b else b
-    elif op == AluOp.MAX:
-        r = a if a > b else b
-    elif op == AluOp.ADD:
-        r = a + b
-    elif op == AluOp.SHR:
-        shift = ((b & 63) ^ 32) - 32
-        r = a >> shift if shift >= 0 else a << -shift
-    elif op == AluOp.MUL:
-        r = a * (((b & 0xFFFF) ^ 0x8000) - 0x8000)
-    else:  # pragma: no cover - AluOp has no other members
+def _loop_indices(uops: np.ndarray, iter_out: int, iter_in: int, factors: list[tuple[int, int]]) -> np.ndarray:
+    """Every index of a two-level loop (``iter_out, iter_in >= 1``) as ``[micro-op, operand]``, in
+    loop order (i, j, micro-op): operand c of micro-op k in iteration (i, j) is
+    ``uops[k, c] + i * factors[c][0] + j * factors[c][1]``."""
+    columns = len(factors)
+    base = uops[:, :columns]
+    if iter_out == 1 and iter_in == 1:
+        return base
+    if iter_out * iter_in <= _PY_OFFSETS:
+        offsets = np.array([[i * f_out + j * f_in for f_out, f_in in factors]
+                            for i in range(iter_out) for j in range(iter_in)], dtype=np.int64)
+    else:
+        outer = np.array([f_out for f_out, _ in factors], dtype=np.int64)
+        inner = np.array([f_in for _, f_in in factors], dtype=np.int64)
+        offsets = (np.arange(iter_out, dtype=np.int64)[:, None, None] * outer
+                   + np.arange(iter_in, dtype=np.int64)[None, :, None] * inner).reshape(-1, columns)
+    return (offsets[:, None, :] + base[None, :, :]).reshape(-1, columns)
+
+
+# ALU operations on rows of Python ints holding int32 values (the small-chunk path), with the
+# results wrapped to int32 exactly as alu_op does: tensor operands pair two rows, immediate
+# operands apply one constant. Shifts take the low 6 bits of the operand as a signed amount,
+# multiplies its low 16 bits, signed.
+_HALF, _MASK = 0x80000000, 0xFFFFFFFF
+
+
+def _wrap32(r: int) -> int:
+    return ((r + _HALF) & _MASK) - _HALF
+
+
+def _row_min(a: list[int], b: list[int]) -> list[int]:
+    return [x if x < y else y for x, y in zip(a, b)]
+
+
+def _row_max(a: list[int], b: list[int]) -> list[int]:
+    return [x if x > y else y for x, y in zip(a, b)]
+
+
+def _row_add(a: list[int], b: list[int]) -> list[int]:
+    return [((x + y + _HALF) & _MASK) - _HALF for x, y in zip(a, b)]
+
+
+def _row_shr(a: list[int], b: list[int]) -> list[int]:
+    return [x >> s if s >= 0 else (((x << -s) + _HALF) & _MASK) - _HALF
+            for x, s in zip(a, [((y & 63) ^ 32) - 32 for y in b])]
+
+
+def _row_mul(a: list[int], b: list[int]) -> list[int]:
+    return [((x * (((y & 0xFFFF) ^ 0x8000) - 0x8000) + _HALF) & _MASK) - _HALF for x, y in zip(a, b)]
+
+
+_PAIR_ROW_OPS = {AluOp.MIN: _row_min, AluOp.MAX: _row_max, AluOp.ADD: _row_add, AluOp.SHR: _row_shr,
+                 AluOp.MUL: _row_mul}
+
+
+def _pair_row_op(op: AluOp) -> Callable[[list[int], list[int]], list[int]]:
+    """``op`` on two rows of int32 values, lane by lane."""
+    row_op = _PAIR_ROW_OPS.get(op)
+    if row_op is None:  # pragma: no cover - AluOp has no other members
         raise ProgramError(f"ALU opcode {op!r} is not one of {list(AluOp)}")
-    return ((r + 0x80000000) & 0xFFFFFFFF) - 0x80000000
+    return row_op
+
+
+def _imm_row_op(op: AluOp, imm: int) -> Callable[[list[int]], list[int]]:
+    """``op`` with the immediate ``imm`` on a row of int32 values."""
+    if op == AluOp.MIN or op == AluOp.MAX:
+        if not -_HALF <= imm < _HALF:   # beyond int32: every lane keeps its value, or becomes imm wrapped
+            if (imm > 0) == (op == AluOp.MIN):
+                return lambda a: a
+            constant = _wrap32(imm)
+            return lambda a: [constant] * len(a)
+        if op == AluOp.MIN:
+            return lambda a: [x if x < imm else imm for x in a]
+        return lambda a: [x if x > imm else imm for x in a]
+    if op == AluOp.ADD:
+        return lambda a: [((x + imm + _HALF) & _MASK) - _HALF for x in a]
+    if op == AluOp.SHR:
+        shift = ((imm & 63) ^ 32) - 32
+        if shift >= 0:
+            return lambda a: [x >> shift for x in a]
+        return lambda a: [(((x << -shift) + _HALF) & _MASK) - _HALF for x in a]
+    if op == AluOp.MUL:
+        factor = ((imm & 0xFFFF) ^ 0x8000) - 0x8000
+        return lambda a: [((x * factor + _HALF) & _MASK) - _HALF for x in a]
+    raise ProgramError(f"ALU opcode {op!r} is not one of {list(AluOp)}")  # pragma: no cover
 
 
 def alu_op(op: AluOp, a: np.ndarray, b: np.ndarray | np.int64) -> np.ndarray:

@@ -1,0 +1,317 @@
+"""The machine's fast paths for small work against its general paths, bit for bit.
+
+The data machine takes shortcuts for the short programs that dominate simulation time: a quick
+legality check per instruction, one-step index generation for loops, an ``np.add.at`` GEMM for
+small loops, Python-int ALU rows, sliced (not ``as_strided``) DMA views and lazily made float
+copies of INP/WGT. Each test below runs the same random work through the shortcut and through the
+general path (forced with the module's thresholds) or a naive reference, and compares everything
+observable: SRAMs, written masks, counters, DRAM, errors and their messages.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from vtakit.errors import MemoryAccessError, ProgramError
+from vtakit.hw import isa
+from vtakit.hw.config import VTAConfig
+from vtakit.hw.isa import AluInsn, AluOp, FinishInsn, GemmInsn, MemId, MemInsn, Opcode, Stage
+from vtakit.sim import machine as machine_module
+from vtakit.sim.machine import Machine, _validate, checked_stage, validate_instruction
+
+SMALL = VTAConfig.small(alu_mul=True)
+WIDE = VTAConfig(log_batch=1, log_block_in=3, log_block_out=3, log_uop_buff_size=12, log_inp_buff_size=13,
+                 log_wgt_buff_size=14, log_acc_buff_size=14, alu_mul=True)   # batch 2, 8x8 blocks
+
+
+class Recorder:
+    """An AccessObserver that collects the entries reported per (space, write)."""
+
+    def __init__(self) -> None:
+        self.seen: dict[tuple, set] = {}
+
+    def sram(self, space, write, index):
+        entries = range(*index.indices(1 << 30)) if isinstance(index, slice) else np.asarray(index).tolist()
+        self.seen.setdefault((space, write), set()).update(entries)
+
+    def dram(self, write, rows):
+        self.seen.setdefault(("dram", write), set()).add(rows)
+
+
+def _machine(config: VTAConfig, seed: int, observer=None, uop_high: int = 12) -> Machine:
+    """Random, fully written SRAMs (micro-op indices below ``uop_high``)."""
+    rng = np.random.default_rng(seed)
+    m = Machine(config, rng.integers(0, 256, 1 << 12, dtype=np.uint8), observer)
+    m.write_sram("inp", 0, rng.integers(-128, 128, m.inp.shape))
+    m.write_sram("wgt", 0, rng.integers(-128, 128, m.wgt.shape))
+    m.inp[0] = m.wgt[0] = -128                                  # the extreme products
+    m.write_sram("inp", 0, m.inp[:1])
+    m.write_sram("wgt", 0, m.wgt[:1])
+    m.write_sram("acc", 0, rng.integers(-(1 << 31), 1 << 31, m.acc.shape, dtype=np.int64))
+    m.write_sram("out", 0, rng.integers(-128, 128, m.out.shape))
+    m.write_sram("uop", 0, rng.integers(0, uop_high, m.uop.shape))
+    return m
+
+
+def _state(m: Machine) -> list[np.ndarray]:
+    return [m.uop, m.inp, m.wgt, m.acc, m.out, m.dram, *(m.written[name] for name in sorted(m.written))]
+
+
+def _assert_same(a: Machine, b: Machine, what: str) -> None:
+    for x, y in zip(_state(a), _state(b)):
+        np.testing.assert_array_equal(x, y, err_msg=what)
+    assert a.counters == b.counters, what
+
+
+def _random_loop(rng: np.random.Generator, cls, **extra):
+    bgn = int(rng.integers(0, 8))
+    fields = dict(uop_bgn=bgn, uop_end=bgn + int(rng.integers(1, 6)), iter_out=int(rng.integers(1, 5)),
+                  iter_in=int(rng.integers(1, 5)), dst_factor_out=int(rng.integers(0, 4)),
+                  dst_factor_in=int(rng.integers(0, 3)), src_factor_out=int(rng.integers(0, 4)),
+                  src_factor_in=int(rng.integers(0, 3)))
+    return cls(**fields, **extra)
+
+
+def _run_both(config, seed, insn, monkeypatch, fast: dict, slow: dict):
+    """Apply ``insn`` on two identical machines, one with the fast thresholds, one with the slow;
+    returns (machines, observers, errors)."""
+    results = []
+    for thresholds in (fast, slow):
+        for name, value in thresholds.items():
+            monkeypatch.setattr(machine_module, name, value)
+        observer = Recorder()
+        m = _machine(config, seed, observer)
+        observer.seen.clear()
+        error = None
+        try:
+            m.apply(insn, 3)
+        except MemoryAccessError as exc:
+            error = str(exc)
+        results.append((m, observer, error))
+    return results
+
+
+@pytest.mark.parametrize("config", [SMALL, WIDE], ids=["small", "wide"])
+def test_small_gemm_path_equals_general_path(config, monkeypatch):
+    """np.add.at GEMMs (repeated destinations, reset, aliasing weights) give the chunked path's state,
+    reported accesses and errors."""
+    rng = np.random.default_rng(11)
+    for trial in range(120):
+        reset = trial % 5 == 0
+        insn = _random_loop(rng, GemmInsn, reset_reg=reset, wgt_factor_out=int(rng.integers(0, 4)),
+                            wgt_factor_in=int(rng.integers(0, 3)))
+        if trial % 7 == 0:   # out of range, checked before anything happens
+            insn = dataclasses.replace(insn, dst_factor_out=config.acc_depth)
+        (fast, fast_obs, fast_err), (slow, slow_obs, slow_err) = _run_both(
+            config, trial, insn, monkeypatch, fast={"_SMALL_LOOP": 1 << 20}, slow={"_SMALL_LOOP": 0, "_GEMM_CHUNK": 7})
+        assert fast_err == slow_err, insn
+        _assert_same(fast, slow, f"trial {trial}: {insn}")
+        assert fast_obs.seen == slow_obs.seen   # the slow path reports them chunk by chunk
+
+
+def test_small_gemm_reports_uninitialised_operands_like_general_path(monkeypatch):
+    """The first unwritten INP, WGT or ACC entry named is the same on both paths."""
+    rng = np.random.default_rng(5)
+    uninitialised = 0
+    for trial in range(60):
+        insn = _random_loop(rng, GemmInsn, wgt_factor_out=1, wgt_factor_in=1)
+        cleared = rng.integers(0, 16, 3)
+        errors = []
+        for small in (1 << 20, 0):
+            monkeypatch.setattr(machine_module, "_SMALL_LOOP", small)
+            m = _machine(SMALL, trial)
+            m.written[("inp", "wgt", "acc")[trial % 3]][cleared] = False
+            try:
+                m.apply(insn, 9)
+                errors.append(None)
+            except MemoryAccessError as exc:
+                errors.append(str(exc))
+        assert errors[0] == errors[1]
+        uninitialised += errors[0] is not None and "uninitialised" in errors[0]
+    assert uninitialised > 20
+
+
+def test_gemm_with_negative_micro_op_indices_takes_the_general_path(monkeypatch):
+    """write_sram may put negative indices in the micro-op cache, which numpy indexing wraps; the
+    small path (whose np.add.at would combine -1 and depth-1) stays out of it."""
+    machines = []
+    for small in (1 << 20, 0):
+        monkeypatch.setattr(machine_module, "_SMALL_LOOP", small)
+        m = _machine(SMALL, 1)
+        m.write_sram("uop", 0, np.array([[-1, 0, 0], [SMALL.acc_depth - 1, 1, 1]]))
+        m.apply(GemmInsn(uop_bgn=0, uop_end=2))
+        machines.append(m)
+    _assert_same(*machines, "negative micro-op indices")
+
+
+@pytest.mark.parametrize("config", [SMALL, WIDE], ids=["small", "wide"])
+def test_one_step_alu_equals_chunked_alu(config, monkeypatch):
+    """ALU loops indexed in one step equal the chunked generator, in strict micro-op order."""
+    rng = np.random.default_rng(12)
+    for trial in range(120):
+        op = AluOp(int(rng.integers(0, len(AluOp))))
+        insn = _random_loop(rng, AluInsn, alu_opcode=op, use_imm=bool(trial % 2),
+                            imm=int(rng.integers(-(1 << 15), 1 << 15)))
+        lanes = 1 << 30 if trial % 3 else 0       # the Python rows, or numpy levels
+        (fast, _, fast_err), (slow, _, slow_err) = _run_both(
+            config, trial, insn, monkeypatch, fast={"_GEMM_CHUNK": 1 << 16, "_SMALL_ALU_LANES": lanes},
+            slow={"_GEMM_CHUNK": 5, "_SMALL_ALU_LANES": lanes})
+        assert fast_err == slow_err
+        _assert_same(fast, slow, f"trial {trial}: {insn}")
+
+
+@pytest.mark.parametrize("op", list(AluOp))
+def test_python_alu_rows_match_numpy_for_extreme_immediates(op, monkeypatch):
+    """Immediates beyond 16 and 32 bits (MIN/MAX compare the full value, then wrap), every shift."""
+    immediates = [0, 1, -1, 31, 32, 33, 63, 64, -32, -33, (1 << 15) - 1, -(1 << 15), 1 << 16, (1 << 31) - 1,
+                  -(1 << 31), 1 << 31, -(1 << 31) - 1, 1 << 40, -(1 << 40), (1 << 62) + 5]
+    config = SMALL
+    rng = np.random.default_rng(int(op))
+    start = rng.integers(-(1 << 31), 1 << 31, (config.acc_depth, config.batch, config.block_out), dtype=np.int64)
+    start[:4] = rng.choice([-(1 << 31), (1 << 31) - 1, -1, 0, 1], start[:4].shape)
+    dst = np.array([0, 1, 2, 3, 1, 0])
+    for imm in immediates:
+        results = []
+        for lanes in (1 << 30, 0):
+            monkeypatch.setattr(machine_module, "_SMALL_ALU_LANES", lanes)
+            m = Machine(config, np.zeros(64, np.uint8))
+            m.acc[:] = start.astype(np.int32)
+            m._alu_chunk(AluInsn(alu_opcode=op, use_imm=True, imm=imm), dst, None)
+            results.append((m.acc.copy(), m.out.copy(), m.written["out"].copy()))
+        for got, want in zip(*results):
+            np.testing.assert_array_equal(got, want, err_msg=f"imm {imm}")
+
+
+def _naive_load(m: Machine, insn: MemInsn) -> tuple[str, np.ndarray]:
+    """LOAD written from the ISA, element by element: (SRAM name, its expected contents)."""
+    spec = m._mem[insn.memory_type]
+    sram = getattr(m, spec.sram).copy()
+    width = insn.x_pad_0 + insn.x_size + insn.x_pad_1
+    height = insn.y_pad_0 + insn.y_size + insn.y_pad_1
+    for y in range(height):
+        for x in range(width):
+            entry = insn.sram_base + y * width + x
+            yy, xx = y - insn.y_pad_0, x - insn.x_pad_0
+            if not (0 <= yy < insn.y_size and 0 <= xx < insn.x_size):
+                sram[entry] = 0
+                continue
+            at = (insn.dram_base + yy * insn.x_stride + xx) * spec.elem_bytes
+            raw = m.dram[at:at + spec.elem_bytes]
+            if insn.memory_type == MemId.UOP:
+                word = int(raw.view("<u4")[0])
+                sram[entry] = [(word >> f.offset) & ((1 << f.width) - 1) for f in isa.uop_layout(m.config)]
+            else:
+                sram[entry] = raw.view(spec.dtype).reshape(sram.shape[1:])
+    return spec.sram, sram
+
+
+@pytest.mark.parametrize("config", [SMALL, WIDE], ids=["small", "wide"])
+def test_loads_match_naive_copy(config):
+    """Contiguous, gapped (sliced view), overlapping and DRAM-end (as_strided) footprints, with padding."""
+    rng = np.random.default_rng(3)
+    for trial in range(150):
+        memory = [MemId.UOP, MemId.INP, MemId.WGT, MemId.ACC, MemId.ACC_8BIT][trial % 5]
+        m = Machine(config, rng.integers(0, 256, 1 << 11, dtype=np.uint8))
+        elem = m._mem[memory].elem_bytes
+        x_size, y_size = int(rng.integers(1, 5)), int(rng.integers(1, 5))
+        stride = int(rng.choice([x_size, x_size + int(rng.integers(1, 4)), max(1, x_size - 1)]))
+        last = (y_size - 1) * stride + x_size                       # elements spanned
+        top = m.dram.size // elem - last
+        base = int(rng.choice([0, int(rng.integers(0, top + 1)), top]))   # top: the footprint ends at DRAM's end
+        pads = [int(rng.integers(0, 2)) if trial % 2 else 0 for _ in range(4)]
+        insn = MemInsn(opcode=Opcode.LOAD, memory_type=memory, sram_base=int(rng.integers(0, 4)), dram_base=base,
+                       y_size=y_size, x_size=x_size, x_stride=stride, y_pad_0=pads[0], y_pad_1=pads[1],
+                       x_pad_0=pads[2], x_pad_1=pads[3])
+        name, expected = _naive_load(m, insn)
+        m.apply(insn)
+        np.testing.assert_array_equal(getattr(m, name), expected, err_msg=str(insn))
+        entries = (y_size + pads[0] + pads[1]) * (x_size + pads[2] + pads[3])
+        assert m.written[name].sum() == entries
+        assert m.counters[m._mem[memory].counter] == y_size * x_size * m._mem[memory].counted_bytes
+
+
+def test_float_copies_follow_writes_after_first_large_gemm(monkeypatch):
+    """INP/WGT float copies are made by the first large GEMM and kept in step by later loads."""
+    rng = np.random.default_rng(4)
+    results = []
+    for small in (1 << 20, 0):
+        monkeypatch.setattr(machine_module, "_SMALL_LOOP", small)
+        m = _machine(SMALL, 8)
+        assert m._inp_f_copy is None and m._wgt_t_copy is None
+        insn = GemmInsn(uop_bgn=0, uop_end=4, iter_out=4, iter_in=5, dst_factor_out=1, src_factor_in=2,
+                        wgt_factor_out=1)   # 80 micro-ops: the float matmul path when not small
+        m.apply(insn)
+        for memory in (MemId.INP, MemId.WGT):
+            m.dram[:] = rng.integers(0, 256, m.dram.size)
+            m.apply(MemInsn(opcode=Opcode.LOAD, memory_type=memory, sram_base=0, dram_base=0, y_size=2, x_size=3,
+                            x_stride=5, x_pad_0=1))
+            m.write_sram("inp", 12, rng.integers(-128, 128, (2, *m.inp.shape[1:])))
+        m.apply(insn)
+        if small == 0:
+            np.testing.assert_array_equal(m._inp_f, m.inp.astype(np.float32))
+            np.testing.assert_array_equal(m._wgt_t, m.wgt.transpose(0, 2, 1).astype(np.float32))
+        results.append(m)
+        rng = np.random.default_rng(4)
+    _assert_same(*results, "small vs large GEMM path around loads")
+
+
+def _instructions(rng: np.random.Generator):
+    """Random instructions, legal and not: every opcode/memory pair, flags, pads, MUL, odd opcodes."""
+    flags = lambda: {f: bool(rng.integers(0, 2)) for f in ("pop_prev", "pop_next", "push_prev", "push_next")}
+    for _ in range(600):
+        kind = int(rng.integers(0, 5))
+        if kind == 0:
+            yield MemInsn(opcode=Opcode(int(rng.choice([0, 1, 0, 1, 2, 3, 4]))), memory_type=MemId(int(rng.integers(0, 6))),
+                          x_size=int(rng.integers(0, 3)), y_pad_0=int(rng.integers(0, 2)) * int(rng.integers(0, 2)),
+                          x_pad_1=int(rng.integers(0, 2)) * int(rng.integers(0, 2)), **flags())
+        elif kind == 1:
+            yield GemmInsn(opcode=Opcode(int(rng.choice([2, 2, 2, 1]))), **flags())
+        elif kind == 2:
+            yield AluInsn(opcode=Opcode(int(rng.choice([4, 4, 4, 3]))), alu_opcode=AluOp(int(rng.integers(0, 5))),
+                          **flags())
+        elif kind == 3:
+            yield FinishInsn(opcode=Opcode(int(rng.choice([3, 3, 1]))), **flags())
+        else:
+            yield ("not", "an", "instruction")
+
+
+@pytest.mark.parametrize("alu_mul", [False, True])
+def test_quick_validation_equals_general_validation(alu_mul):
+    """validate_instruction / checked_stage accept, reject (same message) and route exactly as the
+    field-by-field check and isa.stage_of do."""
+    config = VTAConfig.small(alu_mul=alu_mul)
+    accepted = 0
+    for index, insn in enumerate(_instructions(np.random.default_rng(int(alu_mul)))):
+        outcomes = []
+        for check in (lambda: validate_instruction(insn, config, index), lambda: _validate(insn, config, index),
+                      lambda: checked_stage(insn, config, index)):
+            try:
+                outcomes.append(("ok", check()))
+            except ProgramError as exc:
+                outcomes.append(("error", str(exc)))
+        assert outcomes[0] == outcomes[1] == ("ok", None) or outcomes[0] == outcomes[1] == outcomes[2], insn
+        if outcomes[0][0] == "ok":
+            accepted += 1
+            assert outcomes[2] == ("ok", isa.stage_of(insn))
+    assert 100 < accepted < 500   # both outcomes well exercised
+
+
+def test_subclassed_instructions_are_validated_and_applied():
+    """Instances of subclasses of the ISA classes take the general paths, with the same effect."""
+
+    @dataclasses.dataclass(frozen=True, kw_only=True)
+    class TaggedAlu(AluInsn):
+        tag: str = "x"
+
+    plain = AluInsn(alu_opcode=AluOp.ADD, use_imm=True, imm=5, uop_end=2, iter_out=2, dst_factor_out=2)
+    tagged = TaggedAlu(alu_opcode=AluOp.ADD, use_imm=True, imm=5, uop_end=2, iter_out=2, dst_factor_out=2)
+    assert checked_stage(tagged, SMALL) == Stage.COMPUTE
+    a, b = _machine(SMALL, 2), _machine(SMALL, 2)
+    a.apply(plain)
+    b.apply(tagged)
+    _assert_same(a, b, "subclass")
+    with pytest.raises(ProgramError, match="ALU MUL needs"):
+        validate_instruction(dataclasses.replace(tagged, alu_opcode=AluOp.MUL), VTAConfig.small())
