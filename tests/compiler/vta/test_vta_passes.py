@@ -138,8 +138,25 @@ def test_dma_and_codegen_rejects():
         vtakit.build(*alu_schedule(lambda a: a, dma_in=False), target="vta", config=CFG)
     with pytest.raises(CompileError, match="holds int8, not int32"):
         vtakit.build(*alu_schedule(lambda a: a, scope=ENV.inp_scope), target="vta", config=CFG)
-    with pytest.raises(CompileError, match="split factors that divide"):
-        vtakit.build(*alu_schedule(lambda a: a, split=2), target="vta", config=CFG)
+
+
+
+@pytest.mark.parametrize("split", [2, 4])
+def test_split_that_does_not_divide_peels_a_tail(split):
+    """3 column blocks in tiles of 2 (a full tile and a tail of 1) or 4 (one partial tile): the DMA,
+    ALU and store of the tail tile are smaller instructions, and the result is exact."""
+    s, args = alu_schedule(lambda a: a + 5, split=split)
+    (a,), got = run(s, args)
+    np.testing.assert_array_equal(got, wrap8(a.astype(np.int64) + 5))
+
+
+def test_split_tail_inside_a_virtual_thread_is_rejected():
+    s, args = alu_schedule(lambda a: a + 5, split=2)
+    out = args[-1]
+    s[out].bind(s[out].leaf_iter_vars[1], te.thread_axis("cthread"))
+    with pytest.raises(CompileError, match=r"loop i1 has the non-constant extent min\(2, \(3 - \(cthread \* 2\)\)\); "
+                                           r"the tail .* not inside a virtual thread"):
+        vtakit.build(s, args, target="vta", config=CFG)
 
 
 def test_padded_acc8_load():

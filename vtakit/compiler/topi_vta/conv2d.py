@@ -43,9 +43,13 @@ class Conv2dKnobs:
                                                ("tile_w", self.tile_w, wl.ow, 1),
                                                ("tile_co", self.tile_co, co_blocks, self.oc_nthread),
                                                ("tile_ci", self.tile_ci, ci_blocks, 1)):
-            if not isinstance(value, int) or value < 1 or total % (value * per_thread):
-                raise CompileError(f"conv2d knob {name}={value!r} must divide {total}"
-                                   + (f" into {per_thread} virtual threads" if per_thread > 1 else ""))
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise CompileError(f"conv2d knob {name}={value!r} must be a positive integer")
+            # a tile that does not divide leaves a smaller tail tile (lowered by LoopPartition); the
+            # tiles of an axis split over virtual threads must divide evenly among them
+            if per_thread > 1 and total % (value * per_thread):
+                raise CompileError(f"conv2d knob {name}={value!r} must divide {total} into {per_thread} "
+                                   "virtual threads")
 
 
 def check_conv2d_shape(env: VTAEnv, wl: Conv2dWorkload) -> None:

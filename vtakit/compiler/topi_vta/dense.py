@@ -32,9 +32,13 @@ class DenseKnobs:
     def check(self, mb: int, nb: int, kb: int) -> None:
         for name, value, total, per in (("tile_b", self.tile_b, mb, 1), ("tile_co", self.tile_co, nb, self.oc_nthread),
                                         ("tile_ci", self.tile_ci, kb, 1)):
-            if not isinstance(value, int) or value < 1 or total % (value * per):
-                raise CompileError(f"dense knob {name}={value!r} must divide {total}"
-                                   + (f" into {per} virtual threads" if per > 1 else ""))
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise CompileError(f"dense knob {name}={value!r} must be a positive integer")
+            # a tile that does not divide leaves a smaller tail tile (lowered by LoopPartition); the
+            # tiles of an axis split over virtual threads must divide evenly among them
+            if per > 1 and total % (value * per):
+                raise CompileError(f"dense knob {name}={value!r} must divide {total} into {per} "
+                                   "virtual threads")
 
 
 def check_dense_shape(env: VTAEnv, m: int, n: int, k: int) -> None:

@@ -7,10 +7,13 @@ becomes ``vta.store_buffer_2d`` on the store queue. The pass derives everything 
 
 * the innermost loops must walk one SRAM entry (a tensor tile of BATCH x BLOCK scalars)
   contiguously on both sides; the remaining loops step in whole entries;
-* those loops, ordered by their SRAM stride (which must be compact), merge where the DRAM side
-  is contiguous too; the innermost two become the DMA's x (columns, DRAM stride one entry) and
-  y (rows, stride ``x_stride``) dimensions, any further ones stay host loops that issue one
-  DMA per iteration;
+* those loops, ordered by their SRAM stride, merge where the DRAM side is contiguous too; the
+  innermost two become the DMA's x (columns, DRAM stride one entry) and y (rows, stride
+  ``x_stride``) dimensions, any further ones stay host loops that issue one DMA per iteration;
+* one DMA fills a compact SRAM block, so a loop stepping further in SRAM than the block inside
+  it (the rows of a partial tile, in the tail of a split that does not divide) is a host loop
+  too, except that a load whose rows are wider in SRAM than its columns pads each row with
+  zeros after the columns (``x_pad_1``) and stays one DMA;
 * a copy whose value is ``if_then_else(cond, load, 0)`` (a padded tensor, e.g. ``topi.nn.pad``
   computed into the input buffer) has each conjunct of ``cond`` bound one of the y/x loops;
   the bounds become the DMA's zero padding before and after (expressions, evaluated per DMA).
@@ -44,6 +47,7 @@ class _Dim:
     dram_step: int
     pad: tuple[ir.PrimExpr, ir.PrimExpr] | None = None   # valid range [lo, hi) of the loop, if padded
     padded_var: ir.Var | None = field(default=None)
+    slack: int = 0    # SRAM entries after each run of this (column) dimension that the copy skips
 
 
 def _strip_casts(e: ir.PrimExpr) -> ir.PrimExpr:
@@ -137,15 +141,24 @@ class _DMAInjector(ir.IRMutator):
                            f"a global buffer into {sorted(SCOPE_MEM)} or stores {ACC_SCOPE} to a global buffer")
 
     def _dims(self, where: str, loops: list[Loop], outer: list[int], sram: list[int], dram: list[int],
-              lanes: int, pads: dict[ir.Var, list]) -> list[_Dim]:
-        """Entry-level dimensions, outermost first, SRAM-compact, merged where DRAM is contiguous."""
+              lanes: int, pads: dict[ir.Var, list], row_slack: bool) -> tuple[list[_Dim], int]:
+        """Entry-level dimensions, outermost first, merged where DRAM is contiguous, and how many of
+        the outer ones must be host loops: one instruction fills a compact SRAM block, so a
+        dimension stepping further than the block inside it (the rows of a partial tile, as in the
+        tail of a split that does not divide) starts a new instruction per step, unless
+        ``row_slack`` (a load, which can pad) lets the columns skip the rest of each row."""
         order = sorted(outer, key=lambda k: -sram[k])
         dims = [_Dim([k], loops[k].extent, sram[k] // lanes, dram[k] // lanes) for k in order]
-        span = 1
-        for d in reversed(dims):
+        span, n_host = 1, 0
+        for i in reversed(range(len(dims))):
+            d = dims[i]
             if d.sram_step != span:
-                raise CompileError(f"{where}: the SRAM side is not compact (loop {loops[d.loops[0]].var.name} steps "
-                                   f"{d.sram_step} entries, expected {span}); copy whole tiles into the buffer")
+                columns = dims[-1]
+                if row_slack and i == len(dims) - 2 and columns.dram_step == 1 and d.sram_step > span:
+                    columns.slack, span = d.sram_step - span, d.sram_step
+                else:
+                    n_host = i + 1
+                    break
             span *= d.extent
         for d in dims:
             var = loops[d.loops[0]].var
@@ -159,24 +172,26 @@ class _DMAInjector(ir.IRMutator):
             raise CompileError(f"{where}: padding on {sorted(v.name for v in extra)}, which are not row or column "
                                "loops of the copy")
         merged: list[_Dim] = []
-        for d in reversed(dims):          # innermost first
+        for d in reversed(dims[n_host:]):          # innermost first
             inner = merged[-1] if merged else None
-            if inner is not None and d.pad is None and inner.pad is None \
+            if inner is not None and d.pad is None and inner.pad is None and not inner.slack \
                     and d.dram_step == inner.dram_step * inner.extent:
                 inner.loops = d.loops + inner.loops     # one dimension, stepping like its inner part
                 inner.extent *= d.extent
                 continue
             merged.append(d)
-        return list(reversed(merged))
+        return dims[:n_host] + list(reversed(merged)), n_host
 
-    def _plan(self, where: str, loops: list[Loop], dims: list[_Dim]):
-        """(host loops, y dim or None, x dim or None) with x stepping one DRAM entry."""
-        dims = list(dims)
+    def _plan(self, where: str, loops: list[Loop], dims: list[_Dim], n_host: int):
+        """(host loops, y dim or None, x dim or None) with x stepping one DRAM entry; the first
+        ``n_host`` dimensions are host loops whatever their steps."""
+        dims, forced = list(dims[n_host:]), dims[:n_host]
         x = y = None
         if dims and dims[-1].dram_step == 1:
             x = dims.pop()
         if dims:
             y = dims.pop()
+        dims = forced + dims
         for d in dims:
             if d.pad is not None:
                 raise CompileError(f"{where}: padding on loop {loops[d.loops[0]].var.name}, which is neither the row "
@@ -222,10 +237,11 @@ class _DMAInjector(ir.IRMutator):
         if entry_vars & set(pads):
             raise CompileError(f"{where}: padding inside an SRAM entry (on {[v.name for v in entry_vars & set(pads)]}) "
                                "is not supported; pad whole tiles only")
-        dims = self._dims(where, loops, outer, sram, dram, lanes, pads)
-        host, y, x = self._plan(where, loops, dims)
+        host, y, x = self._plan(where, loops, *self._dims(where, loops, outer, sram, dram, lanes, pads, True))
         y_size, y0, y1 = self._size_and_pads(y)
         x_size, x0, x1 = self._size_and_pads(x)
+        if x is not None and x.slack:
+            x1 = simplify(x1 + x.slack)
         zero = {loops[k].var: ir.IntImm("int32", 0) for k in range(len(loops)) if k not in host}
         sram_off = ir.substitute(store.indices[0], zero)
         first = dict(zero)
@@ -234,7 +250,7 @@ class _DMAInjector(ir.IRMutator):
         if x is not None and x.padded_var is not None:
             first[x.padded_var] = x0
         dram_off = ir.substitute(src.indices[0], first)
-        footprint = (y.extent if y else 1) * (x.extent if x else 1) * lanes
+        footprint = (y.extent if y else 1) * (x.extent + x.slack if x else 1) * lanes
         x_stride = ir.IntImm("int32", y.dram_step) if y is not None else x_size
         call = ir.Call("int32", LOAD_2D, (ir.IntImm("int32", int(mem)), access_ptr(dst, sram_off, footprint, 2),
                                           access_ptr(src.buffer, dram_off, lanes, 1), y_size, x_size, x_stride,
@@ -251,8 +267,7 @@ class _DMAInjector(ir.IRMutator):
         sram, _ = affine(src.indices[0], loops, where)
         dram, _ = affine(store.indices[0], loops, where)
         outer, _ = split_entry(loops, [sram, dram], lanes, where, "the store")
-        dims = self._dims(where, loops, outer, sram, dram, lanes, {})
-        host, y, x = self._plan(where, loops, dims)
+        host, y, x = self._plan(where, loops, *self._dims(where, loops, outer, sram, dram, lanes, {}, False))
         y_size, _, _ = self._size_and_pads(y)
         x_size, _, _ = self._size_and_pads(x)
         zero = {loops[k].var: ir.IntImm("int32", 0) for k in range(len(loops)) if k not in host}

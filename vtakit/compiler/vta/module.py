@@ -3,8 +3,9 @@
 :func:`build_config` is the :class:`~vtakit.compiler.transform.PassContext` of VTA's
 ``vta.build_config``: the SRAM scopes of the configuration and the passes per phase
 
-* phase 1 (after storage flattening): InjectDMAIntrin, InjectALUIntrin (in-place accumulation,
-  ALU micro-op loops), LiftAttrScope of the coprocessor scopes, CoProcSync;
+* phase 1 (after storage flattening): LoopPartition (:func:`partition_tails`), InjectDMAIntrin,
+  InjectALUIntrin (in-place accumulation, ALU micro-op loops), LiftAttrScope of the coprocessor
+  scopes, CoProcSync;
 * phase 2 (after virtual-thread injection and the scope capacity check): FoldUopLoop.
 
 ``with build_config(cfg): vtakit.lower(s, args)`` shows the DMA, micro-op and token intrinsics.
@@ -21,6 +22,8 @@ import numpy as np
 
 from vtakit.compiler import ir
 from vtakit.compiler.build import register_lowering, register_target
+from vtakit.compiler.lower.loop_partition import partition_loops
+from vtakit.compiler.lower.simplify import simplify_func
 from vtakit.compiler.transform import PassContext
 from vtakit.compiler.vta.alu import inject_alu_intrin
 from vtakit.compiler.vta.codegen import ProgramTemplate, generate
@@ -40,10 +43,18 @@ from vtakit.sim.stats import RunStats
 __all__ = ["build_config", "lower", "build", "VTAModule"]
 
 
+def partition_tails(func: ir.PrimFunc) -> ir.PrimFunc:
+    """Peel the tail iterations of splits that do not divide off their loops (LoopPartition), then
+    simplify: the main part and each tail are loop nests of constant extents without guards, as
+    the DMA, ALU and micro-op passes need (a tail tile is a smaller tile). Dividing splits are
+    left as they are."""
+    return simplify_func(partition_loops(func))
+
+
 def build_config(config: VTAConfig | VTAEnv | None = None) -> PassContext:
     """The PassContext that lowers schedules for the accelerator of ``config``."""
     env = config if isinstance(config, VTAEnv) else get_env(config)
-    passes = [(1, inject_dma_intrin(env)), (1, inject_alu_intrin(env)), (1, lift_coproc_scopes),
+    passes = [(1, partition_tails), (1, inject_dma_intrin(env)), (1, inject_alu_intrin(env)), (1, lift_coproc_scopes),
               (1, inject_coproc_sync), (2, fold_uop_loops)]
     return PassContext(config={"tir.add_lower_pass": passes}, memory_scopes=dict(env.memory_scopes))
 

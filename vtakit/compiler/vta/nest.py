@@ -45,8 +45,10 @@ def perfect_nest(stmt: ir.Stmt, where: str) -> tuple[list[Loop], ir.BufferStore]
                 raise CompileError(f"{where}: loop {s.loop_var.name} starts at {s.min}, expected 0")
             ext = simplify(s.extent)
             if not isinstance(ext, ir.IntImm):
-                raise CompileError(f"{where}: loop {s.loop_var.name} has the non-constant extent {ext} (a tail of a "
-                                   "split); choose split factors that divide the axes evenly")
+                raise CompileError(f"{where}: loop {s.loop_var.name} has the non-constant extent {ext}; the tail "
+                                   "of a split that does not divide is peeled off into its own loop, but not "
+                                   "inside a virtual thread (vthread/cthread) or for symbolic shapes: there, "
+                                   "choose split factors that divide the axes evenly")
             ext = ext.value
             if ext == 1:
                 vmap[s.loop_var] = ir.IntImm(s.loop_var.dtype, 0)
@@ -58,8 +60,9 @@ def perfect_nest(stmt: ir.Stmt, where: str) -> tuple[list[Loop], ir.BufferStore]
         elif isinstance(s, ir.BufferStore):
             return loops, ir.substitute(s, vmap) if vmap else s
         elif isinstance(s, ir.IfThenElse):
-            raise CompileError(f"{where}: the loop nest has a guard ({s.cond}); choose split factors that divide "
-                               "the axes evenly")
+            raise CompileError(f"{where}: the loop nest has a guard ({s.cond}) that peeling the tails of splits "
+                               "did not remove (inside a virtual thread, or not affine in the loops); choose split "
+                               "factors that divide the axes evenly")
         else:
             raise CompileError(f"{where}: expected a perfect loop nest around one store, found "
                                f"{type(s).__name__}: {str(s).strip()[:120]}")
