@@ -26,8 +26,9 @@ from vtakit.runtime.device import Device
 from vtakit.runtime.pipeline import BufferChannel
 from vtakit.sim.program import Program
 
-__all__ = ["GemmTiling", "GemmBenchResult", "plan_gemm", "plan_gemm_threads", "MAX_VTHREADS", "requant_shift", "pack_inp", "pack_wgt",
-           "unpack_out", "reference_gemm", "build_gemm", "gemm_program", "bench_gemm", "MAX_BENCH_DRAM"]
+__all__ = ["GemmTiling", "GemmBenchResult", "plan_gemm", "plan_gemm_threads", "MAX_VTHREADS", "requant_shift",
+           "pack_inp", "pack_wgt", "unpack_out", "reference_gemm", "build_gemm", "gemm_program", "bench_gemm",
+           "MAX_BENCH_DRAM"]
 
 MAX_BENCH_DRAM = 1 << 30
 MAX_VTHREADS = 8                    # SRAM buffer copies the planner splits the buffers into, at most
