@@ -1,39 +1,64 @@
 """Speed of the cycle model: against the RTL simulation, and simulated cycles per second.
 
-1. The same programs on ``rtl`` and on ``cycle`` (corpus programs and random programs, small and
-   default configuration): wall-clock seconds of each run, whether cycles and every retire cycle
-   agree, and the speed ratio rtl / cycle (per program and over the whole set). The RTL is warmed up
-   per configuration first (elaboration is not counted).
-   The functional simulator's time on the same programs is reported too (the cycle model computes
-   its data with fsim's code, so fsim's time is a floor for short programs).
-   Wall-clock seconds are of whole ``tests.programs.run_program`` calls, which also encode the
-   instruction stream and build the DRAM image (harness work shared by all backends). Reported
-   alongside, labelled ``sim_``: each backend's own ``RunStats.sim_seconds`` (measured inside its
-   ``execute``) and their ratio.
+1. The same programs on ``rtl``, ``cycle`` and ``fsim``, in two groups reported apart:
+
+   * ``rtl_vs_cycle``: short test programs (corpus programs and random programs, small and
+     default configuration; 5-115 instructions, 200-16k cycles), where per-run overheads dominate;
+   * ``rtl_vs_cycle_workloads``: what users run on ``VTAConfig.small()``: programs the compiler
+     produces (``topi_vta`` packed conv2d and dense layers) and the blocked, double-buffered GEMM
+     of ``vtakit bench gemm`` (a few thousand to ~40k cycles; the full run adds a 50k-cycle GEMM on
+     the default configuration).
+
+   Per program: whether cycles, every retire cycle and the final DRAM image agree between ``rtl``
+   and ``cycle`` (and the DRAM with ``fsim``; workloads are also checked against numpy), and the
+   speed ratio rtl / cycle, per program, per program class and over each group. The RTL is warmed
+   up per configuration first (elaboration is not counted).
+   Two ratios: ``speedup`` uses wall-clock seconds of whole ``tests.programs.run_program`` calls,
+   each on a fresh copy of the program, so every run pays for encoding the instruction stream and
+   building the DRAM image (harness work shared by all backends); ``sim_speedup`` uses each
+   backend's own ``RunStats.sim_seconds`` (measured inside its ``execute``). ``cycle_warm_seconds``
+   is the cycle backend re-running the same program object (its encoding cached), as a user
+   re-running a layer does. The functional simulator's time is reported too: the cycle model
+   computes its data with fsim's code, so fsim's time is a floor for short programs.
+   With ``--repeat R`` every program runs R rounds (rounds outermost, backends interleaved; cycle
+   and fsim 5 times a round); every figure is the median over the runs.
 2. Simulated cycles per second of the cycle model on long GEMMs on the default configuration: the
    blocked, double-buffered GEMM of ``vtakit bench gemm`` (data computed too), and one GEMM
    instruction of 2**20 micro-ops (timing alone dominates).
 
-Usage: ``python scripts/bench_cycle.py [--json] [--quick]`` (``--quick``: fewer RTL programs).
+Usage: ``python scripts/bench_cycle.py [--json] [--quick] [--repeat R]``. ``--quick``: fewer and
+shorter RTL programs, one round (about 1-1.5 minutes); the full run (3 rounds) takes about 8-10.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import statistics
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import vtakit  # noqa: E402
 from tests.programs import CASES, run_program  # noqa: E402
 from tests.programs.runner import insn_address  # noqa: E402
+from vtakit.compiler.topi_vta.bench import SHIFT, conv2d_operands, dense_operands  # noqa: E402
+from vtakit.compiler.topi_vta.conv2d import conv2d  # noqa: E402
+from vtakit.compiler.topi_vta.dense import dense  # noqa: E402
+from vtakit.compiler.topi_vta.tiling import choose_conv2d_tiles, choose_dense_tiles  # noqa: E402
+from vtakit.compiler.topi_vta.workloads import Conv2dWorkload  # noqa: E402
+from vtakit.compiler.vta.env import get_env  # noqa: E402
 from vtakit.hw.config import VTAConfig  # noqa: E402
 from vtakit.hw.isa import FinishInsn, GemmInsn, MemId, MemInsn, Opcode, Uop  # noqa: E402
-from vtakit.runtime.blocked_gemm import bench_gemm, gemm_program  # noqa: E402
+from vtakit.runtime import Device  # noqa: E402
+from vtakit.runtime.blocked_gemm import bench_gemm, gemm_program, reference_gemm, requant_shift, unpack_out  # noqa: E402
 from vtakit.runtime.random_program import random_program  # noqa: E402
 from vtakit.sim.backend import Launch  # noqa: E402
 from vtakit.sim.cycle import simulate  # noqa: E402
@@ -41,53 +66,166 @@ from vtakit.sim.program import Program  # noqa: E402
 
 SMALL = VTAConfig.small()
 DEFAULT = VTAConfig()
+FAST_RUNS_PER_ROUND = 5      # cycle and fsim runs per round (each takes milliseconds)
 
 
-def _programs(quick: bool) -> list[tuple[str, Program]]:
+@dataclass
+class Bench:
+    """One benchmark program: its class (for per-class ratios) and, for workloads, a numpy check."""
+
+    name: str
+    kind: str                 # program class: corpus, random, conv2d, dense, gemm
+    program: Program
+    check: Callable[[np.ndarray], bool] | None = None   # final DRAM -> result equals numpy's
+
+
+# ---------------------------------------------------------------------------- programs
+def short_programs(quick: bool) -> list[Bench]:
     names_small = ("blocked_gemm_vt1", "blocked_gemm_vt2", "gemm_epilogue", "token_burst", "pad_acc_1232")
     names_default = ("blocked_gemm_vt2", "gemm_epilogue", "acc_roundtrip")
     seeds = range(3) if quick else range(8)
-    out = [(f"small/{n}", CASES[n](SMALL).program) for n in names_small]
-    out += [(f"small/random{s}", random_program(SMALL, s)) for s in seeds]
-    out += [(f"default/{n}", CASES[n](DEFAULT).program) for n in (names_default[:1] if quick else names_default)]
-    out += [(f"default/random{s}", random_program(DEFAULT, s)) for s in seeds[:2 if quick else 4]]
-    if not quick:   # a longer run (about 50k cycles), where the per-run overheads matter less
-        out.append(("default/gemm_128x256x256_vt2", gemm_program(DEFAULT, 128, 256, 256, vthreads=2)))
+    out = [Bench(f"small/{n}", "small/corpus", CASES[n](SMALL).program) for n in names_small]
+    out += [Bench(f"small/random{s}", "small/random", random_program(SMALL, s)) for s in seeds]
+    out += [Bench(f"default/{n}", "default/corpus", CASES[n](DEFAULT).program)
+            for n in (names_default[:1] if quick else names_default)]
+    out += [Bench(f"default/random{s}", "default/random", random_program(DEFAULT, s)) for s in seeds[:2 if quick else 4]]
     return out
 
 
+def _compiled(kind: str, config: VTAConfig, shape: tuple[int, ...], vthreads: int = 2) -> Bench:
+    """A ``topi_vta`` layer compiled for ``config``, as the self-contained program ``VTAModule`` runs."""
+    env = get_env(config)
+    if kind == "conv2d":
+        wl = Conv2dWorkload(*shape)
+        s, tensors = conv2d(env, wl, choose_conv2d_tiles(env, wl, vthreads), shift=SHIFT)
+        host, expect = conv2d_operands(env, wl)
+        label = "conv2d_{}x{}_ci{}_co{}_k{}".format(*shape[:5])
+    else:
+        s, tensors = dense(env, *shape, choose_dense_tiles(env, *shape, vthreads), shift=SHIFT)
+        host, expect = dense_operands(env, *shape)
+        label = "dense_{}x{}x{}".format(*shape)
+    module = vtakit.build(s, tensors, target="vta", config=config)
+    device = Device(config, dram_size=(1 << 20) + 4 * sum(h.nbytes for h in host) + 2 * expect.nbytes)
+    arrays = [device.array(h) for h in host] + [device.empty(expect.shape, np.int8)]
+    program = module.program_for(*arrays)   # segments: the arrays' contents; micro-ops at their DRAM block
+    at, nbytes = arrays[-1].phys_addr, expect.nbytes
+
+    def check(dram: np.ndarray) -> bool:
+        return bool(np.array_equal(dram[at:at + nbytes].view(np.int8).reshape(expect.shape), expect))
+
+    return Bench(f"{'small' if config == SMALL else 'default'}/{label}_vt{vthreads}", kind, program, check)
+
+
+def _blocked_gemm(config: VTAConfig, m: int, n: int, k: int, vthreads: int = 2) -> Bench:
+    """The ``vtakit bench gemm`` program (same builder), with its inputs as segments."""
+    program = gemm_program(config, m, n, k, vthreads=vthreads)
+    rng = np.random.default_rng(0)          # gemm_program's inputs, drawn again for the reference
+    a = rng.integers(-128, 128, size=(m, k), dtype=np.int8)
+    w = rng.integers(-128, 128, size=(n, k), dtype=np.int8)
+    expect = reference_gemm(a, w, requant_shift(k))
+    out = next(seg for seg in program.segments if seg.name == "C")
+    shape = (m // config.batch, n // config.block_out, config.batch, config.block_out)
+
+    def check(dram: np.ndarray) -> bool:
+        got = dram[out.addr:out.addr + len(out.data)].view(np.int8).reshape(shape)
+        return bool(np.array_equal(unpack_out(got, config), expect))
+
+    tag = "small" if config == SMALL else "default"
+    return Bench(f"{tag}/gemm_{m}x{n}x{k}_vt{vthreads}", "gemm" if config == SMALL else "default/gemm",
+                 program, check)
+
+
+def workload_programs(quick: bool) -> list[Bench]:
+    out = [_compiled("conv2d", SMALL, (8, 8, 16, 16, 3, 1, 1)),       # ~12k cycles
+           _compiled("dense", SMALL, (16, 32, 64)),                   # ~3.6k cycles
+           _blocked_gemm(SMALL, 32, 32, 64)]                          # ~5.8k cycles
+    if not quick:
+        out += [_compiled("conv2d", SMALL, (14, 14, 16, 16, 3, 1, 1)),   # ~35k cycles
+                _compiled("dense", SMALL, (32, 64, 64)),                # ~14k cycles
+                _blocked_gemm(SMALL, 64, 64, 64),                       # ~22k cycles
+                _blocked_gemm(DEFAULT, 128, 256, 256)]                  # ~50k cycles, default configuration
+    return out
+
+
+# ---------------------------------------------------------------------------- measurement
 def _timed(program: Program, backend: str):
     began = time.perf_counter()
-    _, stats = run_program(program, backend)
-    return time.perf_counter() - began, stats
+    dram, stats = run_program(program, backend)
+    return time.perf_counter() - began, dram, stats
 
 
-def rtl_versus_cycle(quick: bool) -> dict:
-    for config in (SMALL, DEFAULT):   # elaborate the RTL once per configuration, outside the timings
-        run_program(Program(config, [FinishInsn()]), "rtl")
+def _fresh(program: Program) -> Program:
+    """A new Program object on the same instructions: nothing cached, so the run encodes it again."""
+    return dataclasses.replace(program)
+
+
+def _measure(benches: list[Bench], repeat: int) -> list[dict]:
+    samples = {b.name: {k: [] for k in ("rtl", "rtl_sim", "cycle", "cycle_sim", "cycle_warm", "fsim", "fsim_sim")}
+               for b in benches}
+    first: dict[str, dict] = {}
+    for _ in range(repeat):                       # rounds outermost: noise is spread over every program
+        for b in benches:
+            s = samples[b.name]
+            rtl_s, rtl_dram, rtl = _timed(_fresh(b.program), "rtl")
+            s["rtl"].append(rtl_s)
+            s["rtl_sim"].append(rtl.sim_seconds)
+            for _ in range(FAST_RUNS_PER_ROUND):
+                cyc_s, cyc_dram, cyc = _timed(_fresh(b.program), "cycle")
+                s["cycle"].append(cyc_s)
+                s["cycle_sim"].append(cyc.sim_seconds)
+                s["cycle_warm"].append(_timed(b.program, "cycle")[0])
+                fsim_s, fsim_dram, fsim = _timed(_fresh(b.program), "fsim")
+                s["fsim"].append(fsim_s)
+                s["fsim_sim"].append(fsim.sim_seconds)
+            if b.name not in first:               # agreement is checked on the first round
+                first[b.name] = {
+                    "cycles": rtl.cycles,
+                    "exact": rtl.cycles == cyc.cycles and rtl.retire_cycles == cyc.retire_cycles,
+                    "dram_equal": bool(np.array_equal(rtl_dram, cyc_dram) and np.array_equal(rtl_dram, fsim_dram)),
+                    "correct": None if b.check is None else all(b.check(d) for d in (rtl_dram, cyc_dram, fsim_dram)),
+                }
     rows = []
-    for name, program in _programs(quick):
-        rtl_s, rtl = _timed(program, "rtl")
-        cyc_runs = [_timed(program, "cycle") for _ in range(3)]
-        cyc_s, cyc = min(cyc_runs, key=lambda r: r[0])
-        cyc_sim = min(r[1].sim_seconds for r in cyc_runs)
-        fsim_s = min(_timed(program, "fsim")[0] for _ in range(3))
-        rows.append({"program": name, "insns": len(program.insns), "cycles": rtl.cycles,
-                     "exact": rtl.cycles == cyc.cycles and rtl.retire_cycles == cyc.retire_cycles,
-                     "rtl_seconds": rtl_s, "cycle_seconds": cyc_s, "fsim_seconds": fsim_s, "speedup": rtl_s / cyc_s,
-                     "rtl_cycles_per_second": rtl.cycles / rtl_s, "cycle_cycles_per_second": cyc.cycles / cyc_s,
-                     "sim_rtl_seconds": rtl.sim_seconds, "sim_cycle_seconds": cyc_sim,
-                     "sim_speedup": rtl.sim_seconds / cyc_sim})
-    total_rtl = sum(r["rtl_seconds"] for r in rows)
-    total_cyc = sum(r["cycle_seconds"] for r in rows)
-    return {"programs": rows, "all_exact": all(r["exact"] for r in rows),
-            "cycle_over_fsim_time": total_cyc / sum(r["fsim_seconds"] for r in rows),
-            "rtl_seconds": total_rtl, "cycle_seconds": total_cyc, "speedup_total": total_rtl / total_cyc,
+    for b in benches:
+        m = {k: statistics.median(v) for k, v in samples[b.name].items()}
+        f = first[b.name]
+        rows.append({"program": b.name, "class": b.kind, "insns": len(b.program.insns), "cycles": f["cycles"],
+                     "exact": f["exact"], "dram_equal": f["dram_equal"], "correct": f["correct"],
+                     "rtl_seconds": m["rtl"], "cycle_seconds": m["cycle"], "fsim_seconds": m["fsim"],
+                     "cycle_warm_seconds": m["cycle_warm"], "speedup": m["rtl"] / m["cycle"],
+                     "rtl_cycles_per_second": f["cycles"] / m["rtl"],
+                     "cycle_cycles_per_second": f["cycles"] / m["cycle"],
+                     "sim_rtl_seconds": m["rtl_sim"], "sim_cycle_seconds": m["cycle_sim"],
+                     "sim_fsim_seconds": m["fsim_sim"], "sim_speedup": m["rtl_sim"] / m["cycle_sim"],
+                     "runs": {"rtl": repeat, "cycle": repeat * FAST_RUNS_PER_ROUND,
+                              "fsim": repeat * FAST_RUNS_PER_ROUND}})
+    return rows
+
+
+def _ratios(rows: list[dict]) -> dict:
+    """Totals and spread of both ratios over ``rows``."""
+    total = lambda key: sum(r[key] for r in rows)  # noqa: E731
+    return {"programs": len(rows), "cycles": total("cycles"),
+            "rtl_seconds": total("rtl_seconds"), "cycle_seconds": total("cycle_seconds"),
+            "speedup_total": total("rtl_seconds") / total("cycle_seconds"),
             "speedup_min": min(r["speedup"] for r in rows),
             "speedup_median": float(np.median([r["speedup"] for r in rows])),
-            "sim_speedup_total": sum(r["sim_rtl_seconds"] for r in rows) / sum(r["sim_cycle_seconds"] for r in rows),
+            "speedup_warm_total": total("rtl_seconds") / total("cycle_warm_seconds"),
+            "sim_speedup_total": total("sim_rtl_seconds") / total("sim_cycle_seconds"),
             "sim_speedup_min": min(r["sim_speedup"] for r in rows),
-            "sim_speedup_median": float(np.median([r["sim_speedup"] for r in rows]))}
+            "sim_speedup_median": float(np.median([r["sim_speedup"] for r in rows])),
+            "cycle_over_fsim_time": total("cycle_seconds") / total("fsim_seconds")}
+
+
+def rtl_versus_cycle(benches: list[Bench], repeat: int) -> dict:
+    rows = _measure(benches, repeat)
+    classes = {}
+    for kind in dict.fromkeys(r["class"] for r in rows):
+        classes[kind] = _ratios([r for r in rows if r["class"] == kind])
+    summary = _ratios(rows)
+    del summary["programs"], summary["cycles"]
+    return {"programs": rows, "all_exact": all(r["exact"] for r in rows),
+            "all_dram_equal": all(r["dram_equal"] for r in rows),
+            "all_correct": all(r["correct"] is not False for r in rows), **summary, "classes": classes}
 
 
 def _single_gemm_launch(uops_log2: int) -> Launch:
@@ -123,32 +261,61 @@ def cycles_per_second() -> dict:
     return {"blocked_gemm_default": gemms, "single_gemm_insn_default": single}
 
 
+# ---------------------------------------------------------------------------- report
+def _print_group(title: str, vs: dict) -> None:
+    print(title)
+    print(f"{'program':34} {'insns':>5} {'cycles':>7} {'exact':>5} {'rtl s':>7} {'cycle ms':>8} {'fsim ms':>7} "
+          f"{'speedup':>8} {'sim_speedup':>11}")
+    for r in vs["programs"]:
+        ok = r["exact"] and r["dram_equal"] and r["correct"] is not False
+        print(f"{r['program']:34} {r['insns']:5} {r['cycles']:7} {str(ok):>5} {r['rtl_seconds']:7.2f} "
+              f"{r['cycle_seconds'] * 1e3:8.2f} {r['fsim_seconds'] * 1e3:7.2f} {r['speedup']:7.0f}x "
+              f"{r['sim_speedup']:10.0f}x")
+    for kind, c in vs["classes"].items():
+        print(f"  {kind:22} {c['programs']:2} programs, {c['cycles']:7} cycles: speedup {c['speedup_total']:6.0f}x "
+              f"(median {c['speedup_median']:.0f}x, min {c['speedup_min']:.0f}x), sim_speedup "
+              f"{c['sim_speedup_total']:.0f}x")
+    print(f"  total: rtl {vs['rtl_seconds']:.1f} s, cycle {vs['cycle_seconds']:.3f} s, speedup "
+          f"{vs['speedup_total']:.0f}x (median {vs['speedup_median']:.0f}x, min {vs['speedup_min']:.0f}x; re-running "
+          f"the same program object {vs['speedup_warm_total']:.0f}x); cycles, retire cycles, DRAM "
+          f"{'all agree' if vs['all_exact'] and vs['all_dram_equal'] else 'DISAGREE'}; results vs numpy "
+          f"{'correct' if vs['all_correct'] else 'WRONG'}; cycle takes {vs['cycle_over_fsim_time']:.2f}x fsim's time")
+    print(f"  backends' own simulation time (RunStats.sim_seconds, no harness): speedup "
+          f"{vs['sim_speedup_total']:.0f}x (median {vs['sim_speedup_median']:.0f}x, min {vs['sim_speedup_min']:.0f}x)")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print one JSON object")
-    parser.add_argument("--quick", action="store_true", help="fewer RTL programs")
+    parser.add_argument("--quick", action="store_true", help="fewer and shorter RTL programs, one round by default (about 1-1.5 minutes)")
+    parser.add_argument("--repeat", type=int, default=None, metavar="R",
+                        help="rounds per program (RTL runs R times, cycle and fsim 5R); medians "
+                             "(default 3, with --quick 1)")
     args = parser.parse_args()
-    result = {"rtl_vs_cycle": rtl_versus_cycle(args.quick), "throughput": cycles_per_second()}
+    if args.repeat is None:
+        args.repeat = 1 if args.quick else 3
+    if args.repeat < 1:
+        parser.error(f"--repeat must be at least 1, got {args.repeat}")
+    began = time.perf_counter()
+    for config in (SMALL, DEFAULT):   # elaborate the RTL once per configuration, outside the timings
+        run_program(Program(config, [FinishInsn()]), "rtl")
+    result = {"repeat": args.repeat, "quick": args.quick,
+              "rtl_vs_cycle": rtl_versus_cycle(short_programs(args.quick), args.repeat),
+              "rtl_vs_cycle_workloads": rtl_versus_cycle(workload_programs(args.quick), args.repeat),
+              "throughput": cycles_per_second()}
+    result["bench_seconds"] = time.perf_counter() - began
     if args.json:
         print(json.dumps(result, indent=1))
         return 0
-    vs = result["rtl_vs_cycle"]
-    print(f"{'program':28} {'insns':>5} {'cycles':>8} {'exact':>5} {'rtl s':>8} {'cycle s':>8} {'speedup':>8} "
-          f"{'sim_speedup':>11}")
-    for r in vs["programs"]:
-        print(f"{r['program']:28} {r['insns']:5} {r['cycles']:8} {str(r['exact']):>5} {r['rtl_seconds']:8.2f} "
-              f"{r['cycle_seconds']:8.4f} {r['speedup']:8.0f}x {r['sim_speedup']:10.0f}x")
-    print(f"total: rtl {vs['rtl_seconds']:.1f} s, cycle {vs['cycle_seconds']:.3f} s, speedup {vs['speedup_total']:.0f}x "
-          f"(median {vs['speedup_median']:.0f}x, min {vs['speedup_min']:.0f}x); all exact: {vs['all_exact']}; "
-          f"cycle takes {vs['cycle_over_fsim_time']:.2f}x the time of fsim")
-    print(f"backends' own simulation time (RunStats.sim_seconds, no harness): speedup {vs['sim_speedup_total']:.0f}x "
-          f"(median {vs['sim_speedup_median']:.0f}x, min {vs['sim_speedup_min']:.0f}x)")
+    _print_group("short test programs (corpus, random):", result["rtl_vs_cycle"])
+    _print_group("workloads (compiled conv2d / dense, blocked GEMM):", result["rtl_vs_cycle_workloads"])
     for g in result["throughput"]["blocked_gemm_default"]:
         print(f"blocked GEMM {g['shape']}: {g['cycles']} cycles in {g['seconds']:.3f} s = "
               f"{g['cycles_per_second']:,.0f} cycles/s")
     s = result["throughput"]["single_gemm_insn_default"]
     print(f"one GEMM of {s['micro_ops']} micro-ops: {s['cycles']} cycles, {s['events']} events, "
           f"{s['cycles_per_second']:,.0f} cycles/s")
+    print(f"(medians of {args.repeat} rounds; benchmark took {result['bench_seconds']:.0f} s)")
     return 0
 
 

@@ -301,7 +301,7 @@ def _fast_encoder_source(config: VTAConfig) -> str:
         lines += [f"            {'if' if n == 0 else 'elif'} cls is {cls.__name__}:"]
         lines += [f"                {f.name} = insn.{f.name}" for f in table]   # specialised attribute loads
         lines += [f"                if not ({' and '.join(checks)}):",
-                  f"                    return None",
+                  "                    return None",
                   f"                w0 = {' | '.join(terms[0]) or '0'}",
                   f"                w1 = {' | '.join(terms[1]) or '0'}"]
     lines += ["            else:",
