@@ -193,20 +193,59 @@ def test_long_gemm_is_one_event():
 JUMP_CONFIGS = {"small": SMALL, "tight": SMALL.replace(dram_latency=1, dram_outstanding=1, cmd_queue_depth=1,
                                                         token_queue_depth=1),
                 "O2_L7": SMALL.replace(dram_outstanding=2, dram_latency=7), "default": DEFAULT}
+SOLVER_CONFIGS = {**JUMP_CONFIGS, "Q2_O3": SMALL.replace(cmd_queue_depth=2, token_queue_depth=2, dram_outstanding=3),
+                  "bus32": SMALL.replace(bus_width=32), "bus512_L3": DEFAULT.replace(bus_width=512, dram_latency=3)}
+
+
+def _outcome(program, tmp_path, **engine):
+    """Everything a run reports, including its timeline, or the error it raises."""
+    trace = tmp_path / f"{'stepping' if engine else 'solver'}.json"
+    _, launch = _launch_program(program, trace)
+    try:
+        run = simulate(launch, **engine)
+    except SimError as exc:
+        return type(exc).__name__, str(exc)
+    run.stats.sim_seconds = 0.0
+    return run.stats, [vars(t) for t in run.timing], launch.dram.tobytes(), json.loads(trace.read_text())
 
 
 @pytest.mark.parametrize("seed", range(10))
 @pytest.mark.parametrize("config_name", JUMP_CONFIGS)
 def test_jumping_equals_evaluating_every_cycle(config_name, seed):
-    """The model only skips cycles in which nothing can happen: evaluating every cycle agrees."""
+    """The stepping model only skips cycles in which nothing can happen: evaluating every cycle
+    agrees, and so does the default solver."""
     program = random_program(JUMP_CONFIGS[config_name], 500 + seed)
     runs = []
-    for every_cycle in (False, True):
+    for engine in ({}, {"stepping": True}, {"every_cycle": True}):
         _, launch = _launch_program(program)
-        runs.append(simulate(launch, every_cycle=every_cycle))
-    jumped, stepped = runs
-    assert jumped.stats.retire_cycles == stepped.stats.retire_cycles
+        runs.append(simulate(launch, **engine))
+        runs[-1].stats.sim_seconds = 0.0
+    solved, jumped, stepped = runs
+    assert solved.stats == jumped.stats == stepped.stats
+    assert solved.timing == jumped.timing == stepped.timing
     assert stepped.events == stepped.stats.cycles and jumped.events < stepped.events
+
+
+@pytest.mark.parametrize("seed", range(12))
+@pytest.mark.parametrize("config_name", SOLVER_CONFIGS)
+def test_solver_equals_stepping_model(config_name, seed, tmp_path):
+    """The solver reports what the cycle-by-cycle transcription of docs/timing.md does: stats,
+    every instruction's timing, the DRAM and the timeline (DMA bursts, token-queue counters)."""
+    program = random_program(SOLVER_CONFIGS[config_name], 800 + seed)
+    assert _outcome(program, tmp_path) == _outcome(program, tmp_path, stepping=True)
+
+
+@pytest.mark.parametrize("config_name", SOLVER_CONFIGS)
+def test_solver_equals_stepping_model_on_corpus_and_dma_edges(config_name, tmp_path):
+    config = SOLVER_CONFIGS[config_name]
+    programs = [_edge_program(config)]
+    for name in CASES:
+        try:
+            programs.append(CASES[name](config).program)
+        except Unsupported:
+            pass
+    for program in programs:
+        assert _outcome(program, tmp_path) == _outcome(program, tmp_path, stepping=True), program.name
 
 
 def test_stats_partition_the_cycles():
@@ -317,6 +356,51 @@ def test_full_token_queue_deadlock():
         run_program(program, "cycle")
     assert "waits to pop a token from store->compute" in str(info.value)
     assert "waits for room in the compute command queue" in str(info.value)
+
+
+def _deadlocks():
+    """Deadlocks of every kind: token cycles, a full command queue, full token queues, one behind DMA."""
+    c_depth, t_depth = SMALL.cmd_queue_depth, SMALL.token_queue_depth
+    gemm = dict(uop_bgn=0, uop_end=0)
+    yield Program(SMALL, [_nop(Opcode.STORE, pop_prev=True, push_prev=True),
+                          GemmInsn(**gemm, pop_next=True, push_next=True), FinishInsn()])
+    yield Program(SMALL, [_nop(Opcode.STORE, pop_prev=True, push_prev=True)] * (c_depth + 2)
+                  + [GemmInsn(**gemm, push_next=True)] * (c_depth + 2)
+                  + [GemmInsn(**gemm, pop_next=True)] * (c_depth + 1) + [FinishInsn(pop_next=True)])
+    yield Program(SMALL, [_nop(Opcode.LOAD, push_next=True)] * (t_depth + 1)
+                  + [GemmInsn(**gemm, pop_next=True)] * (c_depth + 2) + [_nop(Opcode.STORE, push_prev=True)] * (c_depth + 2)
+                  + [GemmInsn(**gemm, pop_prev=True)] * (t_depth + 1) + [FinishInsn()])
+    yield Program(SMALL, [_nop(Opcode.STORE, push_prev=True)] * (t_depth + 1) + [GemmInsn(**gemm, push_next=True)] * t_depth
+                  + [GemmInsn(**gemm, push_prev=True, push_next=True), _nop(Opcode.LOAD, pop_next=True)]
+                  + [GemmInsn(**gemm, pop_next=True)] * (t_depth + 1) + [_nop(Opcode.STORE, pop_prev=True)] * (t_depth + 1)
+                  + [FinishInsn()])
+    config = DEFAULT.replace(token_queue_depth=2, cmd_queue_depth=2)
+    load = MemInsn(opcode=Opcode.LOAD, memory_type=MemId.INP, dram_base=0x1000 // config.inp_elem_bytes, y_size=2,
+                   x_size=3, x_stride=3, y_pad_0=1, x_pad_1=2, push_next=True)
+    yield Program(config, [load] * 3 + [GemmInsn(**gemm, pop_next=True, push_next=True),
+                                        _nop(Opcode.STORE, pop_prev=True, push_prev=True)]
+                  + [GemmInsn(**gemm, pop_prev=True)] * 3 + [FinishInsn()],
+                  segments=[Segment(0x1000, bytes(range(256)) * 4, "data")], dram_size=0x2000)
+
+
+@pytest.mark.parametrize("index", range(5))
+def test_solver_reports_the_stepping_models_deadlock(index, tmp_path):
+    """Same cycle (docs/timing.md §6), same blocked modules and fetch head."""
+    program = list(_deadlocks())[index]
+    solved = _outcome(program, tmp_path)
+    assert solved[0] == "DeadlockError" and solved == _outcome(program, tmp_path, stepping=True)
+
+
+def test_solver_wake_tables_follow_the_queues():
+    """The solver wakes a queue's consumer when it pushes and its producer when it pops."""
+    from vtakit.sim import cycle
+    from vtakit.sim.machine import POP_QUEUES, PUSH_QUEUES
+    for m, stage in enumerate((isa.Stage.LOAD, isa.Stage.COMPUTE, isa.Stage.STORE)):
+        assert cycle.MODULES[m] == stage.name.lower()
+        for _, q in POP_QUEUES[stage]:
+            assert cycle._CONSUMER[q] == m
+        for _, q in PUSH_QUEUES[stage]:
+            assert cycle._PRODUCER[q] == m
 
 
 def test_misaligned_instruction_address():

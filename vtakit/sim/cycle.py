@@ -1,32 +1,31 @@
-"""The ``cycle`` backend: an event-driven model of docs/timing.md, cycle-exact to the RTL.
+"""The ``cycle`` backend: docs/timing.md as a program, cycle-exact to the RTL.
 
-Users need cycle counts for whole layers in seconds, not the hours an RTL simulation takes. This
-model evaluates the core only in the cycles where something happens and jumps over the rest: a
-GEMM of N micro-ops finishes ``N + 1`` cycles after it starts (one event, however long it is), a
-DMA transfer is a handful of events per AXI burst (its acceptance, its last beat), fetch is a
-few events per instruction. Every rule comes from docs/timing.md; the comments cite its sections.
+Users need cycle counts for whole layers in seconds, not the hours an RTL simulation takes. Every
+rule here comes from docs/timing.md (the comments cite its sections); two engines implement them:
 
-Within an evaluated cycle ``c`` every decision reads the state at the start of ``c`` and its effect
-is visible from ``c + 1`` (§1), exactly as the registers of the RTL behave:
+* :class:`_Solver`, the default, treats the rules as recurrences. Every wait of §2-§3 is on a
+  condition that, once true, stays true until the waiting component acts itself, so each event's
+  cycle is a max over earlier events' cycles plus constants (a take, a pop, a start, a finish
+  cycle of §4, a push, a dispatch, a fetch request). Each module walks through its instructions as
+  far as known cycles allow; only the read arbiter (§5), where requesters compete, needs decisions
+  in cycle order. Cost: a few microseconds per instruction and per unblocking DRAM acceptance,
+  however long the program runs in cycles.
+* :class:`_Core`, the stepping model, is the rules' literal transcription: it evaluates the core
+  cycle by cycle -- every decision on the state at the start of the cycle, its effect visible from
+  the next (§1) -- and jumps over cycles in which nothing can happen (``every_cycle`` evaluates
+  them all). It is the solver's check: the tests compare the two on random programs over corner
+  configurations, DMA edge shapes, the corpus and deadlocks (``simulate(stepping=True)``).
 
-* the read arbiter accepts at most one burst (fetch > compute > load) while fewer than
-  DRAM_OUTSTANDING bursts are in flight; the DRAM serves accepted bursts in order on one data
-  channel, so a burst's beat cycles are known the moment it is accepted (§5);
-* fetch presents a request when its buffer has room for it (``requested - dispatched + n <= 16``)
-  and dispatches its head, once complete, into a command queue with room (§2);
-* each module steps IDLE -> WAIT -> EXEC -> RETIRE (§3) with the finish cycle of §4.
-
-After evaluating ``c`` the model asks every component for the earliest cycle in which it could act
-on its own (an instruction's known finish cycle, a burst's presentation, the first cycle a slot of
-the outstanding-read window frees, a fetched instruction becoming complete, a take/pop/push that
-is possible now) and jumps to the minimum. When no component can ever act again and FINISH has not
-retired, the program is deadlocked, which is what the RTL's exact deadlock flag reports (§6).
+Both report a deadlock (no component can ever act again and FINISH has not retired) with the cycle
+in which the RTL's exact deadlock flag rises (§6).
 
 Data is the functional simulator's: each instruction's effect is applied with
 :class:`vtakit.sim.machine.Machine` in the cycle it starts, with fsim's static checks
 (:func:`vtakit.sim.fsim.check_program`) and its happens-before race detector
-(:class:`vtakit.sim.hb.RaceDetector`) fed by this model's own schedule (take, pops, pushes) -- a
-valid schedule of the same Kahn network, so the DRAM result is fsim's, byte for byte.
+(:class:`vtakit.sim.hb.RaceDetector`) fed by the engine's own schedule (take, pops, pushes; the
+solver runs each module's steps in its program order, every token's clock taken before the pop
+that reads it) -- a valid schedule of the same Kahn network, so the DRAM result is fsim's, byte
+for byte.
 
 Statistics per module (``RunStats``): ``busy_cycles`` is the RTL's counter (EXEC cycles plus the
 retire cycle; fetch: cycles until everything is dispatched). ``token_stall_cycles``: cycles a
@@ -44,7 +43,9 @@ from __future__ import annotations
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
+from typing import Callable
 
 from vtakit.errors import DeadlockError, MemoryAccessError, ProgramError, SimError
 from vtakit.hw import isa
@@ -67,6 +68,14 @@ _LOAD, _COMPUTE, _STORE = range(3)
 _READ_PRIORITY = (_COMPUTE, _LOAD)      # after fetch (§5)
 _IDLE, _WAIT, _EXEC, _RETIRE = range(4)
 _NEVER = 1 << 62
+_DISPATCH = 8                     # wake bits of the solver: 1 << module, and dispatch
+_ALL = 15
+_MICRO_CODED = (GemmInsn, AluInsn)
+_PRODUCER = (_LOAD, _COMPUTE, _COMPUTE, _STORE)   # the module that pushes to each token queue
+_CONSUMER = (_COMPUTE, _LOAD, _STORE, _COMPUTE)   # the module that pops it
+# What a solver module waits for: a token in queue q (q), room in queue q (_ON_ROOM + q), its next
+# instruction's dispatch, or nobody else's action (a LOAD's bursts, which the arbiter finishes; or done).
+_ON_ROOM, _ON_DISPATCH, _ON_NOTHING = 4, 8, -1
 
 
 @dataclass
@@ -104,13 +113,18 @@ class InsnTiming:
 
 @dataclass
 class CycleRun:
-    """What :func:`simulate` returns: the machine (final SRAM state), stats, per-instruction timing and
-    ``events``, the number of cycles the model evaluated (all others were jumped over)."""
+    """What :func:`simulate` returns: the machine (final SRAM state), stats, ``events`` (the stepping
+    model: cycles evaluated, all others jumped over; the solver: arbiter decisions) and
+    per-instruction ``timing`` (built on first use)."""
 
     machine: Machine
     stats: RunStats
-    timing: list[InsnTiming]
     events: int
+    _timings: Callable[[], list[InsnTiming]] = field(repr=False, compare=False)
+
+    @cached_property
+    def timing(self) -> list[InsnTiming]:
+        return self._timings()
 
 
 class _Memory:
@@ -148,14 +162,15 @@ class _Memory:
 class _ReadDma:
     """A module's 2-D load engine while it runs one LOAD: its remaining bursts and when it presents."""
 
-    __slots__ = ("bursts", "next", "present_from", "beat_bytes", "timing")
+    __slots__ = ("bursts", "next", "present_from", "beat_bytes", "received")
 
-    def __init__(self, bursts: list[int], present_from: int, beat_bytes: int, timing: InsnTiming) -> None:
+    def __init__(self, bursts: list[int], present_from: int, beat_bytes: int,
+                 received: list[tuple[int, int]]) -> None:
         self.bursts = bursts
         self.next = 0
         self.present_from = present_from
         self.beat_bytes = beat_bytes
-        self.timing = timing
+        self.received = received       # (first, last) beat cycle of each accepted burst
 
 
 class _Module:
@@ -176,10 +191,40 @@ class _Module:
         self.timing: InsnTiming | None = None
 
 
+_ELEMENT_BYTES: dict[int, tuple[VTAConfig, list[int], int]] = {}
+
+
+def _element_bytes(config: VTAConfig) -> tuple[list[int], int]:
+    """DRAM bytes of one element of each memory type (indexed by MemId; §4) and of an OUT element.
+
+    Kept per configuration object: the derived properties cost microseconds each."""
+    entry = _ELEMENT_BYTES.get(id(config))
+    if entry is None or entry[0] is not config:
+        table = [0] * (max(MemId) + 1)
+        for mem, size in ((MemId.UOP, config.uop_elem_bytes), (MemId.WGT, config.wgt_elem_bytes),
+                          (MemId.INP, config.inp_elem_bytes), (MemId.ACC, config.acc_elem_bytes),
+                          (MemId.ACC_8BIT, config.acc8_elem_bytes)):
+            table[mem] = size
+        if len(_ELEMENT_BYTES) >= 64:
+            _ELEMENT_BYTES.clear()
+        entry = _ELEMENT_BYTES[id(config)] = (config, table, config.out_elem_bytes)
+    return entry[1], entry[2]
+
+
 def _bursts(row_beats: int, rows: int, base: int, stride: int, beat_bytes: int) -> list[int]:
     """Beats of each AXI burst of a 2-D transfer: rows cut at 256 beats and at 4 KiB (§4)."""
     out = []
     mask = 0xFFFFFFFF
+    row_bytes = row_beats * beat_bytes
+    if row_beats <= _MAX_BURST and row_bytes <= _BOUNDARY:    # a row is one burst, or two across 4 KiB
+        for y in range(rows):
+            room = _BOUNDARY - ((base + y * stride) & (_BOUNDARY - 1))
+            if row_bytes <= room:
+                out.append(row_beats)
+            else:
+                out.append(room // beat_bytes)
+                out.append(row_beats - room // beat_bytes)
+        return out
     for y in range(rows):
         addr = (base + y * stride) & mask
         left = row_beats
@@ -192,7 +237,13 @@ def _bursts(row_beats: int, rows: int, base: int, stride: int, beat_bytes: int) 
 
 
 class _Core:
-    """The whole core for one launch: fetch, memory, modules, token queues, and the data machine."""
+    """The stepping model: the whole core for one launch (fetch, memory, modules, token queues, the
+    data machine), evaluated cycle by cycle.
+
+    After evaluating ``c`` it asks every component for the earliest cycle in which it could act on
+    its own (an instruction's known finish cycle, a burst's presentation, the first cycle a slot of
+    the outstanding-read window frees, a fetched instruction becoming complete, a take/pop/push
+    that is possible now) and jumps to the minimum."""
 
     def __init__(self, launch: Launch) -> None:
         config = launch.config
@@ -275,7 +326,7 @@ class _Core:
             return
         beat = min(elem, self.bus)
         bursts = _bursts(insn.x_size * (elem // beat), insn.y_size, insn.dram_base * elem, insn.x_stride * elem, beat)
-        mod.dma = _ReadDma(bursts, s + max(0, pads - self.config.dram_latency), beat, mod.timing)
+        mod.dma = _ReadDma(bursts, s + max(0, pads - self.config.dram_latency), beat, mod.timing.beats)
         mod.finish = _NEVER
 
     def _start_store(self, mod: _Module, insn: MemInsn, s: int) -> None:
@@ -307,14 +358,15 @@ class _Core:
                     first += k
                     self.complete[j] = self.timing[j].fetched = first - 1
                 self.requested += n
-                self.fetch_next = self._fetch_burst()
+                self.fetch_next = min(self.count - self.requested,
+                                      FETCH_BURST - (self.slot0 + self.requested) % FETCH_BURST)
             else:
                 for m in _READ_PRIORITY:
                     dma = modules[m].dma
                     if dma is not None and dma.present_from <= c:
                         beats = dma.bursts[dma.next]
                         first = memory.accept(c, beats, dma.beat_bytes, MODULES[m])
-                        dma.timing.beats.append((first, first + beats - 1))
+                        dma.received.append((first, first + beats - 1))
                         dma.next += 1
                         dma.present_from = c + 1
                         if dma.next == len(dma.bursts):
@@ -462,26 +514,10 @@ class _Core:
         return last + 1
 
     def _deadlock_report(self, cycle: int) -> str:
-        lines = []
-        depth = self.config.token_queue_depth
-        for mod in self.modules:
-            name = MODULES[mod.index]
-            if mod.state == _IDLE:
-                if self.timing and len(self.executed[mod.index]) < self.totals[mod.index]:
-                    lines.append(f"  {name}: idle, its next instruction is not dispatched yet")
-                continue
-            what = describe(mod.current, self.insns[mod.current])
-            if mod.state == _WAIT:
-                lines.append(f"  {name}: {what} waits to pop a token from {QUEUE_NAMES[mod.pops[mod.step]]} (empty)")
-            else:
-                lines.append(f"  {name}: {what} waits to push a token to {QUEUE_NAMES[mod.pushes[mod.step]]} "
-                             f"(full, {depth} tokens)")
-        if self.dispatched < self.count:
-            d = self.dispatched
-            lines.append(f"  fetch: {describe(d, self.insns[d])} waits for room in the "
-                         f"{MODULES[self.routes[d].module]} command queue (full, {self.config.cmd_queue_depth} entries)")
-        return (f"deadlock at cycle {cycle}: no module can make progress and FINISH has not run:\n"
-                + "\n".join(lines))
+        states = [(mod.state, mod.current if mod.state != _IDLE else
+                   (0 if len(self.executed[mod.index]) < self.totals[mod.index] else -1), mod.step)
+                  for mod in self.modules]
+        return _deadlock_message(cycle, self.config, self.insns, self.routes, states, self.dispatched)
 
     # ------------------------------------------------------------------ results
     def stats(self, cycles: int, seconds: float) -> RunStats:
@@ -511,11 +547,475 @@ class _Core:
             dram_read_bytes=self.memory.read_bytes, dram_write_bytes=self.write_bytes, sim_seconds=seconds)
 
 
-def simulate(launch: Launch, *, every_cycle: bool = False) -> CycleRun:
+class _Solver:
+    """The default engine: the rules of §2-§5 solved as recurrences, one instruction at a time.
+
+    With ``k`` tokens pushed to queue ``q`` so far and ``j`` the instruction's place in its module:
+
+    * take: ``max(dispatched + 1, previous retire of the module + 1)``;
+    * a pop of the ``t``-th token of ``q``: ``max(take + 1, its push + 1)``, pop_next not before
+      pop_prev; the start is the last pop;
+    * a push: ``max(finish + 1, pop of token k - Qt of q + 1)``, push_next not before push_prev;
+      the retire is the last push;
+    * dispatch: ``max(complete + 1, previous dispatch + 1, take of the module's instruction
+      j - Qc + 1)``;
+    * fetch presents its next burst from ``max(previous acceptance + 1, dispatch of instruction
+      R + n - 17 + 1)``.
+
+    Each of these waits for conditions that only the waiting component can falsify again (only a
+    queue's consumer removes its tokens, only its producer fills its slots, ...), which is why a max
+    of known cycles is exact. A module walks its instructions until it needs a cycle not known yet
+    and records what it waits for; whoever produces that cycle wakes it. The arbiter then decides
+    the earliest cycle in which a requester presents. That is safe once nothing else can be
+    resolved: a requester not yet known to present waits for a value that only a later acceptance
+    can produce (a beat, plus at least a cycle), so it cannot present before that acceptance.
+    """
+
+    def __init__(self, launch: Launch) -> None:
+        config = launch.config
+        self.config = config
+        insns = self.insns = launch.insns
+        routes = self.routes = check_program(insns, config)
+        n = self.count = len(insns)
+        lists = self.lists = ([], [], [])              # each module's instructions, in order
+        modules = self.modules = [route.module for route in routes]
+        freed_by = self.freed_by = [-1] * n             # dispatch waits for the take Qc ahead in its queue
+        depth = config.cmd_queue_depth
+        for i, m in enumerate(modules):
+            lst = lists[m]
+            if len(lst) >= depth:
+                freed_by[i] = lst[len(lst) - depth]
+            lst.append(i)
+        self.dispatch_wait = -1                         # the module whose take dispatch waits for
+        self.waits = [_ON_DISPATCH] * 3                 # what each module waits for (_ON_...)
+        self.hb = RaceDetector(config, lambda m, epoch: describe(lists[m][epoch - 1], insns[lists[m][epoch - 1]]))
+        self.machine = Machine(config, launch.dram, self.hb)
+        self.apply = self.machine.apply
+        self.elem_bytes, self.out_elem_bytes = _element_bytes(config)
+        self.bus = config.bus_bytes
+        self.latency = config.dram_latency
+        self.limit = config.dram_outstanding
+        self.token_depth = config.token_queue_depth
+        # per instruction (-1: not yet)
+        self.fetched = [-1] * n
+        self.dispatched = [-1] * n
+        self.taken = [-1] * n
+        self.started = [-1] * n
+        self.finished = [-1] * n
+        self.retired = [-1] * n
+        self.pads: dict[int, int] = {}                      # LOAD -> zero entries written
+        self.beats: dict[int, list[tuple[int, int]]] = {}   # LOAD -> (first, last) beat of each read burst
+        self.write_beats: dict[int, int] = {}               # STORE -> W beats
+        # token queues: cycle of every push and pop, and the clock each token carries
+        self.push_cycles: list[list[int]] = [[] for _ in QUEUE_NAMES]
+        self.pop_cycles: list[list[int]] = [[] for _ in QUEUE_NAMES]
+        self.stamps: list[list] = [[] for _ in QUEUE_NAMES]
+        # modules: next instruction (position in its list), state, cycle cursor, token step
+        self.next = [0, 0, 0]
+        self.state = [_IDLE, _IDLE, _IDLE]
+        self.cursor = [1, 1, 1]        # IDLE: first cycle it may take; WAIT/RETIRE: earliest next pop/push
+        self.step = [0, 0, 0]
+        self.dma: list[_ReadDma | None] = [None, None, None]
+        # accounting, accumulated as instructions retire (RunStats)
+        self.busy = [0, 0, 0]
+        self.token_stall = [0, 0, 0]
+        self.memory_stall = [0, 0, 0]
+        self.fetch_memory = self.fetch_queue = 0
+        self.head_since = 1
+        # fetch (§2) and the read side of memory (§5)
+        self.slot0 = launch.insn_addr // isa.INSN_BYTES
+        self.insn_beats = max(1, isa.INSN_BYTES // self.bus)
+        self.insn_beat_bytes = min(isa.INSN_BYTES, self.bus)
+        self.requested = 0
+        self.n_dispatched = 0
+        self.fetch_from = 1             # fetch presents its next request from this cycle (room permitting)
+        self.fetch_next = min(n, FETCH_BURST - self.slot0 % FETCH_BURST)    # instructions in it (0: none)
+        self.frontier = 1               # the arbiter has decided every cycle before this one
+        self.lasts = [-1]               # last beat of every accepted read burst, in order (-1: none yet)
+        self.fetch_bursts: list[tuple[int, int]] = []    # (first, last) beat of each fetch burst
+        self.read_bytes = 0             # by LOADs (fetch's are added at the end)
+        self.write_bytes = 0
+        self.done_cycle = -1
+        self.events = 0                 # arbiter decisions
+
+    # ------------------------------------------------------------------ the loop
+    def run(self) -> int:
+        """Run to FINISH; returns ``cycles`` (raises ``DeadlockError`` if the program deadlocks)."""
+        advance, dispatch, arbitrate = self._advance, self._dispatch, self._arbitrate
+        wake = _ALL
+        while True:
+            # Resolve every cycle that known cycles determine. ``wake``: bit m for module m, bit 3
+            # for dispatch -- the components whose inputs changed; each reports whom it unblocks.
+            while wake:
+                if wake & _DISPATCH:
+                    wake ^= _DISPATCH
+                    wake |= dispatch()
+                elif wake & 1:
+                    wake ^= 1
+                    wake |= advance(_LOAD)
+                elif wake & 2:
+                    wake ^= 2
+                    wake |= advance(_COMPUTE)
+                else:
+                    wake ^= 4
+                    wake |= advance(_STORE)
+            if self.done_cycle >= 0:
+                return self.done_cycle
+            self.events += 1
+            wake = arbitrate()
+            if wake < 0:
+                raise DeadlockError(self._deadlock_report())
+
+    def _dispatch(self) -> int:
+        """Dispatch (§2) every fetched instruction whose command queue's room is known; returns the
+        modules whose next instruction may now be in their queue."""
+        d = self.n_dispatched
+        requested = self.requested
+        if d >= requested:
+            return 0
+        fetched, dispatched, taken = self.fetched, self.dispatched, self.taken
+        freed_by, modules = self.freed_by, self.modules
+        last = dispatched[d - 1] if d else 0
+        head_since = self.head_since
+        memory = queue = wake = 0
+        self.dispatch_wait = -1
+        while d < requested:
+            complete = fetched[d]
+            t = complete + 1
+            if t <= last:
+                t = last + 1
+            f = freed_by[d]
+            if f >= 0:                 # room: the instruction Qc ahead in the same queue has been taken
+                freed = taken[f]
+                if freed < 0:
+                    self.dispatch_wait = modules[d]
+                    break
+                if freed >= t:
+                    t = freed + 1
+            dispatched[d] = last = t
+            wake |= 1 << modules[d]
+            if complete >= head_since:
+                memory += complete - head_since + 1
+                queue += t - complete - 1
+            else:
+                queue += t - head_since
+            head_since = t + 1
+            d += 1
+        self.fetch_memory += memory
+        self.fetch_queue += queue
+        self.head_since = head_since
+        self.n_dispatched = d
+        waits = self.waits                 # wake the modules waiting for an instruction
+        return wake & ((waits[_LOAD] == _ON_DISPATCH) | (waits[_COMPUTE] == _ON_DISPATCH) << 1
+                       | (waits[_STORE] == _ON_DISPATCH) << 2)
+
+    def _advance(self, m: int) -> int:
+        """Walk module ``m`` (§3) through its instructions until it needs a cycle not known yet;
+        returns the components its takes, pops and pushes unblock."""
+        lst = self.lists[m]
+        k = self.next[m]
+        if k >= len(lst):
+            return 0
+        state, cursor, step = self.state[m], self.cursor[m], self.step[m]
+        hb, insns, routes, apply = self.hb, self.insns, self.routes, self.apply
+        push_cycles, pop_cycles, stamps, waits = self.push_cycles, self.pop_cycles, self.stamps, self.waits
+        taken, started, finished = self.taken, self.started, self.finished
+        busy = token_stall = wake = 0
+        while True:
+            i = lst[k]
+            if state == _IDLE:                 # take (§3 IDLE)
+                if i >= self.n_dispatched:
+                    wait = _ON_DISPATCH
+                    break
+                t = self.dispatched[i] + 1
+                if t < cursor:
+                    t = cursor
+                taken[i] = t
+                hb.begin(m)
+                if self.dispatch_wait == m:
+                    wake |= _DISPATCH
+                state, cursor, step = _WAIT, t + 1, 0
+            if state == _WAIT:                 # pops, then start
+                pops = routes[i].pops
+                while step < len(pops):
+                    q = pops[step]
+                    popped = pop_cycles[q]
+                    j = len(popped)
+                    pushed = push_cycles[q]
+                    if j >= len(pushed):
+                        break
+                    if pushed[j] >= cursor:
+                        cursor = pushed[j] + 1
+                    popped.append(cursor)
+                    hb.join(m, stamps[q][j])
+                    if waits[_PRODUCER[q]] == _ON_ROOM + q:
+                        wake |= 1 << _PRODUCER[q]
+                    step += 1
+                if step < len(pops):
+                    wait = q
+                    break
+                started[i] = cursor
+                insn = insns[i]
+                if type(insn) in _MICRO_CODED:      # GEMM, ALU: e = s + N + 1 (s for N = 0), §4
+                    hb.module = m
+                    apply(insn, i, validate=False)
+                    n = insn.iter_out * insn.iter_in * (insn.uop_end - insn.uop_bgn)
+                    e = cursor + n + 2 if n > 0 else cursor + 1
+                else:
+                    e = self._start(m, i, insn, cursor)
+                    if e < 0:                  # a LOAD's bursts: the arbiter finishes it
+                        state, wait = _EXEC, _ON_NOTHING
+                        break
+                finished[i] = e
+                state, cursor, step = _RETIRE, e + 1, 0
+            elif state == _EXEC:
+                wait = _ON_NOTHING
+                break
+            pushes = routes[i].pushes          # RETIRE: pushes, then retire
+            while step < len(pushes):
+                q = pushes[step]
+                pushed = push_cycles[q]
+                j = len(pushed) - self.token_depth
+                if j >= 0:
+                    popped = pop_cycles[q]
+                    if j >= len(popped):
+                        break
+                    if popped[j] >= cursor:
+                        cursor = popped[j] + 1
+                pushed.append(cursor)
+                stamps[q].append(hb.snapshot(m))
+                if waits[_CONSUMER[q]] == q:
+                    wake |= 1 << _CONSUMER[q]
+                step += 1
+            if step < len(pushes):
+                wait = _ON_ROOM + q
+                break
+            self.retired[i] = cursor
+            s, e = started[i], finished[i]
+            busy += e - s + 1
+            token_stall += s - taken[i] + cursor - e - 2
+            if i == self.count - 1:            # FINISH: the last instruction (check_program)
+                self.done_cycle = cursor
+            state, cursor = _IDLE, cursor + 1
+            k += 1
+            if k == len(lst):
+                wait = _ON_NOTHING
+                break
+        self.next[m], self.state[m], self.cursor[m], self.step[m] = k, state, cursor, step
+        waits[m] = wait
+        self.busy[m] += busy
+        self.token_stall[m] += token_stall
+        return wake
+
+    def _start(self, m: int, index: int, insn: isa.Instruction, cycle: int) -> int:
+        """A DMA or FINISH instruction starts (its last pop) in ``cycle``: apply its data effect; returns
+        its finish cycle e (§4), or -1 for a LOAD whose bursts the arbiter has yet to schedule."""
+        s = cycle + 1
+        self.hb.module = m
+        cls = type(insn)
+        if cls is FinishInsn:
+            check_finish(self.hb, self.routes, self.insns, index)
+            return s
+        self.apply(insn, index, validate=False)
+        if cls is MemInsn:
+            x_size, y_size = insn.x_size, insn.y_size
+            if not x_size:
+                return s
+            if insn.opcode is Opcode.STORE:
+                elem = self.out_elem_bytes
+                beat = elem if elem < self.bus else self.bus
+                total = x_size * y_size * (elem // beat)
+                self.write_beats[index] = total
+                self.write_bytes += total * beat
+                if total:
+                    self.memory_stall[m] += 1          # the cycle waiting for the last write response
+                return s + total
+            data = x_size * y_size
+            pads = self.pads[index] = ((insn.y_pad_0 + y_size + insn.y_pad_1) * (insn.x_pad_0 + x_size + insn.x_pad_1)
+                                       - data)
+            if not data:
+                return s + pads - 1 if pads else s
+            elem = self.elem_bytes[insn.memory_type]
+            beat = elem if elem < self.bus else self.bus
+            k = elem // beat
+            received = self.beats[index] = []
+            self.read_bytes += data * elem
+            self.memory_stall[m] -= cycle + pads + data * k      # + e when the last beat is known
+            self.dma[m] = _ReadDma(_bursts(x_size * k, y_size, insn.dram_base * elem, insn.x_stride * elem, beat),
+                                   s + pads - self.latency if pads > self.latency else s, beat, received)
+            return -1
+        raise AssertionError(f"no datapath for {insn!r}")
+
+    # ------------------------------------------------------------------ the read arbiter (§5)
+    def _arbitrate(self) -> int:
+        """Accept bursts (§5), each in the earliest cycle in which a requester presents and the window is
+        open, to the highest-priority one, until an acceptance may unblock someone: returns whom
+        (-1: nobody presents, ever). A LOAD's bursts before its last one unblock nobody.
+
+        The DRAM serves bursts in order, so last beats grow with acceptance: fewer than O bursts are
+        in flight in cycle c iff the O-th latest accepted one has its last beat before c."""
+        fetch_present = _NEVER
+        n = self.fetch_next
+        if n:
+            x = self.requested + n - FETCH_DEPTH - 1      # the dispatch that makes room for the burst
+            if x < 0:
+                fetch_present = self.fetch_from
+            elif x < self.n_dispatched:
+                fetch_present = max(self.fetch_from, self.dispatched[x] + 1)
+        compute, load = self.dma[_COMPUTE], self.dma[_LOAD]
+        present = fetch_present
+        if compute is not None and compute.present_from < present:
+            present = compute.present_from
+        if load is not None and load.present_from < present:
+            present = load.present_from
+        if present >= _NEVER:
+            return -1
+        lasts, limit, latency = self.lasts, self.limit, self.latency
+        c = present if present > self.frontier else self.frontier
+        if len(lasts) >= limit and lasts[len(lasts) - limit] >= c:
+            c = lasts[len(lasts) - limit] + 1
+        last = lasts[-1]
+        if fetch_present <= c:
+            k = self.insn_beats
+            first = c + latency if c + latency > last else last + 1
+            last = first + n * k - 1
+            lasts.append(last)
+            self.fetch_bursts.append((first, last))
+            fetched = self.fetched
+            complete = first - 1
+            for j in range(self.requested, self.requested + n):
+                complete += k
+                fetched[j] = complete
+            self.requested += n
+            self.fetch_next = min(self.count - self.requested,
+                                  FETCH_BURST - (self.slot0 + self.requested) % FETCH_BURST)
+            self.frontier = self.fetch_from = c + 1
+            return _DISPATCH
+        if compute is not None and compute.present_from <= c:
+            m, dma = _COMPUTE, compute
+            rival = fetch_present         # while compute streams, the lower-priority load never gets a cycle
+        else:
+            m, dma = _LOAD, load
+            rival = fetch_present if compute is None or fetch_present < compute.present_from \
+                else compute.present_from
+        # Accept its burst, and its further bursts while nobody else presents: it presents from the
+        # cycle after each acceptance, so only the window delays it.
+        bursts, j, received = dma.bursts, dma.next, dma.received
+        while True:
+            first = c + latency if c + latency > last else last + 1
+            last = first + bursts[j] - 1
+            lasts.append(last)
+            received.append((first, last))
+            j += 1
+            if j == len(bursts):
+                break
+            nc = c + 1
+            if len(lasts) >= limit and lasts[len(lasts) - limit] >= nc:
+                nc = lasts[len(lasts) - limit] + 1
+            if nc >= rival:
+                break
+            c = nc
+        self.frontier = dma.present_from = c + 1
+        dma.next = j
+        if j < len(bursts):
+            return 0
+        self.dma[m] = None                             # the LOAD finishes with its last beat (§4)
+        i = self.lists[m][self.next[m]]
+        self.finished[i] = last
+        self.memory_stall[m] += last                   # (the rest was counted at the start)
+        self.state[m], self.cursor[m], self.step[m] = _RETIRE, last + 1, 0
+        return 1 << m
+
+    # ------------------------------------------------------------------ deadlock (§6)
+    def _deadlock_report(self) -> str:
+        last = max([-1] + [cycles[-1] for cycles in self.push_cycles + self.pop_cycles if cycles])
+        for series in (self.taken, self.started, self.finished, self.retired, self.dispatched):
+            last = max(last, max(series))
+        if self.n_dispatched < self.count:
+            last = max(last, self.fetched[self.n_dispatched])
+        return _deadlock_message(last + 1, self.config, self.insns, self.routes, [
+            (self.state[m], self.lists[m][self.next[m]] if self.next[m] < len(self.lists[m]) else -1, self.step[m])
+            for m in range(len(MODULES))], self.n_dispatched)
+
+    # ------------------------------------------------------------------ results
+    def stats(self, cycles: int, seconds: float) -> RunStats:
+        fetch_busy = self.dispatched[-1]
+        names = ("fetch",) + MODULES
+        busy, token = self.busy, self.token_stall
+        return RunStats(
+            backend="cycle", counters=dict(self.machine.counters), cycles=cycles,
+            retire_cycles=list(self.retired),
+            busy_cycles=dict(zip(names, [fetch_busy] + busy)),
+            token_stall_cycles=dict(zip(names, [self.fetch_queue] + token)),
+            memory_stall_cycles=dict(zip(names, [self.fetch_memory] + self.memory_stall)),
+            idle_cycles=dict(zip(names, [cycles - fetch_busy] + [cycles - b - k for b, k in zip(busy, token)])),
+            dram_read_bytes=self.read_bytes + self.count * self.insn_beats * self.insn_beat_bytes,
+            dram_write_bytes=self.write_bytes, sim_seconds=seconds)
+
+    def timings(self) -> list[InsnTiming]:
+        return [InsnTiming(route.module, self.fetched[i], self.dispatched[i], self.taken[i], self.started[i],
+                           self.finished[i], self.retired[i], self.pads.get(i, 0), self.beats.get(i, []),
+                           self.write_beats.get(i, 0))
+                for i, route in enumerate(self.routes)]
+
+    def bursts(self) -> list[tuple[str, int, int]]:
+        """(requester, first beat, last beat) of every read burst, in acceptance (= beat) order."""
+        bursts = [("fetch", first, last) for first, last in self.fetch_bursts]
+        for index, received in self.beats.items():
+            name = MODULES[self.modules[index]]
+            bursts.extend((name, first, last) for first, last in received)
+        bursts.sort(key=lambda burst: burst[1])
+        return bursts
+
+    def token_log(self) -> list[tuple[int, int, int]]:
+        """(cycle, queue, tokens from that cycle on) at every change, as the stepping model logs it."""
+        log = []
+        for q, (pushes, pops) in enumerate(zip(self.push_cycles, self.pop_cycles)):
+            delta: dict[int, int] = {}
+            for c in pushes:
+                delta[c] = delta.get(c, 0) + 1
+            for c in pops:
+                delta[c] = delta.get(c, 0) - 1
+            count = 0
+            for c in sorted(delta):
+                count += delta[c]
+                log.append((c + 1, q, count))
+        log.sort()
+        return log
+
+
+def _deadlock_message(cycle: int, config: VTAConfig, insns: list, routes: list, states: list[tuple[int, int, int]],
+                      dispatched: int) -> str:
+    """The DeadlockError text: each module's (state, instruction, token step) and fetch's head.
+
+    An IDLE module's instruction is -1 when it has run all of its instructions."""
+    lines = []
+    for m, (state, index, step) in enumerate(states):
+        name = MODULES[m]
+        if state == _IDLE:
+            if index >= 0:
+                lines.append(f"  {name}: idle, its next instruction is not dispatched yet")
+            continue
+        what = describe(index, insns[index])
+        if state == _WAIT:
+            lines.append(f"  {name}: {what} waits to pop a token from {QUEUE_NAMES[routes[index].pops[step]]} (empty)")
+        else:
+            lines.append(f"  {name}: {what} waits to push a token to {QUEUE_NAMES[routes[index].pushes[step]]} "
+                         f"(full, {config.token_queue_depth} tokens)")
+    if dispatched < len(insns):
+        lines.append(f"  fetch: {describe(dispatched, insns[dispatched])} waits for room in the "
+                     f"{MODULES[routes[dispatched].module]} command queue (full, {config.cmd_queue_depth} entries)")
+    return (f"deadlock at cycle {cycle}: no module can make progress and FINISH has not run:\n"
+            + "\n".join(lines))
+
+
+def simulate(launch: Launch, *, stepping: bool = False, every_cycle: bool = False) -> CycleRun:
     """Run ``launch`` (mutating ``launch.dram``); returns the machine, the stats and every instruction's timing.
 
-    ``every_cycle=True`` evaluates every cycle instead of jumping from event to event (slow; for
-    checking the model's jumps).
+    The default engine solves the timing recurrences (:class:`_Solver`). ``stepping=True`` runs the
+    literal transcription of docs/timing.md instead, evaluating the core cycle by cycle and jumping
+    over cycles in which nothing can happen; ``every_cycle=True`` makes it evaluate every cycle (slow).
+    All three give the same schedule: the slower ones are there to check the faster.
     """
     began = time.perf_counter()
     if launch.insn_addr % isa.INSN_BYTES:
@@ -526,14 +1026,23 @@ def simulate(launch: Launch, *, every_cycle: bool = False) -> CycleRun:
     if launch.trace is not None and Path(launch.trace).suffix != ".json":
         raise SimError(f"the cycle backend writes a Chrome trace-event timeline; trace path {str(launch.trace)!r} "
                        "must end in .json (the rtl backend writes .vcd waveforms)")
-    core = _Core(launch)
-    cycles = core.run(every_cycle)
-    stats = core.stats(cycles, time.perf_counter() - began)
+    if stepping or every_cycle:
+        core = _Core(launch)
+        cycles = core.run(every_cycle)
+        stats = core.stats(cycles, time.perf_counter() - began)
+        run = CycleRun(core.machine, stats, core.events, lambda: core.timing)
+        bursts, token_log = core.memory.bursts, core.token_log
+    else:
+        solver = _Solver(launch)
+        cycles = solver.run()
+        stats = solver.stats(cycles, time.perf_counter() - began)
+        run = CycleRun(solver.machine, stats, solver.events, solver.timings)
+        bursts = solver.bursts() if launch.trace is not None else None
+        token_log = solver.token_log() if launch.trace is not None else None
     if launch.trace is not None:
         from vtakit.sim.timeline import write_trace
-        write_trace(Path(launch.trace), launch.config, launch.insns, core.timing, stats, core.memory.bursts,
-                    core.token_log)
-    return CycleRun(core.machine, stats, core.timing, core.events)
+        write_trace(Path(launch.trace), launch.config, launch.insns, run.timing, stats, bursts, token_log)
+    return run
 
 
 def execute(launch: Launch) -> RunStats:
