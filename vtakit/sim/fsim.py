@@ -239,6 +239,67 @@ class _Simulator:
             unit.current, unit.phase, unit.step = current, phase, step
         return done
 
+    def drain(self, unit: _Unit) -> bool:
+        """:meth:`advance` with no budget: every action ``unit`` can take, in the same order, with the
+        bookkeeping of a whole instruction done in one pass; returns whether it took any."""
+        if self.finished:
+            return False
+        tokens = self.tokens
+        depth = self.config.token_queue_depth
+        hb = self.hb
+        machine = self.machine
+        insns, routes, last = self.insns, self.routes, self.last
+        m = unit.module
+        commands = unit.commands
+        executed = unit.executed
+        current, phase, step = unit.current, unit.phase, unit.step
+        progress = False
+        try:
+            while True:
+                if current < 0:
+                    if not commands:
+                        break
+                    current = commands.popleft()
+                    phase, step = _POPPING, 0
+                    hb.begin(m)
+                    executed.append(current)
+                    progress = True
+                route = routes[current]
+                if phase == _POPPING:
+                    pops = route.pops
+                    while step < len(pops):
+                        queue = tokens[pops[step]]
+                        if not queue:
+                            return progress
+                        hb.join(m, queue.popleft())
+                        step += 1
+                        progress = True
+                    hb.module = m
+                    if current == last:
+                        check_finish(hb, routes, insns, current)
+                    elif machine is not None:
+                        machine.apply(insns[current], current, validate=False)   # check_program validated it
+                    phase, step = _PUSHING, 0
+                    progress = True
+                pushes = route.pushes
+                while step < len(pushes):
+                    queue = tokens[pushes[step]]
+                    if len(queue) >= depth:
+                        self.stalls.add(("push", QUEUE_NAMES[pushes[step]], current))
+                        return progress
+                    queue.append(hb.snapshot(m))
+                    step += 1
+                    progress = True
+                finished = current == last   # FINISH retired: the program is done
+                current = -1
+                progress = True
+                if finished:
+                    self.finished = True
+                    break
+        finally:
+            unit.current, unit.phase, unit.step = current, phase, step
+        return progress
+
     def _execute(self, module: int, index: int) -> None:
         self.hb.module = module
         if index == self.last:
@@ -250,12 +311,12 @@ class _Simulator:
     def run(self, rng: random.Random | None) -> None:
         everything = 1 << 62
         steppers = [self.fetch] + [lambda budget, u=u: self.advance(u, budget) for u in self.units]
-        fetch, advance, units = self.fetch, self.advance, self.units
+        fetch, drain, units = self.fetch, self.drain, self.units
         while not self.finished:
-            if rng is None:
-                progress = fetch(everything)
+            if rng is None:   # fetch, then each module, as far as each can go
+                progress = fetch(everything) > 0
                 for unit in units:
-                    progress += advance(unit, everything)
+                    progress = drain(unit) or progress
             else:
                 order = rng.sample(range(len(steppers)), len(steppers))
                 progress = 0

@@ -43,7 +43,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Callable, Protocol
+from typing import Callable, NamedTuple, Protocol
+
+import sys
 
 import numpy as np
 
@@ -79,6 +81,10 @@ _SMALL_GEMM = 64          # GEMM chunks up to this many micro-ops skip the matmu
 _GEMM_CHUNK = 1 << 16     # micro-ops per vectorised GEMM/ALU step (bounds temporary memory)
 _SMALL_SEGSUM = 4096      # below this many micro-ops, accumulate with np.add.at
 _PY_OFFSETS = 16          # loops of up to this many (i, j) iterations build their offsets in Python
+_PY_MASK = 512            # written masks up to this many entries are tested as Python lists
+_OFFSETS: dict[tuple, np.ndarray] = {}   # (iter_out, iter_in, *factors) -> loop offsets [i*j, 1, operand]
+# SRAMs whose DRAM elements are exactly their bytes in memory: DMA copies bytes (ACC needs a little-endian host)
+_BYTE_SRAMS = ("inp", "wgt", "acc", "out") if sys.byteorder == "little" else ("inp", "wgt", "out")
 
 
 def describe(index: int | None, insn: Instruction) -> str:
@@ -93,25 +99,15 @@ def validate_instruction(insn: Instruction, config: VTAConfig, index: int | None
     Checks the opcode/memory pair, the dependency flags the module may use, STORE padding and
     ALU MUL availability. Memory ranges are checked when the instruction runs.
     """
-    if _quick_stage(insn, config.alu_mul) is None:
-        _validate(insn, config, index)
+    checked_stage(insn, config, index)
 
 
 def checked_stage(insn: Instruction, config: VTAConfig, index: int | None = None) -> Stage:
-    """:func:`validate_instruction`, then the module ``insn`` goes to (:func:`vtakit.hw.isa.stage_of`)."""
-    stage = _quick_stage(insn, config.alu_mul)
-    if stage is None:
-        _validate(insn, config, index)
-        stage = isa.stage_of(insn)
-    return stage
+    """:func:`validate_instruction`, then the module ``insn`` goes to (:func:`vtakit.hw.isa.stage_of`).
 
-
-def _quick_stage(insn: Instruction, alu_mul: bool) -> Stage | None:
-    """The stage of a plainly legal instruction of one of the four ISA classes, else None.
-
-    None means "ask :func:`_validate`": the instruction is illegal or unusual (a subclass, an
-    opcode field that does not match its class); this fast path never accepts what
-    :func:`_validate` would reject, and agrees with :func:`vtakit.hw.isa.stage_of`.
+    Plainly legal instructions of the four ISA classes are recognised here in a few attribute
+    tests; anything else (illegal, a subclass, an opcode field that does not match its class) goes
+    through the field-by-field :func:`_validate`, which has every error message.
     """
     kind = type(insn)
     if kind is MemInsn:
@@ -119,29 +115,26 @@ def _quick_stage(insn: Instruction, alu_mul: bool) -> Stage | None:
         if opcode is Opcode.LOAD:
             memory = insn.memory_type
             if memory is MemId.INP or memory is MemId.WGT:
-                if insn.pop_prev or insn.push_prev:
-                    return None
-                return Stage.LOAD
-            if memory is MemId.OUT and insn.x_size != 0:
-                return None
+                if not (insn.pop_prev or insn.push_prev):
+                    return Stage.LOAD
+            elif memory is not MemId.OUT or insn.x_size == 0:
+                return Stage.COMPUTE
+        elif opcode is Opcode.STORE:
+            if not (insn.pop_next or insn.push_next) and (
+                    insn.x_size == 0 or (insn.memory_type is MemId.OUT and not (
+                        insn.y_pad_0 or insn.y_pad_1 or insn.x_pad_0 or insn.x_pad_1))):
+                return Stage.STORE
+    elif kind is GemmInsn:
+        if insn.opcode is Opcode.GEMM:
             return Stage.COMPUTE
-        if opcode is Opcode.STORE:
-            if insn.pop_next or insn.push_next:
-                return None
-            if insn.x_size != 0 and (insn.memory_type is not MemId.OUT or insn.y_pad_0 or insn.y_pad_1
-                                     or insn.x_pad_0 or insn.x_pad_1):
-                return None
-            return Stage.STORE
-        return None
-    if kind is GemmInsn:
-        return Stage.COMPUTE if insn.opcode is Opcode.GEMM else None
-    if kind is AluInsn:
-        if insn.opcode is not Opcode.ALU or (insn.alu_opcode is AluOp.MUL and not alu_mul):
-            return None
-        return Stage.COMPUTE
-    if kind is FinishInsn:
-        return Stage.COMPUTE if insn.opcode is Opcode.FINISH else None
-    return None
+    elif kind is AluInsn:
+        if insn.opcode is Opcode.ALU and (insn.alu_opcode is not AluOp.MUL or config.alu_mul):
+            return Stage.COMPUTE
+    elif kind is FinishInsn:
+        if insn.opcode is Opcode.FINISH:
+            return Stage.COMPUTE
+    _validate(insn, config, index)
+    return isa.stage_of(insn)
 
 
 def _validate(insn: Instruction, config: VTAConfig, index: int | None) -> None:
@@ -173,9 +166,11 @@ def _validate(insn: Instruction, config: VTAConfig, index: int | None) -> None:
                            f"({config.model} has ALU_MUL=false)")
 
 
-@dataclass(frozen=True)
-class DramRows:
-    """A 2-D DRAM byte footprint: ``rows`` rows of ``row_bytes`` bytes, ``stride`` bytes apart."""
+class DramRows(NamedTuple):
+    """A 2-D DRAM byte footprint: ``rows`` rows of ``row_bytes`` bytes, ``stride`` bytes apart.
+
+    (A named tuple rather than a dataclass: one is made per DMA, and tuples are made fastest.)
+    """
 
     start: int
     row_bytes: int
@@ -212,6 +207,7 @@ class _MemSpec:
     counted_bytes: int       # bytes counted per element
     entry: tuple[int, ...]   # shape of one SRAM entry
     depth: int               # SRAM entries
+    raw: bool                # an element's DRAM bytes are its SRAM entry's bytes (a plain byte copy)
 
 
 @dataclass(frozen=True)
@@ -236,7 +232,8 @@ def _layout(config: VTAConfig) -> _Layout:
     depths = {name: shape[0] for name, shape in shapes.items()}
 
     def spec(sram: str, elem_bytes: int, dtype: str, counter: str, counted: int) -> _MemSpec:
-        return _MemSpec(sram, elem_bytes, dtype, counter, counted, shapes[sram][1:], depths[sram])
+        raw = sram in _BYTE_SRAMS and counted == elem_bytes
+        return _MemSpec(sram, elem_bytes, dtype, counter, counted, shapes[sram][1:], depths[sram], raw)
 
     mem = {MemId.UOP: spec("uop", c.uop_elem_bytes, "<u4", "uop_load_nbytes", c.uop_elem_bytes),
            MemId.INP: spec("inp", c.inp_elem_bytes, "i1", "inp_load_nbytes", c.inp_elem_bytes),
@@ -285,6 +282,8 @@ class Machine:
         self._layout = layout
         self._depths = layout.depths
         self._mem = layout.mem
+        # flat byte views of the SRAMs whose DRAM layout is their memory layout, for DMA copies
+        self._bytes = {name: getattr(self, name).reshape(-1).view(np.uint8) for name in _BYTE_SRAMS}
         # float32 copies of INP/WGT (WGT transposed) feed large GEMMs' matmuls, exact for int8 products;
         # made on first use (see _inp_f/_wgt_t), then kept in step by every write
         self._inp_f_copy: np.ndarray | None = None
@@ -408,21 +407,36 @@ class Machine:
             observer.dram(False, rows)
             if name in SHARED_SRAMS:
                 observer.sram(name, True, target)
-        raw = self._dram_view(rows)
-        entry = spec.entry
-        if name == "uop":
-            words = raw.view("<u4").astype(np.int64)          # [y, x]
-            layout = self._layout
-            elems = (words[..., None] >> layout.uop_shifts) & layout.uop_masks
-        else:
-            elems = raw.view(spec.dtype).reshape(y_size, x_size, *entry)
-        sram = getattr(self, name)
-        if height == y_size and width == x_size:   # no padding: the elements are the block
-            sram[target] = elems.reshape(height * width, *entry)
-        else:
-            block = sram[target].reshape(height, width, *entry)   # a view of the target entries
-            block[...] = 0
-            block[y_pad_0:y_pad_0 + y_size, x_pad_0:x_pad_0 + x_size] = elems
+        if spec.raw:   # copy bytes into the SRAM's byte view
+            size = spec.elem_bytes
+            first = target.start * size
+            if height == y_size and width == x_size:   # no padding
+                if rows.rows == 1 or rows.stride == rows.row_bytes:
+                    self._bytes[name][first:first + rows.rows * rows.row_bytes] = \
+                        self.dram[rows.start:rows.start + rows.rows * rows.row_bytes]
+                else:
+                    self._bytes[name][first:first + rows.rows * rows.row_bytes].reshape(rows.rows, rows.row_bytes)[...] = \
+                        self._dram_view(rows)
+            else:
+                block = self._bytes[name][first:first + height * width * size].reshape(height, width * size)
+                block.fill(0)
+                block[y_pad_0:y_pad_0 + y_size, x_pad_0 * size:(x_pad_0 + x_size) * size] = self._dram_view(rows)
+        else:   # decode elements: micro-op fields, or ACC_8BIT's sign extension
+            raw = self._dram_view(rows)
+            entry = spec.entry
+            if name == "uop":
+                words = raw.view("<u4").astype(np.int64)          # [y, x]
+                layout = self._layout
+                elems = (words[..., None] >> layout.uop_shifts) & layout.uop_masks
+            else:
+                elems = raw.view(spec.dtype).reshape(y_size, x_size, *entry)
+            sram = getattr(self, name)
+            if height == y_size and width == x_size:   # no padding: the elements are the block
+                sram[target] = elems.reshape(height * width, *entry)
+            else:
+                block = sram[target].reshape(height, width, *entry)   # a view of the target entries
+                block.fill(0)
+                block[y_pad_0:y_pad_0 + y_size, x_pad_0:x_pad_0 + x_size] = elems
         self.written[name][target] = True
         if name == "inp" or name == "wgt":
             self._wrote(name, target)
@@ -438,10 +452,14 @@ class Machine:
             self.observer.sram("out", False, source)
             self.observer.dram(True, rows)
         self._require_written("out", source, insn, index)
-        data = self.out[source].view(np.uint8).reshape(y_size, x_size * elem_bytes)
-        if rows.stride >= rows.row_bytes or rows.rows <= 1:
-            self._dram_view(rows)[...] = data
+        first = source.start * elem_bytes
+        data = self._bytes["out"][first:first + y_size * x_size * elem_bytes]
+        if rows.rows == 1 or rows.stride == rows.row_bytes:   # contiguous
+            self.dram[rows.start:rows.start + data.size] = data
+        elif rows.stride >= rows.row_bytes or rows.rows <= 1:
+            self._dram_view(rows)[...] = data.reshape(y_size, x_size * elem_bytes)
         else:  # overlapping rows: later rows win, as a row-by-row DMA would leave them
+            data = data.reshape(y_size, x_size * elem_bytes)
             for y in range(rows.rows):
                 start = rows.start + y * rows.stride
                 self.dram[start:start + rows.row_bytes] = data[y]
@@ -453,13 +471,19 @@ class Machine:
         if insn.uop_end > depth:
             raise MemoryAccessError(f"{describe(index, insn)}: micro-ops [{insn.uop_bgn}, {insn.uop_end}) out of "
                                     f"range; the micro-op cache has {depth} entries")
-        self._require_written("uop", slice(insn.uop_bgn, insn.uop_end), insn, index)
-        return self.uop[insn.uop_bgn:insn.uop_end]
+        where = slice(insn.uop_bgn, insn.uop_end)
+        mask = self.written["uop"][where]
+        if not (all(mask.tolist()) if len(mask) <= _PY_MASK else mask.all()):
+            self._require_written("uop", where, insn, index)
+        return self.uop[where]
 
     def _check_index_ranges(self, insn: GemmInsn | AluInsn, uops: np.ndarray, factors: list[tuple[int, int]],
                             buffers: tuple[str | None, ...], index: int | None) -> None:
         """The largest index the loop generates for each operand must fit its SRAM (None: not read)."""
-        peaks = uops.max(axis=0).tolist()
+        if len(uops) <= _PY_OFFSETS:
+            peaks = [max(column) for column in zip(*uops.tolist())]
+        else:
+            peaks = uops.max(axis=0).tolist()
         for column, (name, (f_out, f_in)) in enumerate(zip(buffers, factors)):
             if name is None:
                 continue
@@ -486,9 +510,23 @@ class Machine:
                 j = np.arange(j0, min(j0 + step_j, insn.iter_in), dtype=np.int64)[None, :, None]
                 yield [uops[:, c][None, None, :] + i * fo + j * fi for c, (fo, fi) in enumerate(factors)]
 
+    def _loop_indices(self, uops: np.ndarray, iter_out: int, iter_in: int,
+                      factors: list[tuple[int, int]]) -> np.ndarray:
+        """:func:`_loop_indices`, with each loop shape's offsets computed once (kept in _OFFSETS)."""
+        if iter_out == 1 and iter_in == 1:
+            return uops[:, :len(factors)]
+        key = (iter_out, iter_in, *factors)
+        offsets = _OFFSETS.get(key)
+        if offsets is None:
+            if len(_OFFSETS) >= 1024:
+                _OFFSETS.clear()
+            offsets = _OFFSETS[key] = _loop_offsets(iter_out, iter_in, factors)[:, None, :]
+            offsets.flags.writeable = False
+        return (offsets + uops[None, :, :len(factors)]).reshape(-1, len(factors))
+
     def _require_written(self, name: str, where: slice | np.ndarray, insn: Instruction, index: int | None) -> None:
         mask = self.written[name][where]
-        if not mask.all():
+        if not (all(mask.tolist()) if len(mask) <= _PY_MASK else mask.all()):
             first = int(np.flatnonzero(~mask)[0])
             entry = where.start + first if isinstance(where, slice) else int(where[first])
             raise MemoryAccessError(f"{describe(index, insn)}: reads {name.upper()} entry {entry}, which no "
@@ -507,7 +545,7 @@ class Machine:
         count = iter_out * iter_in * len(uops)
         if (count <= _SMALL_LOOP and count <= _GEMM_CHUNK and iter_out > 0 and iter_in > 0 and not self._uop_signed
                 and min(f for pair in factors for f in pair) >= 0):
-            self._gemm_small(insn, _loop_indices(uops, iter_out, iter_in, factors), index)
+            self._gemm_small(insn, self._loop_indices(uops, iter_out, iter_in, factors), index)
             return
         obs = self.observer
         for dst, src, wgt in self._index_chunks(insn, uops, factors):
@@ -566,7 +604,7 @@ class Machine:
         products = np.matmul(self.inp[src].astype(product), self.wgt[wgt].astype(product).transpose(0, 2, 1))
         acc = self.acc
         np.add.at(acc, dst, products.astype(np.int32, copy=False))        # wraps mod 2**32
-        self.out[dst] = acc[dst].astype(np.int8)                          # low 8 bits
+        self.out[dst] = acc[dst]                                          # low 8 bits (assignment wraps)
         written["out"][dst] = True
         self.counters["gemm_counter"] += len(dst)
 
@@ -612,7 +650,7 @@ class Machine:
         self._check_index_ranges(insn, uops, factors, ("acc", None) if use_imm else ("acc", "acc"), index)
         count = iter_out * iter_in * len(uops)
         if 0 < count <= _GEMM_CHUNK and iter_out > 0:   # one step: [dst, src] index rows, in loop order
-            chunks = [_loop_indices(uops, iter_out, iter_in, factors).T]
+            chunks = [self._loop_indices(uops, iter_out, iter_in, factors).T]
         else:
             chunks = ((dst.ravel(), src.ravel()) for dst, src in self._index_chunks(insn, uops, factors))
         for dst, src in chunks:
@@ -628,7 +666,18 @@ class Machine:
     def _alu_chunk(self, insn: AluInsn, dst: np.ndarray, src: np.ndarray | None) -> None:
         acc = self.acc
         if len(dst) * acc[0].size <= _SMALL_ALU_LANES:
-            self._alu_chunk_scalar(insn, dst, src)
+            dsts = dst.tolist()
+            targets = set(dsts)
+            if len(targets) < len(dsts) or (src is not None and not targets.isdisjoint(src.tolist())):
+                self._alu_chunk_scalar(insn, dst, src, dsts)   # micro-ops depend on each other: one at a time
+                return
+            # independent micro-ops (distinct destinations, none read by another): one vectorised step
+            a = acc[dst].astype(np.int64)
+            b = np.int64(insn.imm) if src is None else acc[src].astype(np.int64)
+            result = alu_op(insn.alu_opcode, a, b)
+            acc[dst] = result
+            self.out[dst] = result                                        # low 8 bits (assignment wraps)
+            self.written["out"][dst] = True
             return
         levels = _alu_levels(dst, src, len(acc))
         groups = [slice(None)] if levels is None else _split_by_level(levels)
@@ -641,28 +690,35 @@ class Machine:
         self.out[touched] = acc[touched].astype(np.int8)
         self.written["out"][touched] = True
 
-    def _alu_chunk_scalar(self, insn: AluInsn, dst: np.ndarray, src: np.ndarray | None) -> None:
+    def _alu_chunk_scalar(self, insn: AluInsn, dst: np.ndarray, src: np.ndarray | None,
+                          dsts: list[int] | None = None) -> None:
         """``_alu_chunk`` for a few micro-ops: Python ints, one micro-op after the other (numpy's
-        per-call overhead dominates at this size). Same int32 results as :func:`alu_op`."""
+        per-call overhead dominates at this size). Same int32 results as :func:`alu_op`.
+        ``dsts`` is ``dst.tolist()`` when the caller has it."""
         acc = self.acc
-        dsts = dst.tolist()
+        if dsts is None:
+            dsts = dst.tolist()
         touched = sorted(set(dsts))
         if src is None:
-            rows = dict(zip(touched, acc[touched].reshape(len(touched), -1).tolist()))
+            entries = touched
+        else:
+            srcs = src.tolist()
+            entries = sorted(set(dsts).union(srcs))
+        where = np.array(entries)
+        rows = dict(zip(entries, acc[where].reshape(len(entries), -1).tolist()))
+        if src is None:
             row_op = _imm_row_op(insn.alu_opcode, insn.imm)
             for d in dsts:
                 rows[d] = row_op(rows[d])
         else:
-            srcs = src.tolist()
-            entries = sorted(set(dsts).union(srcs))
-            rows = dict(zip(entries, acc[entries].reshape(len(entries), -1).tolist()))
             pair_op = _pair_row_op(insn.alu_opcode)
             for d, s in zip(dsts, srcs):
                 rows[d] = pair_op(rows[d], rows[s])
-        values = np.array([rows[e] for e in touched], dtype=np.int32).reshape(len(touched), *acc.shape[1:])
-        acc[touched] = values
-        self.out[touched] = values.astype(np.int8)
-        self.written["out"][touched] = True
+            where = np.array(touched)
+        values = np.array([x for e in touched for x in rows[e]], dtype=np.int32).reshape(len(touched), *acc.shape[1:])
+        acc[where] = values
+        self.out[where] = values                                          # low 8 bits (assignment wraps)
+        self.written["out"][where] = True
 
 
 def _loop_indices(uops: np.ndarray, iter_out: int, iter_in: int, factors: list[tuple[int, int]]) -> np.ndarray:
@@ -670,18 +726,21 @@ def _loop_indices(uops: np.ndarray, iter_out: int, iter_in: int, factors: list[t
     loop order (i, j, micro-op): operand c of micro-op k in iteration (i, j) is
     ``uops[k, c] + i * factors[c][0] + j * factors[c][1]``."""
     columns = len(factors)
-    base = uops[:, :columns]
     if iter_out == 1 and iter_in == 1:
-        return base
+        return uops[:, :columns]
+    offsets = _loop_offsets(iter_out, iter_in, factors)
+    return (offsets[:, None, :] + uops[None, :, :columns]).reshape(-1, columns)
+
+
+def _loop_offsets(iter_out: int, iter_in: int, factors: list[tuple[int, int]]) -> np.ndarray:
+    """``[i * iter_in + j, c] = i * factors[c][0] + j * factors[c][1]``: each iteration's index offsets."""
     if iter_out * iter_in <= _PY_OFFSETS:
-        offsets = np.array([[i * f_out + j * f_in for f_out, f_in in factors]
-                            for i in range(iter_out) for j in range(iter_in)], dtype=np.int64)
-    else:
-        outer = np.array([f_out for f_out, _ in factors], dtype=np.int64)
-        inner = np.array([f_in for _, f_in in factors], dtype=np.int64)
-        offsets = (np.arange(iter_out, dtype=np.int64)[:, None, None] * outer
-                   + np.arange(iter_in, dtype=np.int64)[None, :, None] * inner).reshape(-1, columns)
-    return (offsets[:, None, :] + base[None, :, :]).reshape(-1, columns)
+        return np.array([[i * f_out + j * f_in for f_out, f_in in factors]
+                         for i in range(iter_out) for j in range(iter_in)], dtype=np.int64)
+    outer = np.array([f_out for f_out, _ in factors], dtype=np.int64)
+    inner = np.array([f_in for _, f_in in factors], dtype=np.int64)
+    return (np.arange(iter_out, dtype=np.int64)[:, None, None] * outer
+            + np.arange(iter_in, dtype=np.int64)[None, :, None] * inner).reshape(-1, len(factors))
 
 
 # ALU operations on rows of Python ints holding int32 values (the small-chunk path), with the
