@@ -615,7 +615,12 @@ class _Solver:
         self.state = [_IDLE, _IDLE, _IDLE]
         self.cursor = [1, 1, 1]        # IDLE: first cycle it may take; WAIT/RETIRE: earliest next pop/push
         self.step = [0, 0, 0]
-        self.dma: list[_ReadDma | None] = [None, None, None]
+        # each module's LOAD while its bursts are being accepted (§4): their beats, the next one, the
+        # cycle it presents from (_NEVER: no LOAD reading) and the (first, last) beats received
+        self.reading: list[list[int] | None] = [None, None, None]
+        self.read_next = [0, 0, 0]
+        self.present = [_NEVER, _NEVER, _NEVER]
+        self.received: list[list[tuple[int, int]] | None] = [None, None, None]
         # accounting, accumulated as instructions retire (RunStats)
         self.busy = [0, 0, 0]
         self.token_stall = [0, 0, 0]
@@ -841,8 +846,10 @@ class _Solver:
             received = self.beats[index] = []
             self.read_bytes += data * elem
             self.memory_stall[m] -= cycle + pads + data * k      # + e when the last beat is known
-            self.dma[m] = _ReadDma(_bursts(x_size * k, y_size, insn.dram_base * elem, insn.x_stride * elem, beat),
-                                   s + pads - self.latency if pads > self.latency else s, beat, received)
+            self.reading[m] = _bursts(x_size * k, y_size, insn.dram_base * elem, insn.x_stride * elem, beat)
+            self.read_next[m] = 0
+            self.present[m] = s + pads - self.latency if pads > self.latency else s
+            self.received[m] = received
             return -1
         raise AssertionError(f"no datapath for {insn!r}")
 
@@ -862,12 +869,12 @@ class _Solver:
                 fetch_present = self.fetch_from
             elif x < self.n_dispatched:
                 fetch_present = max(self.fetch_from, self.dispatched[x] + 1)
-        compute, load = self.dma[_COMPUTE], self.dma[_LOAD]
+        compute, load = self.present[_COMPUTE], self.present[_LOAD]
         present = fetch_present
-        if compute is not None and compute.present_from < present:
-            present = compute.present_from
-        if load is not None and load.present_from < present:
-            present = load.present_from
+        if compute < present:
+            present = compute
+        if load < present:
+            present = load
         if present >= _NEVER:
             return -1
         lasts, limit, latency = self.lasts, self.limit, self.latency
@@ -881,26 +888,22 @@ class _Solver:
             last = first + n * k - 1
             lasts.append(last)
             self.fetch_bursts.append((first, last))
-            fetched = self.fetched
-            complete = first - 1
-            for j in range(self.requested, self.requested + n):
-                complete += k
-                fetched[j] = complete
-            self.requested += n
+            r = self.requested               # instruction j is complete with its k-th beat
+            self.fetched[r:r + n] = range(first + k - 1, last + 1, k)
+            self.requested = r + n
             self.fetch_next = min(self.count - self.requested,
                                   FETCH_BURST - (self.slot0 + self.requested) % FETCH_BURST)
             self.frontier = self.fetch_from = c + 1
             return _DISPATCH
-        if compute is not None and compute.present_from <= c:
-            m, dma = _COMPUTE, compute
+        if compute <= c:
+            m = _COMPUTE
             rival = fetch_present         # while compute streams, the lower-priority load never gets a cycle
         else:
-            m, dma = _LOAD, load
-            rival = fetch_present if compute is None or fetch_present < compute.present_from \
-                else compute.present_from
+            m = _LOAD
+            rival = fetch_present if fetch_present < compute else compute
         # Accept its burst, and its further bursts while nobody else presents: it presents from the
         # cycle after each acceptance, so only the window delays it.
-        bursts, j, received = dma.bursts, dma.next, dma.received
+        bursts, j, received = self.reading[m], self.read_next[m], self.received[m]
         while True:
             first = c + latency if c + latency > last else last + 1
             last = first + bursts[j] - 1
@@ -915,11 +918,12 @@ class _Solver:
             if nc >= rival:
                 break
             c = nc
-        self.frontier = dma.present_from = c + 1
-        dma.next = j
         if j < len(bursts):
+            self.frontier = self.present[m] = c + 1
+            self.read_next[m] = j
             return 0
-        self.dma[m] = None                             # the LOAD finishes with its last beat (§4)
+        self.frontier = c + 1
+        self.present[m], self.reading[m] = _NEVER, None   # the LOAD finishes with its last beat (§4)
         i = self.lists[m][self.next[m]]
         self.finished[i] = last
         self.memory_stall[m] += last                   # (the rest was counted at the start)
