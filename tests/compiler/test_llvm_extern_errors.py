@@ -131,3 +131,19 @@ def test_c_library_function_is_called_unchecked():
     mod(a, b)
     np.testing.assert_array_equal(b, np.abs(a))
     assert "ext_libc_abs" in mod.get_source("ll-raw") and "_checked" not in mod.get_source("ll-raw")
+
+
+def test_module_keeps_its_callback_alive_when_the_name_is_registered_again():
+    import gc
+
+    cb, keep = _register("ext_rebound")
+    mod = _elementwise("ext_rebound", 8)
+    del keep
+    register_extern("ext_rebound", _UNARY(lambda x: -x))   # the old callback's last reference elsewhere
+    gc.collect()
+    b = np.zeros(8, "int32")
+    mod(np.arange(8, dtype="int32"), b)
+    np.testing.assert_array_equal(b, 3 * np.arange(8) + 1)
+    fresh = _elementwise("ext_rebound", 8)                  # a new build uses the new function
+    fresh(np.arange(8, dtype="int32"), b)
+    np.testing.assert_array_equal(b, -np.arange(8))

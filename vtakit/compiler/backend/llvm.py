@@ -64,7 +64,8 @@ class CPUModule:
     """A compiled kernel: call it with one numpy array per parameter."""
 
     def __init__(self, func: ir.PrimFunc, target: rt.CPUTarget, llvm_ir: str, engine: llvm.ExecutionEngine,
-                 entry: str, shape_vars: list[ir.Var], compile_seconds: float, checked: bool = False) -> None:
+                 entry: str, shape_vars: list[ir.Var], compile_seconds: float, checked: bool = False,
+                 externs: tuple[Any, ...] = ()) -> None:
         self.func = func
         self.target = target
         self.llvm_ir = llvm_ir
@@ -73,6 +74,7 @@ class CPUModule:
         self._entry = _ENTRY_TYPE(engine.get_function_address(entry))
         self._shape_vars = shape_vars
         self._checked = checked  # calls a Python callback: give each call a status word
+        self._externs = externs  # the functions the machine code calls, alive while the module is
         self._written = _written_params(func)
         params = func.params
         # fast path of __call__: constant shapes, checked without building any message
@@ -365,6 +367,11 @@ def _used_externs(func: ir.PrimFunc) -> tuple[dict[str, str], frozenset[str]]:
     return used, frozenset(op for op in used if _externs[op].checked)
 
 
+def _keep_alive(used: dict[str, str]) -> tuple[Any, ...]:
+    """The objects behind the externs a module calls (re-registering a name must not free them)."""
+    return tuple(_externs[op].keep_alive for op in used)
+
+
 def clear_cache() -> None:
     with _cache_lock:
         _cache.clear()
@@ -395,7 +402,7 @@ def build_llvm(func: ir.PrimFunc, target: str | rt.CPUTarget = "llvm") -> CPUMod
         rt.optimize(module, cpu)
         engine = rt.jit(module, cpu)
     result = CPUModule(func, cpu, generated.llvm_ir, engine, generated.entry, generated.shape_vars,
-                       time.perf_counter() - start, checked=bool(checked))
+                       time.perf_counter() - start, checked=bool(checked), externs=_keep_alive(externs))
     with _cache_lock:
         return _cache.setdefault(key, result)
 
