@@ -315,3 +315,31 @@ def test_subclassed_instructions_are_validated_and_applied():
     _assert_same(a, b, "subclass")
     with pytest.raises(ProgramError, match="ALU MUL needs"):
         validate_instruction(dataclasses.replace(tagged, alu_opcode=AluOp.MUL), VTAConfig.small())
+
+
+def test_index_arrays_reported_to_the_observer_never_change_afterwards():
+    """An observer may keep the index arrays it is given (the race detector logs them): later
+    micro-op loads must not change them, including one-iteration loops over the micro-op cache."""
+
+    class Keeper:
+        def __init__(self):
+            self.kept = []
+
+        def sram(self, space, write, index):
+            if isinstance(index, np.ndarray):
+                self.kept.append((index, index.copy()))
+
+        def dram(self, write, rows):
+            pass
+
+    keeper = Keeper()
+    m = _machine(SMALL, 6, keeper)
+    for insn in (GemmInsn(uop_bgn=0, uop_end=1), GemmInsn(uop_bgn=0, uop_end=3), GemmInsn(uop_bgn=0, uop_end=3, reset_reg=True),
+                 AluInsn(uop_bgn=0, uop_end=1, use_imm=True, imm=1), AluInsn(uop_bgn=0, uop_end=3)):
+        m.apply(insn)
+    assert len(keeper.kept) >= 8
+    m.dram[:64] = 0xFF
+    m.apply(MemInsn(opcode=Opcode.LOAD, memory_type=MemId.UOP, sram_base=0, dram_base=0, y_size=1, x_size=4, x_stride=4))
+    m.write_sram("uop", 0, np.full((4, 3), 7))
+    for index, original in keeper.kept:
+        np.testing.assert_array_equal(index, original)

@@ -310,8 +310,9 @@ class _Simulator:
     # ------------------------------------------------------------------ driving
     def run(self, rng: random.Random | None) -> None:
         everything = 1 << 62
-        steppers = [self.fetch] + [lambda budget, u=u: self.advance(u, budget) for u in self.units]
         fetch, drain, units = self.fetch, self.drain, self.units
+        if rng is not None:
+            steppers = [fetch] + [lambda budget, u=u: self.advance(u, budget) for u in units]
         while not self.finished:
             if rng is None:   # fetch, then each module, as far as each can go
                 progress = fetch(everything) > 0

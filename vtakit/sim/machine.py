@@ -28,15 +28,19 @@ byte order matches these shapes (ACC little-endian int32).
 
 Performance: every instruction is a handful of numpy steps, and the fixed cost per instruction is
 kept small because typical programs are short (a random or corpus program runs in well under a
-millisecond). Everything derived from the configuration is computed once per configuration
-(:class:`_Layout`); loops generate all their indices in one broadcast; a GEMM of up to
+millisecond, so numpy's per-call overhead, not arithmetic, is the cost). Everything derived from
+the configuration is computed once per configuration (:class:`_Layout`). DMAs copy bytes between
+DRAM and flat byte views of the SRAMs (only micro-ops and ACC_8BIT decode elements). Loops
+generate all their indices in one broadcast; the written masks are views of one array, so a GEMM
+tests all its operands in one gather, and small masks are tested as Python lists. A GEMM of up to
 ``_SMALL_LOOP`` micro-ops multiplies gathered int32 operands and adds the products into ACC with
 ``np.add.at`` (wrap-around addition commutes). Larger GEMMs multiply as a batched float32 matmul
 (exact: |products| < 2**24) over float copies of INP/WGT allocated on first use, restructured
 along loop axes where the weight or destination stays put, and accumulate repeated destinations
-with a segmented sum. ALU instructions on a few lanes run in plain Python, one micro-op after the
-other; larger ones run vectorised, split into dependency levels only when their micro-ops depend
-on each other (a later micro-op reads or rewrites an entry an earlier one wrote).
+with a segmented sum. ALU micro-ops that are independent (distinct destinations, none read by
+another) run as one vectorised step; dependent ones on a few lanes run in plain Python, one
+micro-op after the other, and on many lanes vectorised per dependency level (a later micro-op
+that reads or rewrites an entry an earlier one wrote goes in a later level).
 """
 
 from __future__ import annotations
@@ -81,7 +85,9 @@ _SMALL_GEMM = 64          # GEMM chunks up to this many micro-ops skip the matmu
 _GEMM_CHUNK = 1 << 16     # micro-ops per vectorised GEMM/ALU step (bounds temporary memory)
 _SMALL_SEGSUM = 4096      # below this many micro-ops, accumulate with np.add.at
 _PY_OFFSETS = 16          # loops of up to this many (i, j) iterations build their offsets in Python
+_PY_ROWS = 16             # micro-op ranges up to this long are scanned for their largest index in Python
 _PY_MASK = 512            # written masks up to this many entries are tested as Python lists
+_PY_UOPS = 64             # micro-op loads up to this many words decode in Python
 _OFFSETS: dict[tuple, np.ndarray] = {}   # (iter_out, iter_in, *factors) -> loop offsets [i*j, 1, operand]
 # SRAMs whose DRAM elements are exactly their bytes in memory: DMA copies bytes (ACC needs a little-endian host)
 _BYTE_SRAMS = ("inp", "wgt", "acc", "out") if sys.byteorder == "little" else ("inp", "wgt", "out")
@@ -189,6 +195,8 @@ class AccessObserver(Protocol):
     """Told of every access to state shared between modules, before the machine performs it.
 
     ``space`` is one of :data:`SHARED_SRAMS`; ``index`` is a slice or an int array of entries.
+    Index arrays are the machine's own and never change after the call, so an observer may keep
+    them (no copy needed).
     """
 
     def sram(self, space: str, write: bool, index: slice | np.ndarray) -> None: ...
@@ -218,9 +226,12 @@ class _Layout:
     depths: dict[str, int]               # SRAM entries, by name
     mem: dict[MemId, _MemSpec]           # LOAD specs, by memory type
     out_elem_bytes: int
-    uop_shifts: np.ndarray               # micro-op field offsets / masks, (dst, src, wgt) order
+    uop_shifts: np.ndarray               # micro-op field offsets / masks (uint32), (dst, src, wgt) order
     uop_masks: np.ndarray
+    uop_fields: tuple[tuple[int, int], ...]   # the same as (shift, mask) pairs of Python ints
     product_dtype: type                  # holds any sum of block_in int8 x int8 products exactly
+    written_at: dict[str, int]           # where each SRAM's written mask starts in the machine's one mask array
+    gemm_written_at: np.ndarray          # written_at of (ACC, INP, WGT): a GEMM's (dst, src, wgt) columns
 
 
 @lru_cache(maxsize=16)
@@ -241,10 +252,13 @@ def _layout(config: VTAConfig) -> _Layout:
            MemId.ACC: spec("acc", c.acc_elem_bytes, "<i4", "acc_load_nbytes", c.acc_elem_bytes),
            MemId.ACC_8BIT: spec("acc", c.acc8_elem_bytes, "i1", "acc_load_nbytes", c.acc_elem_bytes)}
     fields = isa.uop_layout(config)
-    shifts = np.array([f.offset for f in fields], dtype=np.int64)
-    masks = np.array([(1 << f.width) - 1 for f in fields], dtype=np.int64)
+    shifts = np.array([f.offset for f in fields], dtype=np.uint32)
+    masks = np.array([(1 << f.width) - 1 for f in fields], dtype=np.uint32)
     product = np.int32 if c.block_in * 128 * 128 < 1 << 31 else np.int64
-    return _Layout(shapes, depths, mem, c.out_elem_bytes, shifts, masks, product)
+    written_at = dict(zip(depths, np.cumsum([0, *depths.values()]).tolist()))
+    gemm_written_at = np.array([written_at["acc"], written_at["inp"], written_at["wgt"]], dtype=np.int64)
+    return _Layout(shapes, depths, mem, c.out_elem_bytes, shifts, masks, tuple(zip(shifts.tolist(), masks.tolist())),
+                   product, written_at, gemm_written_at)
 
 
 class Machine:
@@ -277,7 +291,9 @@ class Machine:
         self.wgt = np.zeros(shapes["wgt"], dtype=np.int8)
         self.acc = np.zeros(shapes["acc"], dtype=np.int32)
         self.out = np.zeros(shapes["out"], dtype=np.int8)
-        self.written = {name: np.zeros(shape[0], dtype=bool) for name, shape in shapes.items()}
+        # the written masks are views into one array, so a GEMM tests all its operands in one gather
+        self._written = np.zeros(sum(layout.depths.values()), dtype=bool)
+        self.written = {name: self._written[at:at + layout.depths[name]] for name, at in layout.written_at.items()}
         self.counters: dict[str, int] = dict.fromkeys(COUNTER_NAMES, 0)
         self._layout = layout
         self._depths = layout.depths
@@ -425,9 +441,14 @@ class Machine:
             raw = self._dram_view(rows)
             entry = spec.entry
             if name == "uop":
-                words = raw.view("<u4").astype(np.int64)          # [y, x]
+                words = raw.view("<u4")                            # [y, x]
                 layout = self._layout
-                elems = (words[..., None] >> layout.uop_shifts) & layout.uop_masks
+                if words.size <= _PY_UOPS:   # a few words: Python ints beat broadcast ufuncs
+                    fields = layout.uop_fields
+                    elems = np.array([(word >> shift) & mask for word in words.ravel().tolist() for shift, mask in fields],
+                                     dtype=np.int64).reshape(y_size, x_size, len(fields))
+                else:
+                    elems = (words[..., None] >> layout.uop_shifts) & layout.uop_masks
             else:
                 elems = raw.view(spec.dtype).reshape(y_size, x_size, *entry)
             sram = getattr(self, name)
@@ -472,29 +493,30 @@ class Machine:
             raise MemoryAccessError(f"{describe(index, insn)}: micro-ops [{insn.uop_bgn}, {insn.uop_end}) out of "
                                     f"range; the micro-op cache has {depth} entries")
         where = slice(insn.uop_bgn, insn.uop_end)
-        mask = self.written["uop"][where]
-        if not (all(mask.tolist()) if len(mask) <= _PY_MASK else mask.all()):
+        if not _all_true(self.written["uop"][where]):
             self._require_written("uop", where, insn, index)
-        return self.uop[where]
+        return self.uop[where].copy()   # index arrays made from it reach the observer, which may keep them
 
     def _check_index_ranges(self, insn: GemmInsn | AluInsn, uops: np.ndarray, factors: list[tuple[int, int]],
                             buffers: tuple[str | None, ...], index: int | None) -> None:
         """The largest index the loop generates for each operand must fit its SRAM (None: not read)."""
-        if len(uops) <= _PY_OFFSETS:
+        if len(uops) <= _PY_ROWS:
             peaks = [max(column) for column in zip(*uops.tolist())]
         else:
             peaks = uops.max(axis=0).tolist()
-        for column, (name, (f_out, f_in)) in enumerate(zip(buffers, factors)):
+        outer, inner = insn.iter_out - 1, insn.iter_in - 1
+        depths = self._depths
+        for column, name in enumerate(buffers):
             if name is None:
                 continue
-            depth = self._depths[name]
-            top = peaks[column] + (insn.iter_out - 1) * f_out + (insn.iter_in - 1) * f_in
-            if top >= depth:
+            f_out, f_in = factors[column]
+            top = peaks[column] + outer * f_out + inner * f_in
+            if top >= depths[name]:
                 field = ("dst", "src", "wgt")[column]
                 raise MemoryAccessError(
                     f"{describe(index, insn)}: {field} index reaches {top} (micro-op {field}_idx up to "
                     f"{peaks[column]} + ({insn.iter_out}-1)*{f_out} + ({insn.iter_in}-1)*{f_in}); "
-                    f"the {name.upper()} buffer has {depth} entries")
+                    f"the {name.upper()} buffer has {depths[name]} entries")
 
     def _index_chunks(self, insn: GemmInsn | AluInsn, uops: np.ndarray, factors: list[tuple[int, int]]):
         """Yield per-operand index arrays shaped [i, j, k], in micro-op order, about _GEMM_CHUNK at a time."""
@@ -526,7 +548,7 @@ class Machine:
 
     def _require_written(self, name: str, where: slice | np.ndarray, insn: Instruction, index: int | None) -> None:
         mask = self.written[name][where]
-        if not (all(mask.tolist()) if len(mask) <= _PY_MASK else mask.all()):
+        if not _all_true(mask):
             first = int(np.flatnonzero(~mask)[0])
             entry = where.start + first if isinstance(where, slice) else int(where[first])
             raise MemoryAccessError(f"{describe(index, insn)}: reads {name.upper()} entry {entry}, which no "
@@ -544,7 +566,8 @@ class Machine:
         self._check_index_ranges(insn, uops, factors, ("acc", None, None) if reset else ("acc", "inp", "wgt"), index)
         count = iter_out * iter_in * len(uops)
         if (count <= _SMALL_LOOP and count <= _GEMM_CHUNK and iter_out > 0 and iter_in > 0 and not self._uop_signed
-                and min(f for pair in factors for f in pair) >= 0):
+                and insn.dst_factor_out >= 0 and insn.dst_factor_in >= 0 and insn.src_factor_out >= 0
+                and insn.src_factor_in >= 0 and insn.wgt_factor_out >= 0 and insn.wgt_factor_in >= 0):
             self._gemm_small(insn, self._loop_indices(uops, iter_out, iter_in, factors), index)
             return
         obs = self.observer
@@ -597,9 +620,10 @@ class Machine:
             obs.sram("inp", False, src)
             obs.sram("wgt", False, wgt)
             obs.sram("out", True, dst)
-        self._require_written("inp", src, insn, index)
-        self._require_written("wgt", wgt, insn, index)
-        self._require_written("acc", dst, insn, index)
+        if not _all_true(self._written[indices + self._layout.gemm_written_at]):   # every operand at once
+            self._require_written("inp", src, insn, index)
+            self._require_written("wgt", wgt, insn, index)
+            self._require_written("acc", dst, insn, index)
         product = self._layout.product_dtype
         products = np.matmul(self.inp[src].astype(product), self.wgt[wgt].astype(product).transpose(0, 2, 1))
         acc = self.acc
@@ -649,11 +673,19 @@ class Machine:
         use_imm = insn.use_imm
         self._check_index_ranges(insn, uops, factors, ("acc", None) if use_imm else ("acc", "acc"), index)
         count = iter_out * iter_in * len(uops)
-        if 0 < count <= _GEMM_CHUNK and iter_out > 0:   # one step: [dst, src] index rows, in loop order
-            chunks = [self._loop_indices(uops, iter_out, iter_in, factors).T]
-        else:
-            chunks = ((dst.ravel(), src.ravel()) for dst, src in self._index_chunks(insn, uops, factors))
-        for dst, src in chunks:
+        if 0 < count <= _GEMM_CHUNK and iter_out > 0:   # one step
+            indices = self._loop_indices(uops, iter_out, iter_in, factors)
+            dst = indices[:, 0]
+            if self.observer is not None:
+                self.observer.sram("out", True, dst)
+            if not _all_true(self.written["acc"][dst if use_imm else indices]):
+                self._require_written("acc", dst, insn, index)
+                self._require_written("acc", indices[:, 1], insn, index)
+            self._alu_chunk(insn, dst, None if use_imm else indices[:, 1])
+            self.counters["alu_counter"] += count
+            return
+        for dst, src in self._index_chunks(insn, uops, factors):
+            dst, src = dst.ravel(), src.ravel()
             if self.observer is not None:
                 self.observer.sram("out", True, dst)
             self._require_written("acc", dst, insn, index)
@@ -719,6 +751,11 @@ class Machine:
         acc[where] = values
         self.out[where] = values                                          # low 8 bits (assignment wraps)
         self.written["out"][where] = True
+
+
+def _all_true(mask: np.ndarray) -> bool:
+    """``mask.all()``; small masks as a Python list, which is quicker than a numpy reduction."""
+    return all(mask.ravel().tolist()) if mask.size <= _PY_MASK else bool(mask.all())
 
 
 def _loop_indices(uops: np.ndarray, iter_out: int, iter_in: int, factors: list[tuple[int, int]]) -> np.ndarray:
