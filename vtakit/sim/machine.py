@@ -495,7 +495,7 @@ class Machine:
         where = slice(insn.uop_bgn, insn.uop_end)
         if not _all_true(self.written["uop"][where]):
             self._require_written("uop", where, insn, index)
-        return self.uop[where].copy()   # index arrays made from it reach the observer, which may keep them
+        return self.uop[where]
 
     def _check_index_ranges(self, insn: GemmInsn | AluInsn, uops: np.ndarray, factors: list[tuple[int, int]],
                             buffers: tuple[str | None, ...], index: int | None) -> None:
@@ -520,8 +520,8 @@ class Machine:
 
     def _index_chunks(self, insn: GemmInsn | AluInsn, uops: np.ndarray, factors: list[tuple[int, int]]):
         """Yield per-operand index arrays shaped [i, j, k], in micro-op order, about _GEMM_CHUNK at a time."""
-        if insn.iter_out == 1 and insn.iter_in == 1:
-            yield [uops[None, None, :, c] for c in range(len(factors))]
+        if insn.iter_out == 1 and insn.iter_in == 1:   # copies: the observer may keep index arrays
+            yield [uops[:, c].copy()[None, None, :] for c in range(len(factors))]
             return
         per_i = insn.iter_in * len(uops)
         step_i = max(1, _GEMM_CHUNK // per_i)
@@ -536,7 +536,7 @@ class Machine:
                       factors: list[tuple[int, int]]) -> np.ndarray:
         """:func:`_loop_indices`, with each loop shape's offsets computed once (kept in _OFFSETS)."""
         if iter_out == 1 and iter_in == 1:
-            return uops[:, :len(factors)]
+            return uops[:, :len(factors)].copy()   # not a view of the micro-op cache: the observer may keep it
         key = (iter_out, iter_in, *factors)
         offsets = _OFFSETS.get(key)
         if offsets is None:
@@ -627,7 +627,7 @@ class Machine:
         product = self._layout.product_dtype
         products = np.matmul(self.inp[src].astype(product), self.wgt[wgt].astype(product).transpose(0, 2, 1))
         acc = self.acc
-        np.add.at(acc, dst, products.astype(np.int32, copy=False))        # wraps mod 2**32
+        np.add.at(acc, dst, products if product is np.int32 else products.astype(np.int32))   # wraps mod 2**32
         self.out[dst] = acc[dst]                                          # low 8 bits (assignment wraps)
         written["out"][dst] = True
         self.counters["gemm_counter"] += len(dst)
@@ -764,7 +764,7 @@ def _loop_indices(uops: np.ndarray, iter_out: int, iter_in: int, factors: list[t
     ``uops[k, c] + i * factors[c][0] + j * factors[c][1]``."""
     columns = len(factors)
     if iter_out == 1 and iter_in == 1:
-        return uops[:, :columns]
+        return uops[:, :columns].copy()
     offsets = _loop_offsets(iter_out, iter_in, factors)
     return (offsets[:, None, :] + uops[None, :, :columns]).reshape(-1, columns)
 
