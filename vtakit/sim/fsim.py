@@ -35,6 +35,7 @@ The fetch model reads ``launch.insns`` (the decoded stream the runtime also enco
 
 from __future__ import annotations
 
+import operator
 import random
 import time
 from collections import deque
@@ -67,8 +68,26 @@ class Routing:
     pushes: tuple[int, ...]      # token queues, in the order pushed
 
 
+# Programs that passed check_program lately, most recent first: (config, instructions, routes). The
+# checks are a function of the (frozen) configuration and (frozen) instructions, so a program made of
+# the very same objects -- one program run on several backends, or run again -- is not checked twice.
+_CHECKED: list[tuple[VTAConfig, tuple[Instruction, ...], list[Routing]]] = []
+_CHECKED_KEEP = 4
+
+
 def check_program(insns: list[Instruction], config: VTAConfig) -> list[Routing]:
     """The static checks (legality, FINISH rules, token balance); returns each instruction's routing."""
+    program = tuple(insns)
+    for known_config, known, routes in _CHECKED:
+        if known_config is config and len(known) == len(program) and all(map(operator.is_, known, program)):
+            return list(routes)
+    routes = _check_program(program, config)
+    _CHECKED.insert(0, (config, program, routes))
+    del _CHECKED[_CHECKED_KEEP:]
+    return list(routes)
+
+
+def _check_program(insns: tuple[Instruction, ...], config: VTAConfig) -> list[Routing]:
     routes = []
     finishes = []
     known: dict[tuple, list] = {}    # a handful of distinct routings per program: [routing, uses], built once each

@@ -1,16 +1,23 @@
-"""fsim's default stepping (``drain``: each module as far as it can go, one instruction per pass)
-takes exactly the actions of the general one-action-at-a-time ``advance`` with an unlimited budget:
-same data, counters, stall records, and the same errors for rejected programs."""
+"""fsim's shortcuts give what the general paths give.
+
+* The default stepping (``drain``: each module as far as it can go, one instruction per pass) takes
+  exactly the actions of the general one-action-at-a-time ``advance`` with an unlimited budget:
+  same data, counters, stall records, and the same errors for rejected programs.
+* ``check_program`` remembers programs that passed, by the identity of their (frozen) instruction
+  objects and configuration; anything else is checked again, and errors are never remembered.
+"""
 
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 import pytest
 
 from tests.programs import CASES
-from vtakit.errors import VtakitError
+from vtakit.errors import ProgramError, VtakitError
 from vtakit.hw.config import VTAConfig
-from vtakit.hw.isa import FinishInsn, GemmInsn, MemId, MemInsn, Opcode
+from vtakit.hw.isa import AluInsn, AluOp, FinishInsn, GemmInsn, MemId, MemInsn, Opcode
 from vtakit.runtime.random_program import random_program
 from vtakit.sim import fsim
 
@@ -64,3 +71,33 @@ def test_drain_takes_the_actions_of_advance(name, config, insns, dram, monkeypat
         assert fast[0] == "MemoryAccessError"
     if name.startswith("random") and config is SHALLOW:
         assert any(fast[1].values()) or any(fast[2].values())   # the shallow queues did fill up
+
+
+def test_check_program_remembers_only_the_very_same_program(monkeypatch):
+    program = random_program(SMALL, 3)
+    insns = list(program.insns)
+    first = fsim.check_program(insns, SMALL)
+    calls = []
+    real = fsim.checked_stage
+    monkeypatch.setattr(fsim, "checked_stage", lambda *args: calls.append(args) or real(*args))
+    again = fsim.check_program(list(insns), SMALL)          # a new list of the same objects: remembered
+    assert again == first and again is not first and not calls
+    again.clear()                                           # callers own the list they get
+    assert fsim.check_program(insns, SMALL) == first
+    copies = [dataclasses.replace(insn) for insn in insns]   # equal, but other objects: checked again
+    assert fsim.check_program(copies, SMALL) == first and len(calls) == len(insns)
+    assert fsim.check_program(insns, VTAConfig.small()) == first   # an equal config, another object
+    assert len(calls) == 2 * len(insns)
+
+
+def test_check_program_checks_changed_programs_and_configs_again():
+    mul = AluInsn(alu_opcode=AluOp.MUL, uop_end=1)
+    insns = [mul, FinishInsn()]
+    with_mul = VTAConfig.small(alu_mul=True)
+    assert len(fsim.check_program(insns, with_mul)) == 2
+    for _ in range(2):   # the same instructions on a config without MUL, and errors are not remembered
+        with pytest.raises(ProgramError, match="ALU MUL needs"):
+            fsim.check_program(insns, VTAConfig.small())
+    insns[0] = GemmInsn(push_prev=True)                       # the same list, one instruction replaced
+    with pytest.raises(ProgramError, match="unbalanced dependency tokens"):
+        fsim.check_program(insns, with_mul)
