@@ -27,7 +27,8 @@
    instruction of 2**20 micro-ops (timing alone dominates).
 
 Usage: ``python scripts/bench_cycle.py [--json] [--quick] [--repeat R]``. ``--quick``: fewer and
-shorter RTL programs, one round (about 1-1.5 minutes); the full run (3 rounds) takes about 8-10.
+shorter RTL programs, one round (about 1-1.5 minutes); the full run (2 rounds) takes about 5 minutes
+on an idle machine (RTL runs are most of it: ~2,000 cycles/s on the small configuration).
 """
 
 from __future__ import annotations
@@ -290,10 +291,10 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="fewer and shorter RTL programs, one round by default (about 1-1.5 minutes)")
     parser.add_argument("--repeat", type=int, default=None, metavar="R",
                         help="rounds per program (RTL runs R times, cycle and fsim 5R); medians "
-                             "(default 3, with --quick 1)")
+                             "(default 2, with --quick 1)")
     args = parser.parse_args()
     if args.repeat is None:
-        args.repeat = 1 if args.quick else 3
+        args.repeat = 1 if args.quick else 2
     if args.repeat < 1:
         parser.error(f"--repeat must be at least 1, got {args.repeat}")
     began = time.perf_counter()

@@ -8,7 +8,7 @@ import pytest
 from vtakit.errors import AllocationError, ISAError, ProgramError, VtakitError
 from vtakit.hw import isa
 from vtakit.hw.config import VTAConfig
-from vtakit.hw.isa import AluInsn, AluOp, FinishInsn, MemId, MemInsn, Opcode, Uop
+from vtakit.hw.isa import AluInsn, AluOp, FinishInsn, GemmInsn, MemId, MemInsn, Opcode, Uop
 from vtakit.runtime import Device, ProgramBuilder
 from vtakit.runtime import device as device_module
 from vtakit.runtime.blocked_gemm import gemm_program
@@ -174,6 +174,39 @@ def test_rerun_after_editing_the_program_runs_the_new_instructions(monkeypatch):
     program.insns.insert(0, MemInsn(opcode=Opcode.LOAD, memory_type=MemId.UOP, x_size=0))
     dev.run(program)
     assert streams[0] == streams[1] and streams[2] == isa.encode(program.insns, SMALL) != streams[0]
+
+
+def test_rerunning_bare_instructions_reuses_their_encoding(monkeypatch):
+    streams, calls = [], {"encode": 0, "decode": 0}
+
+    def probe(launch):
+        streams.append(bytes(launch.dram[launch.insn_addr:launch.insn_addr + 16 * len(launch.insns)]))
+        from vtakit.sim.stats import RunStats
+        return RunStats(backend="probe")
+
+    def counting(name):
+        real = getattr(isa, name)
+
+        def wrapper(*args):
+            calls[name] += 1
+            return real(*args)
+        monkeypatch.setattr(isa, name, wrapper)
+
+    counting("encode")
+    counting("decode")
+    monkeypatch.setattr(device_module, "get_backend", lambda name: probe)
+    dev = Device(SMALL, dram_size=1 << 16)
+    insns = [GemmInsn(reset_reg=True), FinishInsn()]
+    dev.run(insns)
+    dev.run(list(insns))                               # the same instruction objects: encoded once
+    assert calls["encode"] == 1
+    insns[0] = GemmInsn(reset_reg=True, uop_end=2)
+    dev.run(insns)
+    assert calls["encode"] == 2 and streams[2] == isa.encode(insns, SMALL) != streams[0] == streams[1]
+    code = isa.encode([FinishInsn(pop_prev=False)], SMALL)
+    dev.run(code)
+    dev.run(bytearray(code))                           # the same stream: decoded once
+    assert calls["decode"] == 1 and streams[-1] == streams[-2] == code
 
 
 def test_device_built_program_runs_on_current_array_contents():

@@ -123,6 +123,10 @@ class Device:
         except MemoryError as exc:
             raise AllocationError(f"cannot reserve {dram_size} bytes of host memory for the device DRAM") from exc
         self._resident: dict[int, weakref.ref] = {}   # id -> programs built against this device
+        # The last bare instruction list / stream run, wrapped in a Program: re-running the same
+        # instructions reuses its cached encoding (and a stream's decoding).
+        self._bare: Program | None = None
+        self._stream: tuple[bytes, Program] | None = None
 
     @property
     def dram_size(self) -> int:
@@ -182,9 +186,16 @@ class Device:
                                    f"is {self.config.model} ({program.config.differences(self.config)})")
             return program
         if isinstance(program, (bytes, bytearray, memoryview)):
-            return Program(self.config, isa.decode(bytes(program), self.config))
+            data = bytes(program)
+            if self._stream is None or self._stream[0] != data:
+                self._stream = (data, Program(self.config, isa.decode(data, self.config)))
+            return self._stream[1]
         if isinstance(program, (list, tuple)):
-            return Program(self.config, list(program))
+            if self._bare is None:
+                self._bare = Program(self.config, list(program))
+            else:
+                self._bare.insns = list(program)   # the encoding is reused only for the very same instructions
+            return self._bare
         raise ProgramError(f"cannot run a {type(program).__name__}; expected a Program, a list of "
                            "instructions or an encoded instruction stream (bytes)")
 
