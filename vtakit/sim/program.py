@@ -103,7 +103,8 @@ class Program:
                              *(s.end for s in self.segments), 0)
         _check_address("end of the micro-op image", self.dram_size)
         # Encodings of the last instructions / micro-ops encoded (not dataclass fields: neither
-        # compared, printed nor copied by ``dataclasses.replace``); see ``_encoded``.
+        # compared, printed nor copied by ``dataclasses.replace``; read with getattr so that an
+        # instance made without __init__, e.g. by pickle from an older version, works); see ``_encoded``.
         self._insn_code: _Encoded | None = None
         self._uop_code: _Encoded | None = None
 
@@ -114,12 +115,12 @@ class Program:
 
     def encoded_insns(self) -> bytes:
         """The instruction stream, encoded with :func:`vtakit.hw.isa.encode` (cached, see ``_encoded``)."""
-        self._insn_code = _encoded(self._insn_code, self.insns, self.config, isa.encode)
+        self._insn_code = _encoded(getattr(self, "_insn_code", None), self.insns, self.config, isa.encode)
         return self._insn_code.data
 
     def encoded_uops(self) -> bytes:
         """The micro-op image, encoded with :func:`vtakit.hw.isa.encode_uops` (cached, see ``_encoded``)."""
-        self._uop_code = _encoded(self._uop_code, self.uops, self.config, isa.encode_uops)
+        self._uop_code = _encoded(getattr(self, "_uop_code", None), self.uops, self.config, isa.encode_uops)
         return self._uop_code.data
 
     def initial_dram(self, size: int | None = None) -> np.ndarray:
