@@ -72,7 +72,7 @@ class Routing:
 # checks are a function of the (frozen) configuration and (frozen) instructions, so a program made of
 # the very same objects -- one program run on several backends, or run again -- is not checked twice.
 _CHECKED: list[tuple[VTAConfig, tuple[Instruction, ...], list[Routing]]] = []
-_CHECKED_KEEP = 4
+_CHECKED_KEEP = 16
 
 
 def check_program(insns: list[Instruction], config: VTAConfig) -> list[Routing]:
