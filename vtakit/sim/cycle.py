@@ -636,7 +636,8 @@ class _Solver:
         self.fetch_from = 1             # fetch presents its next request from this cycle (room permitting)
         self.fetch_next = min(n, FETCH_BURST - self.slot0 % FETCH_BURST)    # instructions in it (0: none)
         self.frontier = 1               # the arbiter has decided every cycle before this one
-        self.lasts = [-1]               # last beat of every accepted read burst, in order (-1: none yet)
+        # last beat of every accepted read burst, in order, after O placeholders (-1: long done)
+        self.lasts = [-1] * self.limit
         self.fetch_bursts: list[tuple[int, int]] = []    # (first, last) beat of each fetch burst
         self.read_bytes = 0             # by LOADs (fetch's are added at the end)
         self.write_bytes = 0
@@ -860,7 +861,8 @@ class _Solver:
         (-1: nobody presents, ever). A LOAD's bursts before its last one unblock nobody.
 
         The DRAM serves bursts in order, so last beats grow with acceptance: fewer than O bursts are
-        in flight in cycle c iff the O-th latest accepted one has its last beat before c."""
+        in flight in cycle c iff the O-th latest accepted one (``lasts[-O]``) has its last beat
+        before c."""
         fetch_present = _NEVER
         n = self.fetch_next
         if n:
@@ -879,8 +881,8 @@ class _Solver:
             return -1
         lasts, limit, latency = self.lasts, self.limit, self.latency
         c = present if present > self.frontier else self.frontier
-        if len(lasts) >= limit and lasts[len(lasts) - limit] >= c:
-            c = lasts[len(lasts) - limit] + 1
+        if lasts[-limit] >= c:
+            c = lasts[-limit] + 1
         last = lasts[-1]
         if fetch_present <= c:
             k = self.insn_beats
@@ -912,9 +914,7 @@ class _Solver:
             j += 1
             if j == len(bursts):
                 break
-            nc = c + 1
-            if len(lasts) >= limit and lasts[len(lasts) - limit] >= nc:
-                nc = lasts[len(lasts) - limit] + 1
+            nc = c + 1 if lasts[-limit] <= c else lasts[-limit] + 1
             if nc >= rival:
                 break
             c = nc
