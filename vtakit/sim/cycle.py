@@ -217,6 +217,8 @@ def _bursts(row_beats: int, rows: int, base: int, stride: int, beat_bytes: int) 
     mask = 0xFFFFFFFF
     row_bytes = row_beats * beat_bytes
     if row_beats <= _MAX_BURST and row_bytes <= _BOUNDARY:    # a row is one burst, or two across 4 KiB
+        if (base & (_BOUNDARY - 1)) + (rows - 1) * stride + row_bytes <= _BOUNDARY:
+            return [row_beats] * rows                      # every row within one 4 KiB page
         for y in range(rows):
             room = _BOUNDARY - ((base + y * stride) & (_BOUNDARY - 1))
             if row_bytes <= room:
