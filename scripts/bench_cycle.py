@@ -233,11 +233,15 @@ def rtl_versus_cycle(benches: list[Bench], repeat: int) -> dict:
     classes = {}
     for kind in dict.fromkeys(r["class"] for r in rows):
         classes[kind] = _ratios([r for r in rows if r["class"] == kind])
+    configs = {}                                  # per configuration: small and default differ most
+    for tag in dict.fromkeys(r["program"].split("/")[0] for r in rows):
+        configs[tag] = _ratios([r for r in rows if r["program"].split("/")[0] == tag])
     summary = _ratios(rows)
     del summary["programs"], summary["cycles"]
     return {"programs": rows, "all_exact": all(r["exact"] for r in rows),
             "all_dram_equal": all(r["dram_equal"] for r in rows),
-            "all_correct": all(r["correct"] is not False for r in rows), **summary, "classes": classes}
+            "all_correct": all(r["correct"] is not False for r in rows), **summary, "classes": classes,
+            "configs": configs}
 
 
 def _single_gemm_launch(uops_log2: int) -> Launch:
@@ -283,7 +287,7 @@ def _print_group(title: str, vs: dict) -> None:
         print(f"{r['program']:34} {r['insns']:5} {r['cycles']:7} {str(ok):>5} {r['rtl_seconds']:7.2f} "
               f"{r['cycle_seconds'] * 1e3:8.2f} {r['fsim_seconds'] * 1e3:7.2f} {r['speedup']:7.0f}x "
               f"{r['sim_speedup']:10.0f}x")
-    for kind, c in vs["classes"].items():
+    for kind, c in [*vs["classes"].items(), *((f"all {tag}", c) for tag, c in vs["configs"].items())]:
         print(f"  {kind:22} {c['programs']:2} programs, {c['cycles']:7} cycles: speedup {c['speedup_total']:6.0f}x "
               f"(median {c['speedup_median']:.0f}x, min {c['speedup_min']:.0f}x), sim_speedup "
               f"{c['sim_speedup_total']:.0f}x")

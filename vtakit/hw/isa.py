@@ -3,8 +3,10 @@
 Each 128-bit instruction is two 64-bit words; each word's fields are packed from bit 0 in table
 order, which reproduces VTA's layout (reference/vta.md §1.2) bit for bit on the default
 configuration. Field widths follow the configuration's SRAM depths, so a layout is a function of
-a :class:`VTAConfig`. Encoding, decoding (vectorised over whole programs), the disassembler, the
-RTL's ``lib.data`` layouts and the documentation table are all generated from :func:`layout`.
+a :class:`VTAConfig`. Encoding (straight-line Python generated per configuration, with a
+checked reference packer for anything unusual), decoding (vectorised over whole programs), the
+disassembler, the RTL's ``lib.data`` layouts and the documentation table are all generated from
+:func:`layout`.
 """
 
 from __future__ import annotations
@@ -140,7 +142,6 @@ class FinishInsn(_Deps):
 
 
 Instruction = Union[MemInsn, GemmInsn, AluInsn, FinishInsn]
-_INSN_TYPES = (MemInsn, GemmInsn, AluInsn, FinishInsn)
 
 
 @dataclass(frozen=True)
