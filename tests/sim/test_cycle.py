@@ -4,8 +4,13 @@ Every comparison with the RTL goes through the session cache of tests/hw/rtl_cac
 programs the RTL tests run, so a full session runs each on the RTL once). The programs are the
 shared corpus and the RTL tests' random programs on ``VTAConfig.small()``, the RTL tests' short
 default-configuration programs, and (``slow``) a campaign of 200 default-configuration random
-programs, plus the RTL tests' random programs on unusual configurations. Each comparison checks the final DRAM, ``cycles``, every retire cycle and the busy-cycle
-counters.
+programs, plus the RTL tests' random programs on unusual configurations. Each comparison checks
+the final DRAM, ``cycles``, every retire cycle and the busy-cycle counters.
+
+The default engine (the solver) is also checked against the stepping model, and that against
+evaluating every cycle, on many more programs than the RTL could run: random programs over corner
+configurations, the corpus, DMA edge shapes and deadlocks, comparing stats, every instruction's
+timing, the DRAM and the timeline.
 """
 
 import json
@@ -368,12 +373,14 @@ def _deadlocks():
                   + [GemmInsn(**gemm, push_next=True)] * (c_depth + 2)
                   + [GemmInsn(**gemm, pop_next=True)] * (c_depth + 1) + [FinishInsn(pop_next=True)])
     yield Program(SMALL, [_nop(Opcode.LOAD, push_next=True)] * (t_depth + 1)
-                  + [GemmInsn(**gemm, pop_next=True)] * (c_depth + 2) + [_nop(Opcode.STORE, push_prev=True)] * (c_depth + 2)
+                  + [GemmInsn(**gemm, pop_next=True)] * (c_depth + 2)
+                  + [_nop(Opcode.STORE, push_prev=True)] * (c_depth + 2)
                   + [GemmInsn(**gemm, pop_prev=True)] * (t_depth + 1) + [FinishInsn()])
-    yield Program(SMALL, [_nop(Opcode.STORE, push_prev=True)] * (t_depth + 1) + [GemmInsn(**gemm, push_next=True)] * t_depth
+    yield Program(SMALL, [_nop(Opcode.STORE, push_prev=True)] * (t_depth + 1)
+                  + [GemmInsn(**gemm, push_next=True)] * t_depth
                   + [GemmInsn(**gemm, push_prev=True, push_next=True), _nop(Opcode.LOAD, pop_next=True)]
-                  + [GemmInsn(**gemm, pop_next=True)] * (t_depth + 1) + [_nop(Opcode.STORE, pop_prev=True)] * (t_depth + 1)
-                  + [FinishInsn()])
+                  + [GemmInsn(**gemm, pop_next=True)] * (t_depth + 1)
+                  + [_nop(Opcode.STORE, pop_prev=True)] * (t_depth + 1) + [FinishInsn()])
     config = DEFAULT.replace(token_queue_depth=2, cmd_queue_depth=2)
     load = MemInsn(opcode=Opcode.LOAD, memory_type=MemId.INP, dram_base=0x1000 // config.inp_elem_bytes, y_size=2,
                    x_size=3, x_stride=3, y_pad_0=1, x_pad_1=2, push_next=True)
