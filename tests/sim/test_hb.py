@@ -85,7 +85,7 @@ def _random_access(rng: random.Random, g: int):
         size = min(size, depth)
         if rng.random() < 0.5:
             start = rng.randrange(depth - size + 1)
-            return ("sram", space, write, slice(start, start + size))
+            return ("sram", space, write, slice(start, start + size, rng.choice([None] * 8 + [1, 3])))
         # GEMM-style index arrays: unsorted, with repeats
         return ("sram", space, write, np.array([rng.randrange(depth) for _ in range(size)], dtype=np.int64))
     # DMA rows: single, contiguous, overlapping (stride < row, even 0), gapped, negative stride
@@ -137,10 +137,10 @@ def _run(seed: int) -> tuple[int, str | None]:
                 if access[0] == "sram":
                     _, space, write, index = access
                     if detector is ref:
-                        entries = (list(range(index.start, index.stop)) if isinstance(index, slice)
+                        entries = (list(range(DEPTHS[space]))[index] if isinstance(index, slice)
                                    else index.tolist())
                         ref.access(space, write, entries)
-                    elif isinstance(index, slice) and rng.random() < 0.5:
+                    elif isinstance(index, slice) and index.step is None and rng.random() < 0.5:
                         fast.sram_range(space, write, index.start, index.stop)
                     else:
                         fast.sram(space, write, index)

@@ -63,11 +63,12 @@ _CHECKS = tuple((tuple((o, 1, 2 * o + 1) for o in others),
                  tuple((o, kind, 2 * o + kind) for o in others for kind in (0, 1)))
                 for others in _OTHERS)
 
-# A record is (epoch, low, high, step, row, index): the access covered entries in [low, high),
-# namely those of ``index`` (an int array of SRAM entries) if given, else rows of ``row`` entries
-# ``step`` apart from ``low`` if step > 0, else all of them. An index array's record is a list:
-# its bounds are filled in when a scan first needs them (until then low = high = -1).
-_Record = "tuple[int, int, int, int, int, None] | list"
+# A record says an access of one epoch covered entries in [low, high): all of them,
+# ``(epoch, low, high)``; rows of ``row`` entries ``step`` apart from ``low``,
+# ``(epoch, low, high, step, row)``; or those of an int array of SRAM entries,
+# ``[epoch, low, high, index]``, a list whose bounds are filled in when a scan first needs them
+# (until then low = high = -1).
+_Record = tuple | list
 
 
 # (``sorted`` of a short list of ints beats ``min`` and ``max``: it compares machine-size ints directly.)
@@ -126,20 +127,25 @@ class _Space:
         """
         dense = self.dense[slot]
         top = self.applied[slot]
-        for epoch, low, high, step, row, index in records:
+        for record in records:
+            epoch = record[0]
             if epoch <= floor:
                 continue
             top = epoch
-            if index is not None:       # SRAM entries: the array has the SRAM's depth
+            fields = len(record)
+            if fields == 4:              # SRAM entries: the array has the SRAM's depth
                 if dense is None:
                     dense = self._grown(slot, 0)
-                dense[index] = epoch
+                dense[record[3]] = epoch
                 continue
+            low, high = record[1], record[2]
             if dense is None or len(dense) < high:
                 dense = self._grown(slot, high)
-            if not step:
+            if fields == 3:
                 dense[low:high] = epoch
-            elif row <= (high - low) // step:    # fewer columns than rows: one strided slice per column
+                continue
+            step, row = record[3], record[4]
+            if row <= (high - low) // step:    # fewer columns than rows: one strided slice per column
                 for column in range(low, low + row):
                     dense[column:high:step] = epoch
             else:                                 # one slice per row
@@ -223,20 +229,24 @@ class RaceDetector:
     # after the epoch this module's clock has of it; then it appends its record to its log (the
     # older half of a long log goes into the dense array) and bumps its latest epochs.
     def sram(self, space: str, write: bool, index: slice | np.ndarray) -> None:
-        """The current module accesses SRAM ``space`` entries ``index`` (a step-less slice or an int array)."""
+        """The current module accesses SRAM ``space`` entries ``index`` (a slice or a 1-D int array)."""
         sp = self._sram[space]
         me = self.module
         clock = self.clocks[me]
+        epoch = clock[me]
         o1, o2 = _OTHERS[me]
         late = sp.touched if write else sp.written
         if type(index) is slice:
+            if index.step is not None:   # the machine's slices have none; any other: as the entries it selects
+                self.sram(space, write, np.arange(sp.size)[index])
+                return
             low = index.start
             high = index.stop
             if high <= low:
                 return
             if late[o1] > clock[o1] or late[o2] > clock[o2]:
                 self._check(sp, write, low, high, None, space)
-            record = (clock[me], low, high, 0, 0, None)
+            record = (epoch, low, high)
         else:
             if type(index) is not np.ndarray:
                 index = np.asarray(index, dtype=np.intp)
@@ -244,13 +254,11 @@ class RaceDetector:
                 return
             if late[o1] > clock[o1] or late[o2] > clock[o2]:
                 self._check(sp, write, -1, -1, index, space)
-            record = [clock[me], -1, -1, 0, 0, index]
-        slot = 2 * me + write
-        log = sp.log[slot]
+            record = [epoch, -1, -1, index]
+        log = sp.log[2 * me + write]
         log.append(record)
         if len(log) > _LOG:
-            self._settle(sp, slot, me)
-        epoch = clock[me]
+            self._settle(sp, 2 * me + write, me)
         if write:
             sp.written[me] = epoch
         sp.touched[me] = epoch
@@ -262,16 +270,15 @@ class RaceDetector:
         sp = self._sram[space]
         me = self.module
         clock = self.clocks[me]
+        epoch = clock[me]
         o1, o2 = _OTHERS[me]
         late = sp.touched if write else sp.written
         if late[o1] > clock[o1] or late[o2] > clock[o2]:
             self._check(sp, write, start, stop, None, space)
-        slot = 2 * me + write
-        log = sp.log[slot]
-        log.append((clock[me], start, stop, 0, 0, None))
+        log = sp.log[2 * me + write]
+        log.append((epoch, start, stop))
         if len(log) > _LOG:
-            self._settle(sp, slot, me)
-        epoch = clock[me]
+            self._settle(sp, 2 * me + write, me)
         if write:
             sp.written[me] = epoch
         sp.touched[me] = epoch
@@ -297,16 +304,15 @@ class RaceDetector:
         sp = self._dram
         me = self.module
         clock = self.clocks[me]
+        epoch = clock[me]
         o1, o2 = _OTHERS[me]
         late = sp.touched if write else sp.written
         if late[o1] > clock[o1] or late[o2] > clock[o2]:
             self._check(sp, write, low, high, (start, stride, n, row), None)
-        slot = 2 * me + write
-        log = sp.log[slot]
-        log.append((clock[me], low, high, step if step > row else 0, row, None))
+        log = sp.log[2 * me + write]
+        log.append((epoch, low, high, step, row) if step > row else (epoch, low, high))
         if len(log) > _LOG:
-            self._settle(sp, slot, me)
-        epoch = clock[me]
+            self._settle(sp, 2 * me + write, me)
         if write:
             sp.written[me] = epoch
         sp.touched[me] = epoch
@@ -352,7 +358,7 @@ class RaceDetector:
                 if low < 0:
                     low, high = _bounds(shape)
                 if record[1] < 0:
-                    record[1:3] = _bounds(record[5])
+                    record[1:3] = _bounds(record[3])
                 if record[1] < high and low < record[2]:   # a late record meets the access's range
                     sp.apply(slot, log, self._floor(other))
                     log.clear()
