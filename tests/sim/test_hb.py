@@ -1,10 +1,12 @@
 """The race detector against a brute-force per-location model, on seeded random access sequences.
 
-:class:`vtakit.sim.hb.RaceDetector` takes shortcuts (per-module epoch bounds, Python tests for
-small footprints, bounding-range tests and per-row/per-column slices for strided DMA rows, lazy
-allocation). The reference here takes none: a dict from (space, entry, module, kind) to the
-latest epoch, checked entry by entry in access order. Both must raise the same RaceError (same
-first offending entry, same message) at the same access, or neither.
+:class:`vtakit.sim.hb.RaceDetector` takes shortcuts: per-module latest epochs to skip checks,
+logs of range records scanned instead of per-entry epochs, records dropped once both other
+modules' clocks cover them, bounding ranges for strided DMA rows and index arrays, Python
+tests for small footprints. The reference here takes none: a dict from (space, entry, module,
+kind) to the latest epoch, checked entry by entry in access order. Both must raise the same
+RaceError (same first offending entry, same message) at the same access, or neither; the
+sequences are also run with tiny logs and numpy tests only, so every path is taken.
 """
 
 from __future__ import annotations

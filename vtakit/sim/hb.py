@@ -25,10 +25,11 @@ few SRAM entries, a few DRAM rows), so its cost is per-call overhead, not data v
   does it look at entries (after writing the log into the dense array).
 * A record of module m no later than both other modules' clocks of m can never be late again;
   it is dropped instead of written into the dense array.
-* Entries are looked at with one small Python ``max`` (or one numpy reduction for large
-  footprints); the exact footprint, in the access's own entry order, is built only to name the
-  first offending entry of a race (a strided DMA's bounding range may show a late entry in a
-  gap between its rows; the exact pass then finds none and the check goes on).
+* Entries are looked at in Python for small footprints (one ``tolist``, one sort) and with one
+  numpy reduction for large ones. The exact footprint, in the access's own entry order, is
+  built only to name the first offending entry of a race (a strided DMA's bounding range may
+  show a late entry in a gap between its rows; the exact pass then finds none and the check
+  goes on).
 """
 
 from __future__ import annotations
