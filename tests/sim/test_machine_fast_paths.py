@@ -2,8 +2,8 @@
 
 The data machine takes shortcuts for the short programs that dominate simulation time: a quick
 legality check per instruction, one-step index generation for loops, an ``np.add.at`` GEMM for
-small loops, Python-int ALU rows, sliced (not ``as_strided``) DMA views and lazily made float
-copies of INP/WGT. Each test below runs the same random work through the shortcut and through the
+small loops, Python-int ALU rows, sliced (not ``as_strided``) DMA views, lazily made float
+copies of INP/WGT, and plans for GEMM/ALU loops that recur (as compiled layers' loops do). Each test below runs the same random work through the shortcut and through the
 general path (forced with the module's thresholds) or a naive reference, and compares everything
 observable: SRAMs, written masks, counters, DRAM, errors and their messages.
 """
@@ -106,7 +106,8 @@ def test_small_gemm_path_equals_general_path(config, monkeypatch):
         if trial % 7 == 0:   # out of range, checked before anything happens
             insn = dataclasses.replace(insn, dst_factor_out=config.acc_depth)
         (fast, fast_obs, fast_err), (slow, slow_obs, slow_err) = _run_both(
-            config, trial, insn, monkeypatch, fast={"_SMALL_LOOP": 1 << 20}, slow={"_SMALL_LOOP": 0, "_GEMM_CHUNK": 7})
+            config, trial, insn, monkeypatch, fast={"_SMALL_LOOP": 1 << 20, "_PLAN_LOOP": 0},
+            slow={"_SMALL_LOOP": 0, "_SMALL_LOOP_MACS": 0, "_GEMM_CHUNK": 7})
         assert fast_err == slow_err, insn
         _assert_same(fast, slow, f"trial {trial}: {insn}")
         assert fast_obs.seen == slow_obs.seen   # the slow path reports them chunk by chunk
@@ -122,6 +123,8 @@ def test_small_gemm_reports_uninitialised_operands_like_general_path(monkeypatch
         errors = []
         for small in (1 << 20, 0):
             monkeypatch.setattr(machine_module, "_SMALL_LOOP", small)
+            monkeypatch.setattr(machine_module, "_SMALL_LOOP_MACS", small)
+            monkeypatch.setattr(machine_module, "_PLAN_LOOP", 0)
             m = _machine(SMALL, trial)
             m.written[("inp", "wgt", "acc")[trial % 3]][cleared] = False
             try:
@@ -140,9 +143,13 @@ def test_gemm_with_negative_micro_op_indices_takes_the_general_path(monkeypatch)
     machines = []
     for small in (1 << 20, 0):
         monkeypatch.setattr(machine_module, "_SMALL_LOOP", small)
+        monkeypatch.setattr(machine_module, "_SMALL_LOOP_MACS", small)
+        monkeypatch.setattr(machine_module, "_PLAN_LOOP", 4096 if small else 0)   # nor is it planned
         m = _machine(SMALL, 1)
         m.write_sram("uop", 0, np.array([[-1, 0, 0], [SMALL.acc_depth - 1, 1, 1]]))
-        m.apply(GemmInsn(uop_bgn=0, uop_end=2))
+        for _ in range(3):
+            m.apply(GemmInsn(uop_bgn=0, uop_end=2))
+        assert not m._plans
         machines.append(m)
     _assert_same(*machines, "negative micro-op indices")
 
@@ -239,6 +246,8 @@ def test_float_copies_follow_writes_after_first_large_gemm(monkeypatch):
     results = []
     for small in (1 << 20, 0):
         monkeypatch.setattr(machine_module, "_SMALL_LOOP", small)
+        monkeypatch.setattr(machine_module, "_SMALL_LOOP_MACS", small)
+        monkeypatch.setattr(machine_module, "_PLAN_LOOP", 0)
         m = _machine(SMALL, 8)
         assert m._inp_f_copy is None and m._wgt_t_copy is None
         insn = GemmInsn(uop_bgn=0, uop_end=4, iter_out=4, iter_in=5, dst_factor_out=1, src_factor_in=2,
@@ -343,3 +352,186 @@ def test_index_arrays_reported_to_the_observer_never_change_afterwards():
     m.write_sram("uop", 0, np.full((4, 3), 7))
     for index, original in keeper.kept:
         np.testing.assert_array_equal(index, original)
+
+
+# ---------------------------------------------------------------------------- planned loops
+DEFAULT = VTAConfig(alu_mul=True)   # 16x16 blocks: planned GEMMs multiply in float32
+NARROW = VTAConfig(log_batch=1, log_block_in=1, log_block_out=2, log_uop_buff_size=12, log_inp_buff_size=10,
+                  log_wgt_buff_size=10, log_acc_buff_size=12, alu_mul=True)   # batch 2, 2-wide input, 4-wide output
+
+
+class CallLog:
+    """An AccessObserver that keeps every call, in order, with the entries as lists."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+
+    def sram(self, space, write, index):
+        self.calls.append((space, write, list(range(*index.indices(1 << 30))) if isinstance(index, slice)
+                           else np.asarray(index).tolist()))
+
+    def dram(self, write, rows):
+        self.calls.append(("dram", write, rows))
+
+
+def _plan_loop(rng: np.random.Generator, cls, **extra):
+    """A random loop, often with steady axes (zero factors) and repeated destinations."""
+    bgn = int(rng.integers(0, 8))
+    factor = lambda high: int(rng.choice([0, 0, *range(1, high)]))
+    fields = dict(uop_bgn=bgn, uop_end=bgn + int(rng.integers(1, 7)), iter_out=int(rng.integers(1, 6)),
+                  iter_in=int(rng.integers(1, 6)), dst_factor_out=factor(5), dst_factor_in=factor(3),
+                  src_factor_out=factor(5), src_factor_in=factor(3))
+    if cls is GemmInsn:
+        fields.update(wgt_factor_out=factor(4), wgt_factor_in=factor(3))
+    return cls(**fields, **extra)
+
+
+def _replay(config, seed, insns, monkeypatch, thresholds: dict, spoil=None):
+    """Apply ``insns`` in order on a fresh random machine with ``thresholds``; fresh random INP/WGT
+    data before each; ``spoil(machine, step)`` may clear written entries. Returns the machine, its
+    observer and the outcome of each instruction (None or the error message)."""
+    for name, value in thresholds.items():
+        monkeypatch.setattr(machine_module, name, value)
+    log = CallLog()
+    m = _machine(config, seed, log)
+    rng = np.random.default_rng(seed + 1)
+    log.calls.clear()
+    outcomes = []
+    for step, insn in enumerate(insns):
+        m.write_sram("inp", 0, rng.integers(-128, 128, m.inp.shape))
+        m.write_sram("wgt", 0, rng.integers(-128, 128, m.wgt.shape))
+        if spoil is not None:
+            spoil(m, step)
+        try:
+            m.apply(insn, step)
+            outcomes.append(None)
+        except MemoryAccessError as exc:
+            outcomes.append(str(exc))
+    return m, log, outcomes
+
+
+_DEFAULTS = {name: getattr(machine_module, name)
+             for name in ("_PLAN_LOOP", "_SMALL_LOOP", "_SMALL_LOOP_MACS", "_GEMM_CHUNK", "_SMALL_ALU_LANES")}
+PLANNED = _DEFAULTS
+UNPLANNED_SMALL = {**_DEFAULTS, "_PLAN_LOOP": 0, "_SMALL_LOOP": 1 << 20}
+UNPLANNED_GENERAL = {**_DEFAULTS, "_PLAN_LOOP": 0, "_SMALL_LOOP": 0, "_SMALL_LOOP_MACS": 0, "_GEMM_CHUNK": 7}
+
+
+def _sets(log: CallLog) -> dict:
+    seen: dict = {}
+    for space, write, entries in log.calls:
+        if space != "dram":
+            seen.setdefault((space, write), set()).update(entries)
+    return seen
+
+
+@pytest.mark.parametrize("config", [SMALL, WIDE, NARROW, DEFAULT], ids=["small", "wide", "narrow", "default"])
+def test_planned_gemm_equals_unplanned_paths(config, monkeypatch):
+    """A GEMM loop run four times (seen, planned, then from its plan) on new data each time, mixed
+    with resets and other loops, leaves the np.add.at path's state and observer calls (call by
+    call), and the general chunked path's state and accessed entries."""
+    rng = np.random.default_rng(21)
+    planned_runs = 0
+    for trial in range(40):
+        loop = _plan_loop(rng, GemmInsn)
+        reset = dataclasses.replace(loop, reset_reg=True)
+        other = _plan_loop(rng, GemmInsn)
+        insns = [loop, other, loop, reset, loop, other, reset, loop, reset, other]
+        runs = [_replay(config, trial, insns, monkeypatch, t) for t in (PLANNED, UNPLANNED_SMALL, UNPLANNED_GENERAL)]
+        (planned, planned_log, planned_out), (small, small_log, small_out), (general, general_log, general_out) = runs
+        assert planned_out == small_out == general_out
+        _assert_same(planned, small, f"trial {trial}: {loop}")
+        _assert_same(planned, general, f"trial {trial}: {loop}")
+        assert planned_log.calls == small_log.calls
+        assert _sets(planned_log) == _sets(general_log)
+        planned_runs += sum(p is not machine_module._SEEN for p in planned._plans.values())
+    assert planned_runs > 40
+
+
+@pytest.mark.parametrize("config", [SMALL, WIDE], ids=["small", "wide"])
+def test_planned_alu_equals_unplanned_paths(config, monkeypatch):
+    """ALU loops (independent or not, immediate or tensor operand) from their plans equal the
+    one-step path call by call and the chunked path in state, in strict micro-op order."""
+    rng = np.random.default_rng(22)
+    independent = dependent = 0
+    for trial in range(60):
+        op = AluOp(int(rng.integers(0, len(AluOp))))
+        imm = int(rng.integers(-(1 << 15), 1 << 15))
+        loop = _plan_loop(rng, AluInsn, alu_opcode=op, use_imm=trial % 4 != 1, imm=imm)
+        if trial % 4 == 0:   # elementwise over contiguous entries, as compiled code does: independent
+            loop = dataclasses.replace(loop, uop_end=loop.uop_bgn + 1, dst_factor_out=loop.iter_in, dst_factor_in=1)
+        other = dataclasses.replace(loop, alu_opcode=AluOp(int(rng.integers(0, len(AluOp)))), imm=imm // 3 + 1)
+        insns = [loop, other, loop, loop, other]   # `other` shares the loop (and so its plan)
+        lanes = 1 << 30 if trial % 3 else 0
+        runs = [_replay(config, trial, insns, monkeypatch, {**t, "_SMALL_ALU_LANES": lanes})
+                for t in (PLANNED, UNPLANNED_SMALL, {**_DEFAULTS, "_PLAN_LOOP": 0, "_GEMM_CHUNK": 5})]
+        (planned, planned_log, planned_out), (small, small_log, small_out), (general, _, general_out) = runs
+        assert planned_out == small_out == general_out
+        _assert_same(planned, small, f"trial {trial}: {loop}")
+        _assert_same(planned, general, f"trial {trial}: {loop}")
+        assert planned_log.calls == small_log.calls
+        for plan in planned._plans.values():
+            if isinstance(plan, machine_module._AluPlan):
+                independent += plan.independent
+                dependent += not plan.independent
+    assert independent > 10 and dependent > 10
+
+
+@pytest.mark.parametrize("kind", [GemmInsn, AluInsn])
+def test_planned_loops_report_unwritten_operands_like_unplanned(kind, monkeypatch):
+    """With a plan in hand, an unwritten micro-op or operand sends the loop back to the unplanned
+    path, which names the same entry after the same observer calls."""
+    rng = np.random.default_rng(23)
+    errors = 0
+    for trial in range(40):
+        loop = _plan_loop(rng, kind)
+        cleared = rng.integers(0, 24, 3)
+        space = ("uop", "inp", "wgt", "acc")[trial % 4] if kind is GemmInsn else ("uop", "acc")[trial % 2]
+
+        def spoil(m, step, space=space, cleared=cleared):
+            if step == 3:
+                m.written[space][cleared] = False
+            if step == 4:
+                m.written[space][:] = True
+
+        insns = [loop] * 6
+        runs = [_replay(SMALL, trial, insns, monkeypatch, t, spoil) for t in (PLANNED, UNPLANNED_SMALL)]
+        (planned, planned_log, planned_out), (small, small_log, small_out) = runs
+        assert planned_out == small_out
+        _assert_same(planned, small, f"trial {trial}: {loop}")
+        assert planned_log.calls == small_log.calls
+        errors += planned_out[3] is not None
+    assert errors > 15
+
+
+def test_plans_follow_micro_op_contents_and_bounds(monkeypatch):
+    """A plan belongs to the micro-op words and range it was made from: new words in the same
+    entries, the same words elsewhere, and a range running past the cache all behave as unplanned."""
+    results = []
+    for thresholds in (PLANNED, UNPLANNED_SMALL):
+        for name, value in thresholds.items():
+            monkeypatch.setattr(machine_module, name, value)
+        m = _machine(SMALL, 31)
+        depth = SMALL.uop_depth
+        m.write_sram("uop", depth - 4, np.array([[1, 2, 3], [4, 5, 6], [1, 1, 1], [0, 7, 2]]))
+        loop = GemmInsn(uop_bgn=depth - 4, uop_end=depth, iter_out=2, iter_in=3, dst_factor_out=1, src_factor_in=2)
+        outcomes = []
+        for step in range(8):
+            insn = loop
+            if step == 3:   # other words in the same micro-op entries
+                m.write_sram("uop", depth - 2, np.array([[9, 9, 9], [3, 0, 1]]))
+            if step == 5:   # the same words at other entries
+                m.write_sram("uop", 0, m.uop[depth - 4:])
+                insn = dataclasses.replace(loop, uop_bgn=0, uop_end=4)
+            if step == 7:   # past the micro-op cache
+                insn = dataclasses.replace(loop, uop_end=depth + 1)
+            try:
+                m.apply(insn, step)
+                outcomes.append(None)
+            except MemoryAccessError as exc:
+                outcomes.append(str(exc))
+        assert outcomes[7] is not None and "micro-ops" in outcomes[7]
+        results.append((m, outcomes))
+    (planned, planned_out), (small, small_out) = results
+    assert planned_out == small_out
+    _assert_same(planned, small, "micro-op contents")

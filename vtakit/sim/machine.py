@@ -33,8 +33,16 @@ the configuration is computed once per configuration (:class:`_Layout`). DMAs co
 DRAM and flat byte views of the SRAMs (only micro-ops and ACC_8BIT decode elements). Loops
 generate all their indices in one broadcast; the written masks are views of one array, so a GEMM
 tests all its operands in one gather, and small masks are tested as Python lists. A GEMM of up to
-``_SMALL_LOOP`` micro-ops multiplies gathered int32 operands and adds the products into ACC with
-``np.add.at`` (wrap-around addition commutes). Larger GEMMs multiply as a batched float32 matmul
+``_SMALL_LOOP`` micro-ops (or ``_SMALL_LOOP_MACS`` multiply-adds) multiplies gathered int32 operands
+and adds the products into ACC with ``np.add.at`` (wrap-around addition commutes).
+
+Compiled layers run a handful of distinct loops (same loop fields, same micro-op words) many times
+on new data. A GEMM/ALU loop seen a second time gets a plan (:class:`_GemmPlan`, :class:`_AluPlan`):
+its range-checked index arrays, the positions of everything it reads in the written mask, its
+micro-ops grouped by destination and its destinations as a slice when contiguous. A planned run
+tests the written mask in one gather and, all written, does only the arithmetic (a batched matmul
+and one ``np.add.reduceat`` for a GEMM); otherwise it takes the unplanned path, which reports
+errors. Plans live in the machine (a fresh machine plans afresh). Larger GEMMs multiply as a batched float32 matmul
 (exact: |products| < 2**24) over float copies of INP/WGT allocated on first use, restructured
 along loop axes where the weight or destination stays put, and accumulate repeated destinations
 with a segmented sum. ALU micro-ops that are independent (distinct destinations, none read by
@@ -80,7 +88,11 @@ _FLAGS = ("pop_prev", "pop_next", "push_prev", "push_next")
 _LEGAL_FLAGS = {stage: frozenset(flag for flag, _ in POP_QUEUES[stage] + PUSH_QUEUES[stage]) for stage in Stage}
 
 _SMALL_ALU_LANES = 1024   # ALU chunks up to this many lanes (micro-ops x batch x block_out) run in Python
-_SMALL_LOOP = 256         # GEMMs up to this many micro-ops: int32 products added in place with np.add.at
+_SMALL_LOOP = 256         # GEMMs up to this many micro-ops: int32 products added in place with np.add.at,
+_SMALL_LOOP_MACS = 1 << 16   # or up to this many multiply-adds (micro-ops x batch x block_in x block_out)
+_PLAN_LOOP = 4096         # GEMM/ALU loops up to this many micro-ops get a plan when they recur (see _GemmPlan)
+_PLAN_FLOAT_MACS = 64     # planned GEMMs whose block_in x block_out exceeds this multiply as float32
+_MAX_PLANS = 256          # plans (and first sightings) one machine keeps
 _SMALL_GEMM = 64          # GEMM chunks up to this many micro-ops skip the matmul restructuring
 _GEMM_CHUNK = 1 << 16     # micro-ops per vectorised GEMM/ALU step (bounds temporary memory)
 _SMALL_SEGSUM = 4096      # below this many micro-ops, accumulate with np.add.at
@@ -305,6 +317,11 @@ class Machine:
         self._inp_f_copy: np.ndarray | None = None
         self._wgt_t_copy: np.ndarray | None = None
         self._uop_signed = False   # a negative micro-op index was written (write_sram): no small-GEMM path
+        # loop plans by (loop fields, micro-op words); _SEEN marks a loop seen once (planned when it recurs)
+        self._plans: dict[tuple, _GemmPlan | _AluPlan | object] = {}
+        c = config
+        self._gemm_macs = c.batch * c.block_in * c.block_out
+        self._plan_float = c.block_in * c.block_out > _PLAN_FLOAT_MACS
 
     @property
     def _inp_f(self) -> np.ndarray:
@@ -557,17 +574,38 @@ class Machine:
     def gemm(self, insn: GemmInsn, index: int | None = None) -> None:
         """GEMM: acc[dst] += inp[src] . wgt[wgt]^T over the loop nest, or zero acc/out with reset_reg."""
         iter_out, iter_in = insn.iter_out, insn.iter_in
-        if insn.uop_end <= insn.uop_bgn or iter_out == 0 or iter_in == 0:
+        bgn, end = insn.uop_bgn, insn.uop_end
+        if end <= bgn or iter_out == 0 or iter_in == 0:
             return
+        key = plan = None
+        if bgn >= 0 and (end - bgn) * iter_out * iter_in <= _PLAN_LOOP:   # a loop that may have a plan
+            key = (bgn, end, insn.reset_reg, iter_out, iter_in, insn.dst_factor_out, insn.dst_factor_in,
+                   insn.src_factor_out, insn.src_factor_in, insn.wgt_factor_out, insn.wgt_factor_in,
+                   self.uop[bgn:end].tobytes())
+            plan = self._plans.get(key)
+            # planned loops passed their range checks; with everything they read written, nothing can fail
+            if plan is not None and plan is not _SEEN and self._written.take(plan.operands).all():
+                self._gemm_planned(insn, plan)
+                return
         uops = self._uops(insn, index)
+        count = iter_out * iter_in * len(uops)
+        reset = insn.reset_reg
         factors = [(insn.dst_factor_out, insn.dst_factor_in), (insn.src_factor_out, insn.src_factor_in),
                    (insn.wgt_factor_out, insn.wgt_factor_in)]
-        reset = insn.reset_reg
         self._check_index_ranges(insn, uops, factors, ("acc", None, None) if reset else ("acc", "inp", "wgt"), index)
-        count = iter_out * iter_in * len(uops)
-        if (count <= _SMALL_LOOP and count <= _GEMM_CHUNK and iter_out > 0 and iter_in > 0 and not self._uop_signed
-                and insn.dst_factor_out >= 0 and insn.dst_factor_in >= 0 and insn.src_factor_out >= 0
-                and insn.src_factor_in >= 0 and insn.wgt_factor_out >= 0 and insn.wgt_factor_in >= 0):
+        simple = (0 < count <= _GEMM_CHUNK and iter_out > 0 and iter_in > 0 and not self._uop_signed
+                  and insn.dst_factor_out >= 0 and insn.dst_factor_in >= 0 and insn.src_factor_out >= 0
+                  and insn.src_factor_in >= 0 and insn.wgt_factor_out >= 0 and insn.wgt_factor_in >= 0)
+        if simple and key is not None:
+            if plan is None:   # first sighting: remembered, planned if it recurs
+                self._remember(key, _SEEN)
+            elif plan is _SEEN:
+                plan = self._remember(key, self._gemm_plan(self._loop_indices(uops, iter_out, iter_in, factors),
+                                                           bgn, end, reset))
+                if self._written.take(plan.operands).all():
+                    self._gemm_planned(insn, plan)
+                    return
+        if simple and (count <= _SMALL_LOOP or count * self._gemm_macs <= _SMALL_LOOP_MACS):
             self._gemm_small(insn, self._loop_indices(uops, iter_out, iter_in, factors), index)
             return
         obs = self.observer
@@ -595,6 +633,84 @@ class Machine:
             self.written["out"][touched] = True
         if not reset:
             self.counters["gemm_counter"] += count
+
+    def _remember(self, key: tuple, plan):
+        plans = self._plans
+        if len(plans) >= _MAX_PLANS:
+            plans.clear()
+        plans[key] = plan
+        return plan
+
+    def _gemm_planned(self, insn: GemmInsn, plan: _GemmPlan) -> None:
+        """:meth:`gemm` of a recurring loop whose indices and grouping by destination are in ``plan``
+        and whose operands are all written: :meth:`_gemm_small`'s observer calls and result."""
+        obs = self.observer
+        written = self.written
+        touched = plan.touched
+        if insn.reset_reg:
+            if obs is not None:
+                obs.sram("out", True, plan.dst)
+            self.acc[touched] = 0
+            self.out[touched] = 0
+            written["acc"][touched] = True
+            written["out"][touched] = True
+            return
+        if obs is not None:
+            obs.sram("inp", False, plan.src)
+            obs.sram("wgt", False, plan.wgt)
+            obs.sram("out", True, plan.dst)
+        # products of the micro-ops in destination order, summed per destination (int32 sums wrap
+        # mod 2**32 like the hardware's adders; each product is exact in int32 and in float32)
+        if self._plan_float:
+            products = np.matmul(self._inp_f.take(plan.src_grouped, axis=0),
+                                 self._wgt_t.take(plan.wgt_grouped, axis=0)).astype(np.int32)
+        else:
+            product = self._layout.product_dtype
+            products = np.matmul(self.inp.take(plan.src_grouped, axis=0).astype(product),
+                                 self.wgt.take(plan.wgt_grouped, axis=0).astype(product).transpose(0, 2, 1))
+            if product is not np.int32:
+                products = products.astype(np.int32)
+        if plan.starts is not None:
+            products = np.add.reduceat(products, plan.starts, axis=0)
+        acc = self.acc
+        if type(touched) is slice:
+            rows = acc[touched]
+            rows += products
+        else:
+            rows = acc.take(touched, axis=0)
+            rows += products
+            acc[touched] = rows
+        self.out[touched] = rows                                          # low 8 bits (assignment wraps)
+        written["out"][touched] = True
+        self.counters["gemm_counter"] += len(plan.dst)
+
+    def _gemm_plan(self, indices: np.ndarray, bgn: int, end: int, reset: bool) -> _GemmPlan:
+        """The plan of a GEMM loop over micro-ops ``[bgn, end)`` from its in-range, non-negative
+        indices ``[micro-op, (dst, src, wgt)]``."""
+        dst, src, wgt = (_frozen(indices[:, c].copy()) for c in range(3))
+        order = np.argsort(dst, kind="stable")
+        grouped = dst[order]
+        first = np.empty(len(dst), dtype=bool)
+        first[0] = True
+        np.not_equal(grouped[1:], grouped[:-1], out=first[1:])
+        starts = np.flatnonzero(first)
+        uops = np.arange(bgn, end) + self._layout.written_at["uop"]
+        # a reset reads only its micro-ops; a GEMM also every INP, WGT and ACC entry it names
+        operands = uops if reset else np.concatenate([uops, (indices + self._layout.gemm_written_at).ravel()])
+        return _GemmPlan(dst, src, wgt, _frozen(operands), _frozen(src[order]), _frozen(wgt[order]),
+                         None if len(starts) == len(dst) else _frozen(starts), _as_range(_frozen(grouped[starts])))
+
+    def _alu_plan(self, indices: np.ndarray, bgn: int, end: int, use_imm: bool) -> _AluPlan:
+        """The plan of an ALU loop over micro-ops ``[bgn, end)`` from its in-range, non-negative
+        indices ``[micro-op, (dst, src)]``."""
+        dst = _frozen(indices[:, 0].copy())
+        src = None if use_imm else _frozen(indices[:, 1].copy())
+        targets = np.zeros(len(self.acc), dtype=bool)
+        targets[dst] = True
+        independent = int(np.count_nonzero(targets)) == len(dst) and (src is None or not targets[src].any())
+        at = self._layout.written_at
+        operands = np.concatenate([np.arange(bgn, end) + at["uop"], (dst if use_imm else indices.ravel()) + at["acc"]])
+        return _AluPlan(dst, src, _frozen(operands), independent, _as_range(dst))
 
     def _gemm_small(self, insn: GemmInsn, indices: np.ndarray, index: int | None) -> None:
         """:meth:`gemm` for a loop of at most ``_SMALL_LOOP`` micro-ops, in one step, given its
@@ -668,13 +784,33 @@ class Machine:
     def alu(self, insn: AluInsn, index: int | None = None) -> None:
         """ALU: acc[dst] = op(acc[dst], imm if use_imm else acc[src]) in strict micro-op order."""
         iter_out, iter_in = insn.iter_out, insn.iter_in
-        if insn.uop_end <= insn.uop_bgn or iter_out == 0 or iter_in == 0:
+        bgn, end = insn.uop_bgn, insn.uop_end
+        if end <= bgn or iter_out == 0 or iter_in == 0:
             return
-        uops = self._uops(insn, index)
-        factors = [(insn.dst_factor_out, insn.dst_factor_in), (insn.src_factor_out, insn.src_factor_in)]
         use_imm = insn.use_imm
-        self._check_index_ranges(insn, uops, factors, ("acc", None) if use_imm else ("acc", "acc"), index)
+        key = plan = None
+        if bgn >= 0 and (end - bgn) * iter_out * iter_in <= _PLAN_LOOP:   # a loop that may have a plan (see gemm)
+            key = (bgn, end, use_imm, iter_out, iter_in, insn.dst_factor_out, insn.dst_factor_in,
+                   insn.src_factor_out, insn.src_factor_in, self.uop[bgn:end].tobytes())
+            plan = self._plans.get(key)
+            if plan is not None and plan is not _SEEN and self._written.take(plan.operands).all():
+                self._alu_planned(insn, plan)
+                return
+        uops = self._uops(insn, index)
         count = iter_out * iter_in * len(uops)
+        factors = [(insn.dst_factor_out, insn.dst_factor_in), (insn.src_factor_out, insn.src_factor_in)]
+        self._check_index_ranges(insn, uops, factors, ("acc", None) if use_imm else ("acc", "acc"), index)
+        if (key is not None and 0 < count <= _GEMM_CHUNK and iter_out > 0 and iter_in > 0 and not self._uop_signed
+                and insn.dst_factor_out >= 0 and insn.dst_factor_in >= 0 and insn.src_factor_out >= 0
+                and insn.src_factor_in >= 0):
+            if plan is None:   # first sighting: remembered, planned if it recurs
+                self._remember(key, _SEEN)
+            elif plan is _SEEN:
+                plan = self._remember(key, self._alu_plan(self._loop_indices(uops, iter_out, iter_in, factors),
+                                                          bgn, end, use_imm))
+                if self._written.take(plan.operands).all():
+                    self._alu_planned(insn, plan)
+                    return
         if 0 < count <= _GEMM_CHUNK and iter_out > 0:   # one step
             indices = self._loop_indices(uops, iter_out, iter_in, factors)
             dst = indices[:, 0]
@@ -696,6 +832,25 @@ class Machine:
                 self._require_written("acc", src, insn, index)
             self._alu_chunk(insn, dst, None if use_imm else src)
         self.counters["alu_counter"] += count
+
+    def _alu_planned(self, insn: AluInsn, plan: _AluPlan) -> None:
+        """:meth:`alu` of a recurring loop planned in ``plan`` whose operands are all written: the
+        one-step path's observer call and result."""
+        dst, src = plan.dst, plan.src
+        if self.observer is not None:
+            self.observer.sram("out", True, dst)
+        if plan.independent:   # one vectorised step, as _alu_chunk takes for independent micro-ops
+            acc = self.acc
+            target = plan.target
+            a = acc[target].astype(np.int64)
+            b = np.int64(insn.imm) if src is None else acc.take(src, axis=0).astype(np.int64)
+            result = alu_op(insn.alu_opcode, a, b)
+            acc[target] = result
+            self.out[target] = result                                     # low 8 bits (assignment wraps)
+            self.written["out"][target] = True
+        else:
+            self._alu_chunk(insn, dst, src)
+        self.counters["alu_counter"] += len(dst)
 
     def _alu_chunk(self, insn: AluInsn, dst: np.ndarray, src: np.ndarray | None) -> None:
         acc = self.acc
@@ -753,6 +908,51 @@ class Machine:
         acc[where] = values
         self.out[where] = values                                          # low 8 bits (assignment wraps)
         self.written["out"][where] = True
+
+
+_SEEN = object()   # a loop seen once: planned if it recurs
+
+
+class _GemmPlan(NamedTuple):
+    """What a recurring GEMM loop (same loop fields, same micro-op words) needs besides the data:
+    its index arrays, already range-checked, and its micro-ops grouped by destination.
+
+    A compiled layer runs a few distinct GEMM/ALU loops many times, each on new data; planning a
+    loop the second time it is seen leaves numpy a few gathers, one batched matmul and one
+    segmented sum per run of it. All arrays are read-only (the observer may keep them).
+    """
+
+    dst: np.ndarray                 # loop order: what the observer and error messages see
+    src: np.ndarray
+    wgt: np.ndarray
+    operands: np.ndarray            # positions of every operand entry in the machine's written mask, distinct
+    src_grouped: np.ndarray         # micro-ops ordered by destination (stably)
+    wgt_grouped: np.ndarray
+    starts: np.ndarray | None       # where each destination's micro-ops start; None when none repeats
+    touched: slice | np.ndarray     # the distinct destinations, ascending (a slice when contiguous)
+
+
+class _AluPlan(NamedTuple):
+    """:class:`_GemmPlan` for an ALU loop: indices, and whether its micro-ops are independent."""
+
+    dst: np.ndarray                 # loop order
+    src: np.ndarray | None          # None with an immediate operand
+    operands: np.ndarray            # positions of the ACC entries read in the machine's written mask
+    independent: bool               # distinct destinations, none read by another micro-op: one vectorised step
+    target: slice | np.ndarray      # dst, as a slice when it is an ascending contiguous range
+
+
+def _frozen(array: np.ndarray) -> np.ndarray:
+    array.flags.writeable = False
+    return array
+
+
+def _as_range(entries: np.ndarray) -> slice | np.ndarray:
+    """``entries`` as a slice when they are ``first, first + 1, ...``, else themselves."""
+    first, last = int(entries[0]), int(entries[-1])
+    if last - first + 1 == len(entries) and (len(entries) < 3 or bool((entries[1:] - entries[:-1] == 1).all())):
+        return slice(first, last + 1)
+    return entries
 
 
 def _all_true(mask: np.ndarray) -> bool:
