@@ -147,3 +147,43 @@ def test_module_keeps_its_callback_alive_when_the_name_is_registered_again():
     fresh = _elementwise("ext_rebound", 8)                  # a new build uses the new function
     fresh(np.arange(8, dtype="int32"), b)
     np.testing.assert_array_equal(b, -np.arange(8))
+
+
+def test_callback_in_a_parallel_task_may_run_a_parallel_kernel():
+    """A pool thread's callback calling another parallel kernel runs that launch inline (waiting for
+    the pool would deadlock: the outer launch waits for this very task); its failure propagates
+    through both modules."""
+    import threading
+
+    inner_cb, _keep_inner = _register("ext_nested_inner")
+    inner = _elementwise("ext_nested_inner", 64, kind="parallel")
+    inner_a = np.arange(64, dtype="int32")
+
+    def outer(x: int) -> int:
+        inner_b = np.zeros(64, "int32")
+        inner(inner_a, inner_b)
+        return int(inner_b[x % 64])
+
+    outer_c = _UNARY(outer)
+    register_extern("ext_nested_outer", outer_c)
+    mod = _elementwise("ext_nested_outer", 512, kind="parallel")
+    a = np.arange(512, dtype="int32")
+    b = np.zeros(512, "int32")
+    raised: list[BaseException] = []
+
+    def run() -> None:
+        mod(a, b)
+        inner_cb.calls, inner_cb.fail_at = 0, 1000
+        try:
+            mod(a, b)
+        except Boom as exc:
+            raised.append(exc)
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    worker.join(timeout=120)
+    assert not worker.is_alive(), "a nested parallel launch deadlocked"
+    assert len(raised) == 1
+    inner_cb.fail_at = None
+    mod(a, b)
+    np.testing.assert_array_equal(b, 3 * (a % 64) + 1)

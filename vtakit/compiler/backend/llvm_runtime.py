@@ -14,8 +14,10 @@ runs ``task(k, n, closure)`` for every ``k < n`` (``n`` = a few chunks per pool 
 returns when all have finished; the caller's thread takes chunks too. Chunk ``k`` is a fixed
 contiguous range of the loop and iterations are independent, so results never depend on which
 thread ran what; threads claim chunks dynamically, so one descheduled thread (on a shared
-machine) does not hold up the loop. Launches from different threads are serialised; nested
-parallel loops are rejected by the code generator. The pool is re-created
+machine) does not hold up the loop. A launch made while the pool runs another (from another
+thread, or nested: an extern callback inside a parallel task calling a parallel kernel) runs
+as one task on its caller's thread; nested parallel loops in one kernel are rejected by the
+code generator. The pool is re-created
 after ``os.fork`` (the child inherits no threads), so forked workers (autotuning measurement) can
 run kernels too.
 """
@@ -168,6 +170,7 @@ _RUNTIME_IR = r"""
 
 declare i32 @pthread_mutex_init(ptr, ptr)
 declare i32 @pthread_mutex_lock(ptr)
+declare i32 @pthread_mutex_trylock(ptr)
 declare i32 @pthread_mutex_unlock(ptr)
 declare i32 @pthread_cond_init(ptr, ptr)
 declare i32 @pthread_cond_wait(ptr, ptr)
@@ -316,7 +319,13 @@ inline:
   call i32 %fn(i32 0, i32 1, ptr %closure)
   ret i32 0
 pool:
-  call i32 @pthread_mutex_lock(ptr @launch_mutex)
+  ; A launch while another is running (from a task's extern callback that calls a parallel
+  ; kernel, or from another Python thread) runs inline: waiting for the launch mutex would
+  ; deadlock the nested case, whose outer launch cannot finish before this task does.
+  %taken = call i32 @pthread_mutex_trylock(ptr @launch_mutex)
+  %busy_pool = icmp ne i32 %taken, 0
+  br i1 %busy_pool, label %inline, label %owned
+owned:
   %started = load i32, ptr @workers_started
   %cold = icmp eq i32 %started, 0
   br i1 %cold, label %start, label %post
