@@ -170,11 +170,14 @@ def test_one_step_alu_equals_chunked_alu(config, monkeypatch):
         _assert_same(fast, slow, f"trial {trial}: {insn}")
 
 
+EXTREME_IMMEDIATES = [0, 1, -1, 31, 32, 33, 63, 64, -32, -33, (1 << 15) - 1, -(1 << 15), 1 << 16, (1 << 31) - 1,
+                      -(1 << 31), 1 << 31, -(1 << 31) - 1, 1 << 40, -(1 << 40), (1 << 62) + 5]
+
+
 @pytest.mark.parametrize("op", list(AluOp))
 def test_python_alu_rows_match_numpy_for_extreme_immediates(op, monkeypatch):
     """Immediates beyond 16 and 32 bits (MIN/MAX compare the full value, then wrap), every shift."""
-    immediates = [0, 1, -1, 31, 32, 33, 63, 64, -32, -33, (1 << 15) - 1, -(1 << 15), 1 << 16, (1 << 31) - 1,
-                  -(1 << 31), 1 << 31, -(1 << 31) - 1, 1 << 40, -(1 << 40), (1 << 62) + 5]
+    immediates = EXTREME_IMMEDIATES
     config = SMALL
     rng = np.random.default_rng(int(op))
     start = rng.integers(-(1 << 31), 1 << 31, (config.acc_depth, config.batch, config.block_out), dtype=np.int64)
@@ -188,6 +191,12 @@ def test_python_alu_rows_match_numpy_for_extreme_immediates(op, monkeypatch):
             m.acc[:] = start.astype(np.int32)
             m._alu_chunk(AluInsn(alu_opcode=op, use_imm=True, imm=imm), dst, None)
             results.append((m.acc.copy(), m.out.copy(), m.written["out"].copy()))
+        a = start.astype(np.int32)   # the planned path's int32 arithmetic, where it applies
+        for b in (imm, np.roll(a, 1, axis=0)):
+            fast = machine_module._alu_op_int32(op, a, b)
+            if fast is not None:
+                want = machine_module.alu_op(op, a.astype(np.int64), np.int64(b) if type(b) is int else b.astype(np.int64))
+                np.testing.assert_array_equal(fast, want, err_msg=f"int32 path, imm {imm}")
         for got, want in zip(*results):
             np.testing.assert_array_equal(got, want, err_msg=f"imm {imm}")
 
@@ -456,14 +465,23 @@ def test_planned_alu_equals_unplanned_paths(config, monkeypatch):
     independent = dependent = 0
     for trial in range(60):
         op = AluOp(int(rng.integers(0, len(AluOp))))
-        imm = int(rng.integers(-(1 << 15), 1 << 15))
+        imm = int(rng.choice(EXTREME_IMMEDIATES)) if trial % 3 == 0 else int(rng.integers(-(1 << 15), 1 << 15))
         loop = _plan_loop(rng, AluInsn, alu_opcode=op, use_imm=trial % 4 != 1, imm=imm)
         if trial % 4 == 0:   # elementwise over contiguous entries, as compiled code does: independent
             loop = dataclasses.replace(loop, uop_end=loop.uop_bgn + 1, dst_factor_out=loop.iter_in, dst_factor_in=1)
         other = dataclasses.replace(loop, alu_opcode=AluOp(int(rng.integers(0, len(AluOp)))), imm=imm // 3 + 1)
+        spoil = None
+        if trial % 4 == 2:   # elementwise with a tensor operand elsewhere in ACC: independent
+            loop = other = dataclasses.replace(loop, use_imm=False, uop_end=loop.uop_bgn + 1,
+                                               dst_factor_out=loop.iter_in, dst_factor_in=1,
+                                               src_factor_out=loop.iter_in, src_factor_in=1)
+
+            def spoil(m, step, at=loop.uop_bgn, word=[int(rng.integers(0, 8)), 64 + int(rng.integers(0, 8)), 0]):
+                if step == 0:
+                    m.write_sram("uop", at, np.array([word]))
         insns = [loop, other, loop, loop, other]   # `other` shares the loop (and so its plan)
         lanes = 1 << 30 if trial % 3 else 0
-        runs = [_replay(config, trial, insns, monkeypatch, {**t, "_SMALL_ALU_LANES": lanes})
+        runs = [_replay(config, trial, insns, monkeypatch, {**t, "_SMALL_ALU_LANES": lanes}, spoil)
                 for t in (PLANNED, UNPLANNED_SMALL, {**_DEFAULTS, "_PLAN_LOOP": 0, "_GEMM_CHUNK": 5})]
         (planned, planned_log, planned_out), (small, small_log, small_out), (general, _, general_out) = runs
         assert planned_out == small_out == general_out
@@ -535,3 +553,25 @@ def test_plans_follow_micro_op_contents_and_bounds(monkeypatch):
     (planned, planned_out), (small, small_out) = results
     assert planned_out == small_out
     _assert_same(planned, small, "micro-op contents")
+
+
+@pytest.mark.parametrize("config", [SMALL, DEFAULT], ids=["small", "default"])
+def test_planned_gemm_sums_extreme_products_exactly(config, monkeypatch):
+    """Destinations that each take many -128 x -128 products: the joined float32 matmul is used
+    only while its sums are exact (below 2**24), and results equal the unplanned path's either side."""
+    limit = (1 << 24) // (config.block_in << 14)   # micro-ops per destination at which float32 stops being exact
+    for group in (limit - 1, limit, limit + 3):
+        loop = GemmInsn(uop_bgn=0, uop_end=2, iter_out=group, iter_in=1, dst_factor_out=0, src_factor_out=0,
+                        wgt_factor_out=0)
+        results = []
+        for thresholds in (PLANNED, UNPLANNED_GENERAL):
+            for name, value in thresholds.items():
+                monkeypatch.setattr(machine_module, name, value)
+            m = _machine(config, 3)
+            m.write_sram("uop", 0, np.array([[0, 0, 0], [1, 0, 0]]))
+            for _ in range(3):
+                m.apply(loop)
+            results.append(m)
+        _assert_same(*results, f"{group} micro-ops per destination")
+        plans = [p for p in results[0]._plans.values() if p is not machine_module._SEEN]
+        assert [p.group for p in plans] == [group if group < limit else 0]

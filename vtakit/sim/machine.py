@@ -90,7 +90,8 @@ _LEGAL_FLAGS = {stage: frozenset(flag for flag, _ in POP_QUEUES[stage] + PUSH_QU
 _SMALL_ALU_LANES = 1024   # ALU chunks up to this many lanes (micro-ops x batch x block_out) run in Python
 _SMALL_LOOP = 256         # GEMMs up to this many micro-ops: int32 products added in place with np.add.at,
 _SMALL_LOOP_MACS = 1 << 16   # or up to this many multiply-adds (micro-ops x batch x block_in x block_out)
-_PLAN_LOOP = 4096         # GEMM/ALU loops up to this many micro-ops get a plan when they recur (see _GemmPlan)
+_PLAN_LOOP = 4096         # GEMM/ALU loops up to this many micro-ops get a plan when they recur (see _GemmPlan),
+_PLAN_AT_ONCE = 128       # or at once from this many micro-ops (planning costs less than one unplanned run)
 _PLAN_FLOAT_MACS = 64     # planned GEMMs whose block_in x block_out exceeds this multiply as float32
 _MAX_PLANS = 256          # plans (and first sightings) one machine keeps
 _SMALL_GEMM = 64          # GEMM chunks up to this many micro-ops skip the matmul restructuring
@@ -597,9 +598,9 @@ class Machine:
                   and insn.dst_factor_out >= 0 and insn.dst_factor_in >= 0 and insn.src_factor_out >= 0
                   and insn.src_factor_in >= 0 and insn.wgt_factor_out >= 0 and insn.wgt_factor_in >= 0)
         if simple and key is not None:
-            if plan is None:   # first sighting: remembered, planned if it recurs
+            if plan is None and count < _PLAN_AT_ONCE:   # first sighting: remembered, planned if it recurs
                 self._remember(key, _SEEN)
-            elif plan is _SEEN:
+            elif plan is None or plan is _SEEN:
                 plan = self._remember(key, self._gemm_plan(self._loop_indices(uops, iter_out, iter_in, factors),
                                                            bgn, end, reset))
                 if self._written.take(plan.operands).all():
@@ -661,17 +662,27 @@ class Machine:
             obs.sram("out", True, plan.dst)
         # products of the micro-ops in destination order, summed per destination (int32 sums wrap
         # mod 2**32 like the hardware's adders; each product is exact in int32 and in float32)
-        if self._plan_float:
-            products = np.matmul(self._inp_f.take(plan.src_grouped, axis=0),
-                                 self._wgt_t.take(plan.wgt_grouped, axis=0)).astype(np.int32)
+        group = plan.group
+        if group:   # [x_1 .. x_g] . [w_1^T; ..; w_g^T]: each destination's sum as one float32 product
+            units, batch = len(plan.starts), self.config.batch
+            depth = group * self.config.block_in
+            x = self._inp_f.take(plan.src_grouped, axis=0)
+            x = x.reshape(units, 1, depth) if batch == 1 else \
+                x.reshape(units, group, batch, -1).transpose(0, 2, 1, 3).reshape(units, batch, depth)
+            w = self._wgt_t.take(plan.wgt_grouped, axis=0).reshape(units, depth, -1)
+            products = np.matmul(x, w).astype(np.int32)
         else:
-            product = self._layout.product_dtype
-            products = np.matmul(self.inp.take(plan.src_grouped, axis=0).astype(product),
-                                 self.wgt.take(plan.wgt_grouped, axis=0).astype(product).transpose(0, 2, 1))
-            if product is not np.int32:
-                products = products.astype(np.int32)
-        if plan.starts is not None:
-            products = np.add.reduceat(products, plan.starts, axis=0)
+            if self._plan_float:
+                products = np.matmul(self._inp_f.take(plan.src_grouped, axis=0),
+                                     self._wgt_t.take(plan.wgt_grouped, axis=0)).astype(np.int32)
+            else:
+                product = self._layout.product_dtype
+                products = np.matmul(self.inp.take(plan.src_grouped, axis=0).astype(product),
+                                     self.wgt.take(plan.wgt_grouped, axis=0).astype(product).transpose(0, 2, 1))
+                if product is not np.int32:
+                    products = products.astype(np.int32)
+            if plan.starts is not None:
+                products = np.add.reduceat(products, plan.starts, axis=0)
         acc = self.acc
         if type(touched) is slice:
             rows = acc[touched]
@@ -694,11 +705,23 @@ class Machine:
         first[0] = True
         np.not_equal(grouped[1:], grouped[:-1], out=first[1:])
         starts = np.flatnonzero(first)
-        uops = np.arange(bgn, end) + self._layout.written_at["uop"]
-        # a reset reads only its micro-ops; a GEMM also every INP, WGT and ACC entry it names
-        operands = uops if reset else np.concatenate([uops, (indices + self._layout.gemm_written_at).ravel()])
+        # a reset reads only its micro-ops; a GEMM also every INP, WGT and ACC entry it names (once each)
+        uops = self._layout.written_at["uop"]
+        if reset:
+            operands = np.arange(uops + bgn, uops + end)
+        else:
+            read = np.zeros(self._written.size, dtype=bool)
+            read[uops + bgn:uops + end] = True
+            read[indices + self._layout.gemm_written_at] = True
+            operands = np.flatnonzero(read)
+        group, units = 0, len(starts)
+        # one float32 matmul per destination when the groups are equal and their sums are exact
+        # (|sum| <= group * block_in * 2**14 < 2**24)
+        if units < len(dst) and len(dst) % units == 0 and (len(dst) // units * self.config.block_in << 14) < 1 << 24:
+            if (starts == np.arange(units) * (len(dst) // units)).all():
+                group = len(dst) // units
         return _GemmPlan(dst, src, wgt, _frozen(operands), _frozen(src[order]), _frozen(wgt[order]),
-                         None if len(starts) == len(dst) else _frozen(starts), _as_range(_frozen(grouped[starts])))
+                         None if units == len(dst) else _frozen(starts), _as_range(_frozen(grouped[starts])), group)
 
     def _alu_plan(self, indices: np.ndarray, bgn: int, end: int, use_imm: bool) -> _AluPlan:
         """The plan of an ALU loop over micro-ops ``[bgn, end)`` from its in-range, non-negative
@@ -803,9 +826,9 @@ class Machine:
         if (key is not None and 0 < count <= _GEMM_CHUNK and iter_out > 0 and iter_in > 0 and not self._uop_signed
                 and insn.dst_factor_out >= 0 and insn.dst_factor_in >= 0 and insn.src_factor_out >= 0
                 and insn.src_factor_in >= 0):
-            if plan is None:   # first sighting: remembered, planned if it recurs
+            if plan is None and count < _PLAN_AT_ONCE:   # first sighting: remembered, planned if it recurs
                 self._remember(key, _SEEN)
-            elif plan is _SEEN:
+            elif plan is None or plan is _SEEN:
                 plan = self._remember(key, self._alu_plan(self._loop_indices(uops, iter_out, iter_in, factors),
                                                           bgn, end, use_imm))
                 if self._written.take(plan.operands).all():
@@ -842,9 +865,11 @@ class Machine:
         if plan.independent:   # one vectorised step, as _alu_chunk takes for independent micro-ops
             acc = self.acc
             target = plan.target
-            a = acc[target].astype(np.int64)
-            b = np.int64(insn.imm) if src is None else acc.take(src, axis=0).astype(np.int64)
-            result = alu_op(insn.alu_opcode, a, b)
+            a = acc[target]
+            b = int(insn.imm) if src is None else acc.take(src, axis=0)
+            result = _alu_op_int32(insn.alu_opcode, a, b)
+            if result is None:
+                result = alu_op(insn.alu_opcode, a.astype(np.int64), np.int64(b) if src is None else b.astype(np.int64))
             acc[target] = result
             self.out[target] = result                                     # low 8 bits (assignment wraps)
             self.written["out"][target] = True
@@ -930,6 +955,8 @@ class _GemmPlan(NamedTuple):
     wgt_grouped: np.ndarray
     starts: np.ndarray | None       # where each destination's micro-ops start; None when none repeats
     touched: slice | np.ndarray     # the distinct destinations, ascending (a slice when contiguous)
+    group: int                      # > 0: every destination has this many micro-ops, few enough for their
+                                    # products to sum exactly in one float32 matmul over the joined block_in axes
 
 
 class _AluPlan(NamedTuple):
@@ -1048,6 +1075,33 @@ def _imm_row_op(op: AluOp, imm: int) -> Callable[[list[int]], list[int]]:
         factor = ((imm & 0xFFFF) ^ 0x8000) - 0x8000
         return lambda a: [((x * factor + _HALF) & _MASK) - _HALF for x in a]
     raise ProgramError(f"ALU opcode {op!r} is not one of {list(AluOp)}")  # pragma: no cover
+
+
+def _alu_op_int32(op: AluOp, a: np.ndarray, b: np.ndarray | int) -> np.ndarray | None:
+    """:func:`alu_op` computed in int32 where that gives the same bits (int32 addition and
+    multiplication wrap mod 2**32; minimum, maximum and right shifts cannot overflow), for int32
+    ``a`` and an int32 array or an immediate ``b``; None for the cases it leaves to alu_op (shifts
+    by a tensor or left shifts, MIN/MAX with an immediate beyond int32)."""
+    if type(b) is int:
+        if op == AluOp.ADD:
+            return a + np.int32(_wrap32(b))
+        if op == AluOp.MUL:
+            return a * np.int32(((b & 0xFFFF) ^ 0x8000) - 0x8000)
+        if op == AluOp.SHR:
+            shift = ((b & 63) ^ 32) - 32
+            return a >> np.int32(shift) if shift >= 0 else None
+        if -_HALF <= b < _HALF:
+            return np.minimum(a, np.int32(b)) if op == AluOp.MIN else np.maximum(a, np.int32(b))
+        return None
+    if op == AluOp.ADD:
+        return a + b
+    if op == AluOp.MIN:
+        return np.minimum(a, b)
+    if op == AluOp.MAX:
+        return np.maximum(a, b)
+    if op == AluOp.MUL:
+        return a * (((b & 0xFFFF) ^ 0x8000) - 0x8000)
+    return None
 
 
 def alu_op(op: AluOp, a: np.ndarray, b: np.ndarray | np.int64) -> np.ndarray:
