@@ -157,6 +157,15 @@ def test_stage_routing_and_disasm():
         "ALU MAX uop=[0,1) iter=(1,1) dst=(0,0) src=(0,0) imm=-3 [pop_prev]"
 
 
+def test_disasm_of_plain_int_enum_fields():
+    """Fields may hold plain ints (the encoder takes them): disassembly names them as the enums would
+    (error messages and timelines use it), and shows values no enum has as they are."""
+    assert isa.disasm(MemInsn(opcode=1, memory_type=4, x_size=2)) == \
+        isa.disasm(MemInsn(opcode=Opcode.STORE, memory_type=MemId.OUT, x_size=2))
+    assert isa.disasm(AluInsn(alu_opcode=1)) == isa.disasm(AluInsn(alu_opcode=AluOp.MAX))
+    assert isa.disasm(MemInsn(opcode=Opcode.LOAD, memory_type=7)).startswith("LOAD 7 sram=")
+
+
 def test_markdown_table_matches_layout():
     text = isa.isa_table_markdown(VTAConfig())
     assert "| 57:26 | dram_base |" in text and "| 127:112 | imm (signed) |" in text

@@ -31,6 +31,7 @@ from vtakit.runtime.random_program import random_program
 from vtakit.sim.backend import Launch
 from vtakit.sim.cycle import simulate
 from vtakit.sim.program import Program, Segment
+from vtakit.sim.stats import RunStats
 
 SMALL = VTAConfig.small()
 DEFAULT = VTAConfig()
@@ -388,6 +389,45 @@ def _deadlocks():
                                         _nop(Opcode.STORE, pop_prev=True, push_prev=True)]
                   + [GemmInsn(**gemm, pop_prev=True)] * 3 + [FinishInsn()],
                   segments=[Segment(0x1000, bytes(range(256)) * 4, "data")], dram_size=0x2000)
+
+
+class _TaggedMem(MemInsn):
+    """Instruction subclasses are legal instructions (fsim and the encoder accept them)."""
+
+
+class _TaggedGemm(GemmInsn):
+    pass
+
+
+class _TaggedFinish(FinishInsn):
+    pass
+
+
+def test_solver_takes_instruction_subclasses_and_int_opcodes(tmp_path):
+    """The solver classifies instructions as the rest of the stack does (isinstance, ==), not by
+    exact type or enum identity: same stats, timing, DRAM and timeline as the plain program."""
+    def program(mem, gemm, finish, store):
+        insns = [mem(opcode=Opcode.LOAD, memory_type=MemId.UOP, dram_base=0x100 // 4),
+                 mem(opcode=Opcode.LOAD, memory_type=MemId.ACC, dram_base=0x1000 // SMALL.acc_elem_bytes, x_size=2,
+                     x_stride=2),
+                 mem(opcode=Opcode.LOAD, memory_type=MemId.INP, dram_base=0x1000 // SMALL.inp_elem_bytes, x_size=2,
+                     x_stride=2),
+                 mem(opcode=Opcode.LOAD, memory_type=MemId.WGT, dram_base=0x1000 // SMALL.wgt_elem_bytes, x_size=2,
+                     x_stride=2, push_next=True),
+                 gemm(uop_bgn=0, uop_end=1, iter_out=2, dst_factor_out=1, src_factor_out=1, wgt_factor_out=1,
+                      pop_prev=True),
+                 AluInsn(alu_opcode=AluOp.ADD, use_imm=True, imm=3, uop_bgn=0, uop_end=1, iter_out=2,
+                         dst_factor_out=1, push_next=True),
+                 mem(opcode=store, memory_type=MemId.OUT, dram_base=0x3000 // SMALL.out_elem_bytes, y_size=2,
+                     x_stride=5, pop_prev=True, push_prev=True),
+                 finish(pop_next=True)]
+        return Program(SMALL, insns, [Uop(0, 0, 0)], uop_addr=0x100,
+                       segments=[Segment(0x1000, bytes(range(256)) * 16, "data")], dram_size=0x4000)
+    plain = _outcome(program(MemInsn, GemmInsn, FinishInsn, Opcode.STORE), tmp_path)
+    assert isinstance(plain[0], RunStats)
+    for variant in (program(_TaggedMem, _TaggedGemm, _TaggedFinish, Opcode.STORE),
+                    program(MemInsn, GemmInsn, FinishInsn, int(Opcode.STORE))):
+        assert _outcome(variant, tmp_path) == _outcome(variant, tmp_path, stepping=True) == plain
 
 
 @pytest.mark.parametrize("index", range(5))

@@ -448,18 +448,27 @@ def _flags(insn: Instruction) -> str:
     return f" [{' '.join(names)}]" if names else ""
 
 
+def _name(kind: type[enum.IntEnum], value: object) -> str:
+    """``value``'s name in ``kind`` (fields may hold plain ints), else the value itself."""
+    try:
+        return kind(value).name
+    except ValueError:
+        return repr(value)
+
+
 def disasm(insn: Instruction) -> str:
     """One line of human-readable assembly."""
     if isinstance(insn, MemInsn):
         pads = (insn.y_pad_0, insn.y_pad_1, insn.x_pad_0, insn.x_pad_1)
-        text = (f"{insn.opcode.name} {insn.memory_type.name} sram={insn.sram_base:#06x} dram={insn.dram_base:#010x} "
+        opcode = _name(Opcode, insn.opcode)
+        text = (f"{opcode} {_name(MemId, insn.memory_type)} sram={insn.sram_base:#06x} dram={insn.dram_base:#010x} "
                 f"y={insn.y_size} x={insn.x_size} stride={insn.x_stride}")
         if any(pads):
             text += f" pad={pads}"
         if insn.x_size == 0:
-            text = f"{insn.opcode.name} NOP"
+            text = f"{opcode} NOP"
     elif isinstance(insn, (GemmInsn, AluInsn)):
-        name = "GEMM" if isinstance(insn, GemmInsn) else f"ALU {insn.alu_opcode.name}"
+        name = "GEMM" if isinstance(insn, GemmInsn) else f"ALU {_name(AluOp, insn.alu_opcode)}"
         text = (f"{name} uop=[{insn.uop_bgn},{insn.uop_end}) iter=({insn.iter_out},{insn.iter_in}) "
                 f"dst=({insn.dst_factor_out},{insn.dst_factor_in}) src=({insn.src_factor_out},{insn.src_factor_in})")
         if isinstance(insn, GemmInsn):

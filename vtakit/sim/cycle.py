@@ -764,7 +764,7 @@ class _Solver:
                     break
                 started[i] = cursor
                 insn = insns[i]
-                if type(insn) in _MICRO_CODED:      # GEMM, ALU: e = s + N + 1 (s for N = 0), §4
+                if isinstance(insn, _MICRO_CODED):  # GEMM, ALU: e = s + N + 1 (s for N = 0), §4
                     hb.module = m
                     apply(insn, i, validate=False)
                     n = insn.iter_out * insn.iter_in * (insn.uop_end - insn.uop_bgn)
@@ -820,16 +820,15 @@ class _Solver:
         its finish cycle e (§4), or -1 for a LOAD whose bursts the arbiter has yet to schedule."""
         s = cycle + 1
         self.hb.module = m
-        cls = type(insn)
-        if cls is FinishInsn:
+        if isinstance(insn, FinishInsn):      # (subclasses and plain-int opcodes are legal too)
             check_finish(self.hb, self.routes, self.insns, index)
             return s
         self.apply(insn, index, validate=False)
-        if cls is MemInsn:
+        if isinstance(insn, MemInsn):
             x_size, y_size = insn.x_size, insn.y_size
             if not x_size:
                 return s
-            if insn.opcode is Opcode.STORE:
+            if insn.opcode == Opcode.STORE:
                 elem = self.out_elem_bytes
                 beat = elem if elem < self.bus else self.bus
                 total = x_size * y_size * (elem // beat)
