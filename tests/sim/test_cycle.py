@@ -430,6 +430,33 @@ def test_solver_takes_instruction_subclasses_and_int_opcodes(tmp_path):
         assert _outcome(variant, tmp_path) == _outcome(variant, tmp_path, stepping=True) == plain
 
 
+def test_solver_reports_the_error_of_cycle_order(tmp_path):
+    """The solver walks the store module ahead while compute waits for DRAM, so it would read OUT
+    entry 0 before the racing ALU writes it (uninitialised); in cycle order the ALU writes first and
+    the read is a race. The solver reports what the stepping model (and fsim) report."""
+    def load(mem, sram, count):
+        return _load(mem, sram, 0x1000 // {MemId.UOP: 4, MemId.ACC: SMALL.acc_elem_bytes}.get(mem, 1), 1, count)
+
+    def store(sram, dram, count, **flags):
+        return MemInsn(opcode=Opcode.STORE, memory_type=MemId.OUT, sram_base=sram, dram_base=dram // SMALL.out_elem_bytes,
+                       y_size=1, x_size=count, x_stride=count, **flags)
+    alu = dict(alu_opcode=AluOp.ADD, use_imm=True, imm=1, iter_out=1)
+    insns = [_load(MemId.UOP, 0, 0x100 // 4, 1, 2), load(MemId.ACC, 0, 80),
+             AluInsn(uop_bgn=1, uop_end=2, **{**alu, "iter_out": 64}, dst_factor_out=1, push_next=True),  # OUT 8..71
+             load(MemId.ACC, 100, 4),
+             AluInsn(uop_bgn=0, uop_end=1, **alu),                     # OUT 0, once that LOAD is done
+             store(8, 0x3000, 64, pop_prev=True),                      # 64 write beats: ends after it
+             store(0, 0x3400, 1, push_prev=True),                      # OUT 0, racing with the ALU
+             FinishInsn(pop_next=True)]
+    program = Program(SMALL, insns, [Uop(0, 0, 0), Uop(8, 0, 0)], uop_addr=0x100,
+                      segments=[Segment(0x1000, bytes(range(256)) * 8, "data")], dram_size=0x4000)
+    solved = _outcome(program, tmp_path)
+    assert solved[0] == "RaceError" and "data race on OUT entry 0" in solved[1]
+    assert solved == _outcome(program, tmp_path, stepping=True)
+    with pytest.raises(RaceError, match="data race on OUT entry 0"):
+        run_program(program, "fsim")
+
+
 @pytest.mark.parametrize("index", range(5))
 def test_solver_reports_the_stepping_models_deadlock(index, tmp_path):
     """Same cycle (docs/timing.md §6), same blocked modules and fetch head."""

@@ -47,7 +47,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Callable
 
-from vtakit.errors import DeadlockError, MemoryAccessError, ProgramError, SimError
+from vtakit.errors import DeadlockError, MemoryAccessError, ProgramError, RaceError, SimError
 from vtakit.hw import isa
 from vtakit.hw.config import VTAConfig
 from vtakit.hw.isa import AluInsn, FinishInsn, GemmInsn, MemId, MemInsn, Opcode
@@ -1039,7 +1039,19 @@ def simulate(launch: Launch, *, stepping: bool = False, every_cycle: bool = Fals
         bursts, token_log = core.memory.bursts, core.token_log
     else:
         solver = _Solver(launch)
-        cycles = solver.run()
+        try:
+            cycles = solver.run()
+        except (MemoryAccessError, RaceError, ProgramError):
+            # The solver applies instructions in its modules' walk order, not in cycle order, so it may
+            # meet another of several errors first, or read an SRAM entry a racing write has not yet
+            # written (uninitialised, where the hardware's order makes it a race). Errors depend on the
+            # instructions and the schedule, not on data: the stepping model, run again, raises the
+            # error of cycle order (the DRAM holds the failed run's partial writes either way).
+            try:
+                _Core(launch).run()
+            except SimError as stepped:
+                raise stepped from None
+            raise
         stats = solver.stats(cycles, time.perf_counter() - began)
         run = CycleRun(solver.machine, stats, solver.events, solver.timings)
         bursts = solver.bursts() if launch.trace is not None else None
