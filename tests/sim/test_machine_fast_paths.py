@@ -575,3 +575,19 @@ def test_planned_gemm_sums_extreme_products_exactly(config, monkeypatch):
         _assert_same(*results, f"{group} micro-ops per destination")
         plans = [p for p in results[0]._plans.values() if p is not machine_module._SEEN]
         assert [p.group for p in plans] == [group if group < limit else 0]
+
+
+def test_plans_are_forgotten_beyond_the_limit_without_changing_results(monkeypatch):
+    """A machine keeps at most _MAX_PLANS plans; forgetting them (loops then seen afresh) changes nothing."""
+    rng = np.random.default_rng(24)
+    loops = [_plan_loop(rng, GemmInsn) for _ in range(3)] + [_plan_loop(rng, AluInsn, use_imm=True, imm=3)]
+    insns = loops * 4
+    results = []
+    for thresholds in ({**PLANNED, "_MAX_PLANS": 2}, UNPLANNED_SMALL):
+        m, log, outcomes = _replay(SMALL, 5, insns, monkeypatch, thresholds)
+        assert len(m._plans) <= 2
+        results.append((m, log, outcomes))
+    (planned, planned_log, planned_out), (small, small_log, small_out) = results
+    assert planned_out == small_out
+    _assert_same(planned, small, "plan limit")
+    assert planned_log.calls == small_log.calls

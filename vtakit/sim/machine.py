@@ -599,7 +599,10 @@ class Machine:
                   and insn.src_factor_in >= 0 and insn.wgt_factor_out >= 0 and insn.wgt_factor_in >= 0)
         if simple and key is not None:
             if plan is None and count < _PLAN_AT_ONCE:   # first sighting: remembered, planned if it recurs
-                self._remember(key, _SEEN)
+                plans = self._plans
+                if len(plans) >= _MAX_PLANS:
+                    plans.clear()
+                plans[key] = _SEEN
             elif plan is None or plan is _SEEN:
                 plan = self._remember(key, self._gemm_plan(self._loop_indices(uops, iter_out, iter_in, factors),
                                                            bgn, end, reset))
@@ -827,7 +830,10 @@ class Machine:
                 and insn.dst_factor_out >= 0 and insn.dst_factor_in >= 0 and insn.src_factor_out >= 0
                 and insn.src_factor_in >= 0):
             if plan is None and count < _PLAN_AT_ONCE:   # first sighting: remembered, planned if it recurs
-                self._remember(key, _SEEN)
+                plans = self._plans
+                if len(plans) >= _MAX_PLANS:
+                    plans.clear()
+                plans[key] = _SEEN
             elif plan is None or plan is _SEEN:
                 plan = self._remember(key, self._alu_plan(self._loop_indices(uops, iter_out, iter_in, factors),
                                                           bgn, end, use_imm))
@@ -886,9 +892,11 @@ class Machine:
                 self._alu_chunk_scalar(insn, dst, src, dsts)   # micro-ops depend on each other: one at a time
                 return
             # independent micro-ops (distinct destinations, none read by another): one vectorised step
-            a = acc.take(dst, axis=0).astype(np.int64)
-            b = np.int64(insn.imm) if src is None else acc.take(src, axis=0).astype(np.int64)
-            result = alu_op(insn.alu_opcode, a, b)
+            a = acc.take(dst, axis=0)
+            b = int(insn.imm) if src is None else acc.take(src, axis=0)
+            result = _alu_op_int32(insn.alu_opcode, a, b)
+            if result is None:
+                result = alu_op(insn.alu_opcode, a.astype(np.int64), np.int64(b) if src is None else b.astype(np.int64))
             acc[dst] = result
             self.out[dst] = result                                        # low 8 bits (assignment wraps)
             self.written["out"][dst] = True
