@@ -40,9 +40,13 @@ Compiled layers run a handful of distinct loops (same loop fields, same micro-op
 on new data. A GEMM/ALU loop seen a second time gets a plan (:class:`_GemmPlan`, :class:`_AluPlan`):
 its range-checked index arrays, the positions of everything it reads in the written mask, its
 micro-ops grouped by destination and its destinations as a slice when contiguous. A planned run
-tests the written mask in one gather and, all written, does only the arithmetic (a batched matmul
-and one ``np.add.reduceat`` for a GEMM); otherwise it takes the unplanned path, which reports
-errors. Plans live in the machine (a fresh machine plans afresh). Larger GEMMs multiply as a batched float32 matmul
+tests the written mask in one gather and, all written, does only the arithmetic; otherwise it
+takes the unplanned path, which reports errors. A GEMM whose destinations each take the same
+number g of micro-ops sums each destination's products as one float32 matmul over the g joined
+block_in axes (exact: g * block_in * 2**14 < 2**24), any other as a batched matmul and one
+``np.add.reduceat``. Loops of ``_PLAN_AT_ONCE`` micro-ops or more are planned when first seen.
+Plans live in the machine (a fresh machine plans afresh). Independent ALU micro-ops compute in
+int32 where that gives alu_op's bits (wrapping add/multiply, min/max, right shifts). Larger GEMMs multiply as a batched float32 matmul
 (exact: |products| < 2**24) over float copies of INP/WGT allocated on first use, restructured
 along loop axes where the weight or destination stays put, and accumulate repeated destinations
 with a segmented sum. ALU micro-ops that are independent (distinct destinations, none read by
