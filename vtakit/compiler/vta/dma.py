@@ -34,6 +34,8 @@ from vtakit.compiler.vta.nest import Loop, access_ptr, affine, perfect_nest, spl
 from vtakit.errors import CompileError
 from vtakit.hw.isa import MemId
 
+_PAD_MAX = 15  # the 4-bit x_pad_1 field: wider row slack is left to one DMA per row
+
 __all__ = ["inject_dma_intrin"]
 
 
@@ -74,6 +76,8 @@ def _pad_ranges(cond: ir.PrimExpr, loops: list[Loop], where: str) -> dict[ir.Var
     out: dict[ir.Var, list[ir.PrimExpr | None]] = {}
     vars_ = [lp.var for lp in loops]
     for atom in _conjuncts(cond):
+        if isinstance(atom, ir.IntImm) and atom.value:
+            continue  # a bound that holds throughout (a peeled tail tile that reaches no padding)
         if not isinstance(atom, (ir.GE, ir.GT, ir.LE, ir.LT)):
             raise CompileError(f"{where}: cannot turn the padding condition {atom} into DMA padding; expected "
                                "comparisons of one loop variable with a bound")
@@ -154,7 +158,7 @@ class _DMAInjector(ir.IRMutator):
             d = dims[i]
             if d.sram_step != span:
                 columns = dims[-1]
-                if row_slack and i == len(dims) - 2 and columns.dram_step == 1 and d.sram_step > span:
+                if row_slack and i == len(dims) - 2 and columns.dram_step == 1 and span < d.sram_step <= span + _PAD_MAX:
                     columns.slack, span = d.sram_step - span, d.sram_step
                 else:
                     n_host = i + 1
