@@ -591,3 +591,36 @@ def test_plans_are_forgotten_beyond_the_limit_without_changing_results(monkeypat
     assert planned_out == small_out
     _assert_same(planned, small, "plan limit")
     assert planned_log.calls == small_log.calls
+
+
+@pytest.mark.parametrize("memory", list(MemId))
+@pytest.mark.parametrize("x_size", [0, 1])
+def test_plain_int_memory_types_route_and_validate_like_enums(memory, x_size):
+    """A LOAD whose memory_type is a plain int goes where the enum goes (INP/WGT to load), and a plain
+    int OUT is rejected like MemId.OUT, not routed to compute (the quick path compared by identity)."""
+    as_enum = MemInsn(opcode=Opcode.LOAD, memory_type=memory, x_size=x_size, y_size=1, x_stride=1)
+    as_int = dataclasses.replace(as_enum, memory_type=int(memory))
+    outcomes = []
+    for insn in (as_enum, as_int):
+        try:
+            outcomes.append(("ok", checked_stage(insn, SMALL, 0)))
+        except ProgramError as exc:
+            outcomes.append(("error", str(exc).replace(repr(int(memory)), repr(memory))))
+    assert outcomes[0][0] == outcomes[1][0], outcomes
+    if outcomes[0][0] == "ok":
+        assert outcomes[0][1] == outcomes[1][1] == isa.stage_of(as_enum)
+    else:
+        assert "LOAD of memory type OUT is illegal" in outcomes[1][1]
+
+
+@pytest.mark.parametrize("op", [AluOp.ADD, AluOp.MIN, AluOp.MAX, AluOp.SHR, AluOp.MUL])
+def test_numpy_scalar_immediates_equal_python_ints(op):
+    """An ALU immediate given as a numpy int32 (as decoded arrays hand out) computes what the Python
+    int does, on the Python-row path too (int32 + Python int used to overflow there)."""
+    results = []
+    for imm in (np.int32(-(1 << 15)), -(1 << 15), np.int32(32767), 32767):
+        m = _machine(SMALL, 9)
+        m.apply(AluInsn(alu_opcode=op, use_imm=True, imm=imm, uop_end=2, iter_out=2, dst_factor_out=1))
+        results.append(m.acc.copy())
+    np.testing.assert_array_equal(results[0], results[1])
+    np.testing.assert_array_equal(results[2], results[3])

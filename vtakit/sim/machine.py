@@ -140,7 +140,7 @@ def checked_stage(insn: Instruction, config: VTAConfig, index: int | None = None
             if memory is MemId.INP or memory is MemId.WGT:
                 if not (insn.pop_prev or insn.push_prev):
                     return Stage.LOAD
-            elif memory is not MemId.OUT or insn.x_size == 0:
+            elif type(memory) is MemId and (memory is not MemId.OUT or insn.x_size == 0):   # not a plain int
                 return Stage.COMPUTE
         elif opcode is Opcode.STORE:
             if not (insn.pop_next or insn.push_next) and (
@@ -933,7 +933,7 @@ class Machine:
         where = np.array(entries)
         rows = dict(zip(entries, acc.take(where, axis=0).reshape(len(entries), -1).tolist()))
         if src is None:
-            row_op = _imm_row_op(insn.alu_opcode, insn.imm)
+            row_op = _imm_row_op(insn.alu_opcode, int(insn.imm))   # numpy scalars would overflow
             for d in dsts:
                 rows[d] = row_op(rows[d])
         else:
