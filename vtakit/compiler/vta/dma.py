@@ -158,7 +158,8 @@ class _DMAInjector(ir.IRMutator):
             d = dims[i]
             if d.sram_step != span:
                 columns = dims[-1]
-                if row_slack and i == len(dims) - 2 and columns.dram_step == 1 and span < d.sram_step <= span + _PAD_MAX:
+                if row_slack and i == len(dims) - 2 and columns.dram_step == 1 \
+                        and span < d.sram_step <= span + _PAD_MAX:
                     columns.slack, span = d.sram_step - span, d.sram_step
                 else:
                     n_host = i + 1
