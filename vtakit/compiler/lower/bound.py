@@ -18,6 +18,7 @@ by a predicate), and each root axis gets its value as an expression of the leaf 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Any
 
 from vtakit.compiler import ir
@@ -277,7 +278,8 @@ def _buffer_extent(ext: ir.PrimExpr, an: Analyzer, stage: Stage, dim: int,
     """The allocated extent of one dimension of an attached buffer: a constant upper bound of
     ``ext`` when there is one, else a loop-invariant upper bound (shape variables only, as TVM
     allocates ``n`` elements when the region is the whole of a symbolic dimension)."""
-    ub = an.const_int_bound(ext)[1]
+    forms = _bounding_forms(ext, True)
+    ub = min([an.const_int_bound(ext)[1]] + [an.const_int_bound(an.simplify(c))[1] for c in forms[1:]])
     if ub != float("inf") and ub < 2 ** 31 - 1:  # bounded by more than the dtype range
         return max(int(ub), 0)
     invariant = _invariant_upper(ext, loop_vars)
@@ -285,6 +287,33 @@ def _buffer_extent(ext: ir.PrimExpr, an: Analyzer, stage: Stage, dim: int,
         raise CompileError(f"stage {stage.name}: cannot bound the extent {ext} of dimension {dim} by a constant "
                            "or a loop-invariant expression")
     return invariant
+
+
+_MAX_FORMS = 64
+
+
+def _bounding_forms(e: ir.PrimExpr, upper: bool) -> list[ir.PrimExpr]:
+    """Expressions each ``>= e`` (``upper``) or each ``<= e`` (lower), ``e`` itself first.
+
+    ``const_int_bound`` bounds the terms of a sum independently, so the extent of a tile clipped
+    at the end of its axis, ``min(2*xo + 1, 8)*2 - 4*xo + 3`` (at most 5), comes out as 19. Since
+    ``min(a, b) <= a`` and the sum grows with the min, replacing it by either side gives an upper
+    bound whose terms cancel (``2*(2*xo + 1) - 4*xo + 3 = 5``); likewise ``max(a, b) >= a`` in a
+    lower bound. The caller takes the tightest constant bound over the forms."""
+    forms = [e]
+    if isinstance(e, (ir.Add, ir.Sub)):
+        a = _bounding_forms(e.a, upper)
+        b = _bounding_forms(e.b, upper if isinstance(e, ir.Add) else not upper)
+        pairs = ((x, y) for x in a for y in b if x is not e.a or y is not e.b)
+        forms += [type(e)(x, y) for x, y in islice(pairs, _MAX_FORMS)]
+    elif isinstance(e, ir.Mul) and (isinstance(e.a, ir.IntImm) or isinstance(e.b, ir.IntImm)):
+        c, x = (e.a, e.b) if isinstance(e.a, ir.IntImm) else (e.b, e.a)
+        forms += [ir.Mul(y, c) for y in _bounding_forms(x, upper if c.value >= 0 else not upper)[1:]]
+    elif isinstance(e, ir.FloorDiv) and isinstance(e.b, ir.IntImm) and e.b.value > 0:
+        forms += [ir.FloorDiv(y, e.b) for y in _bounding_forms(e.a, upper)[1:]]
+    elif isinstance(e, ir.Min if upper else ir.Max):  # either side bounds it
+        forms += _bounding_forms(e.a, upper) + _bounding_forms(e.b, upper)
+    return forms[:_MAX_FORMS]
 
 
 def _invariant_upper(ext: ir.PrimExpr, loop_vars: dict[ir.Var, ir.PrimExpr]) -> ir.PrimExpr | None:
