@@ -53,6 +53,7 @@ from vtakit.hw.config import VTAConfig
 from vtakit.hw.isa import AluInsn, FinishInsn, GemmInsn, MemId, MemInsn, Opcode
 from vtakit.sim.backend import Launch
 from vtakit.sim.fsim import check_finish, check_program
+from vtakit.sim.fsim import simulate as _fsim_simulate
 from vtakit.sim.hb import MODULES, RaceDetector
 from vtakit.sim.machine import QUEUE_NAMES, Machine, describe
 from vtakit.sim.stats import RunStats
@@ -1033,7 +1034,10 @@ def simulate(launch: Launch, *, stepping: bool = False, every_cycle: bool = Fals
                        "must end in .json (the rtl backend writes .vcd waveforms)")
     if stepping or every_cycle:
         core = _Core(launch)
-        cycles = core.run(every_cycle)
+        try:
+            cycles = core.run(every_cycle)
+        except (MemoryAccessError, RaceError, ProgramError) as exc:
+            raise _fsims_error(launch, exc) from None
         stats = core.stats(cycles, time.perf_counter() - began)
         run = CycleRun(core.machine, stats, core.events, lambda: core.timing)
         bursts, token_log = core.memory.bursts, core.token_log
@@ -1041,17 +1045,8 @@ def simulate(launch: Launch, *, stepping: bool = False, every_cycle: bool = Fals
         solver = _Solver(launch)
         try:
             cycles = solver.run()
-        except (MemoryAccessError, RaceError, ProgramError):
-            # The solver applies instructions in its modules' walk order, not in cycle order, so it may
-            # meet another of several errors first, or read an SRAM entry a racing write has not yet
-            # written (uninitialised, where the hardware's order makes it a race). Errors depend on the
-            # instructions and the schedule, not on data: the stepping model, run again, raises the
-            # error of cycle order (the DRAM holds the failed run's partial writes either way).
-            try:
-                _Core(launch).run()
-            except SimError as stepped:
-                raise stepped from None
-            raise
+        except (MemoryAccessError, RaceError, ProgramError) as exc:
+            raise _fsims_error(launch, exc) from None
         stats = solver.stats(cycles, time.perf_counter() - began)
         run = CycleRun(solver.machine, stats, solver.events, solver.timings)
         bursts = solver.bursts() if launch.trace is not None else None
@@ -1060,6 +1055,26 @@ def simulate(launch: Launch, *, stepping: bool = False, every_cycle: bool = Fals
         from vtakit.sim.timeline import write_trace
         write_trace(Path(launch.trace), launch.config, launch.insns, run.timing, stats, bursts, token_log)
     return run
+
+
+def _fsims_error(launch: Launch, error: SimError) -> SimError:
+    """The error the functional simulator raises for ``launch``, which raised ``error`` here.
+
+    An erroneous program may hold several errors, and which one a run meets first depends on the
+    order it applies instructions in: the solver walks each module ahead, the stepping model goes
+    in cycle order, fsim runs compute first. Worse, a read of an entry a racing write has not yet
+    written is uninitialised in one order and a race in another. So that every backend names the
+    same error (the ``rtl`` backend runs fsim first), the cycle backend reports fsim's: fsim, run
+    again, meets the same instructions, since errors depend on the instructions and the schedule,
+    not on data (the DRAM holds the failed run's partial writes). Only the error path pays for it.
+    """
+    try:
+        _fsim_simulate(launch.config, launch.insns, launch.dram)
+    except (MemoryAccessError, RaceError, ProgramError) as fsims:
+        return fsims
+    except DeadlockError:
+        pass
+    return error       # fsim accepts the program: keep this run's error rather than lose it
 
 
 def execute(launch: Launch) -> RunStats:
