@@ -1,7 +1,7 @@
 """Every backend names the same error for an erroneous program, and the rtl backend's fsim
 pre-run leaves the launch's DRAM untouched.
 
-The cycle backend runs modules in cycle order and fsim runs compute first, so for a racy program
+The cycle backend runs modules in cycle order and fsim drains load, compute, store in turn, so for a racy program
 the two can meet different errors first (a read of an entry a racing write has not yet written
 is uninitialised in one order, a race in the other); the cycle backend reports fsim's error.
 """
@@ -45,7 +45,7 @@ def _launch(program: Program) -> Launch:
 
 def _store_reads_ahead_of_compute() -> Program:
     """The store reads OUT entry 0 with no token from the ALU that writes it. In cycle order the
-    store runs while compute waits for its ACC load (uninitialised); fsim runs compute first (race)."""
+    store runs while compute waits for its ACC load (uninitialised); fsim drains compute before store (race)."""
     insns = [_load(MemId.UOP, 0, 0x100 // 4, 1, 1),
              _load(MemId.ACC, 0, 0x1000 // SMALL.acc_elem_bytes, 1, 4),
              AluInsn(uop_bgn=0, uop_end=1, alu_opcode=AluOp.ADD, use_imm=True, imm=1, iter_out=1),

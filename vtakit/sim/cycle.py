@@ -1062,8 +1062,9 @@ def _fsims_error(launch: Launch, error: SimError) -> SimError:
 
     An erroneous program may hold several errors, and which one a run meets first depends on the
     order it applies instructions in: the solver walks each module ahead, the stepping model goes
-    in cycle order, fsim runs compute first. Worse, a read of an entry a racing write has not yet
-    written is uninitialised in one order and a race in another. So that every backend names the
+    in cycle order, fsim drains load, then compute, then store, each as far as it can go. Worse, a
+    read of an entry a racing write has not yet written is uninitialised in one order and a race in
+    another. So that every backend names the
     same error (the ``rtl`` backend runs fsim first), the cycle backend reports fsim's: fsim, run
     again, meets the same instructions, since errors depend on the instructions and the schedule,
     not on data (the DRAM holds the failed run's partial writes). Only the error path pays for it.
