@@ -68,9 +68,11 @@ def test_dense_with_knobs_that_do_not_divide(small_env, mnk, knobs):
     (Conv2dWorkload(6, 6, 12, 8, 1, 0, 1), Conv2dKnobs(4, 4, 1, 2)),
     (Conv2dWorkload(8, 7, 8, 12, 3, 1, 1), Conv2dKnobs(2, 3, 2, 1, h_nthread=2)),
     # regressions: a tail tile that reaches no padding (its padding condition is constant true);
-    # a tail whose row slack (20 entries) exceeds the 4-bit x_pad_1 field (one DMA per row instead)
+    # a tail whose row slack (20 entries) exceeds the 4-bit x_pad_1 field (one DMA per row instead);
+    # a tail whose row slack (15) fits the field alone but not with its right padding (1) on top
     (Conv2dWorkload(6, 8, 4, 4, 3, 1, 2), Conv2dKnobs(2, 3, 1, 1)),
     (Conv2dWorkload(6, 5, 12, 4, 1, 0, 1), Conv2dKnobs(5, 5, 2, 2)),
+    (Conv2dWorkload(8, 19, 4, 4, 3, 1, 1), Conv2dKnobs(1, 17, 2, 1)),
 ], ids=str)
 def test_conv2d_with_knobs_that_do_not_divide(small_env, wl, knobs):
     s, tensors = conv2d(small_env, wl, knobs)

@@ -192,7 +192,7 @@ class _CodeGen(Interpreter):
               y0: int, y1: int, x0: int, x1: int) -> int:
         mem = MemId(mem)
         what = f"load of {dram.data.name} into {sram.data.name}"
-        if y <= 0 or x <= 0:
+        if x <= 0 or y < 0 or (y == 0 and not (y0 or y1)):
             raise CompileError(f"{what}: a {y}x{x} tile lies entirely in the padding; use larger tiles")
         for name, v in (("y_pad_0", y0), ("y_pad_1", y1), ("x_pad_0", x0), ("x_pad_1", x1)):
             if v > _PAD_MAX:

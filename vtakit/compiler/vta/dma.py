@@ -24,17 +24,18 @@ the SRAM side per thread; the code generator converts them to entry indices.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from vtakit.compiler import ir
-from vtakit.compiler.arith import linear_coefficients, simplify
+from vtakit.compiler.arith import const_int_bound, linear_coefficients, simplify
 from vtakit.compiler.vta.env import (ACC_SCOPE, LOAD_2D, QID_COMPUTE, QID_LOAD, QID_STORE, SCOPE_MEM, STORE_2D,
                                      VTA_AXIS, VTAEnv)
 from vtakit.compiler.vta.nest import Loop, access_ptr, affine, perfect_nest, split_entry
 from vtakit.errors import CompileError
 from vtakit.hw.isa import MemId
 
-_PAD_MAX = 15  # the 4-bit x_pad_1 field: wider row slack is left to one DMA per row
+_PAD_MAX = 15  # the 4-bit x_pad_1 field: row slack plus right padding wider than this is one DMA per row
 
 __all__ = ["inject_dma_intrin"]
 
@@ -50,6 +51,7 @@ class _Dim:
     pad: tuple[ir.PrimExpr, ir.PrimExpr] | None = None   # valid range [lo, hi) of the loop, if padded
     padded_var: ir.Var | None = field(default=None)
     slack: int = 0    # SRAM entries after each run of this (column) dimension that the copy skips
+    dram_at: ir.PrimExpr | None = None   # padded_var's value at the first DRAM entry read, if not the pad before
 
 
 def _strip_casts(e: ir.PrimExpr) -> ir.PrimExpr:
@@ -150,7 +152,8 @@ class _DMAInjector(ir.IRMutator):
         the outer ones must be host loops: one instruction fills a compact SRAM block, so a
         dimension stepping further than the block inside it (the rows of a partial tile, as in the
         tail of a split that does not divide) starts a new instruction per step, unless
-        ``row_slack`` (a load, which can pad) lets the columns skip the rest of each row."""
+        ``row_slack`` (a load, which can pad) lets the columns skip the rest of each row: the slack
+        goes into ``x_pad_1`` on top of the columns' own right padding, so both must fit the field."""
         order = sorted(outer, key=lambda k: -sram[k])
         dims = [_Dim([k], loops[k].extent, sram[k] // lanes, dram[k] // lanes) for k in order]
         span, n_host = 1, 0
@@ -159,7 +162,7 @@ class _DMAInjector(ir.IRMutator):
             if d.sram_step != span:
                 columns = dims[-1]
                 if row_slack and i == len(dims) - 2 and columns.dram_step == 1 \
-                        and span < d.sram_step <= span + _PAD_MAX:
+                        and span < d.sram_step <= span + _PAD_MAX - self._max_after(loops, columns, pads):
                     columns.slack, span = d.sram_step - span, d.sram_step
                 else:
                     n_host = i + 1
@@ -187,15 +190,33 @@ class _DMAInjector(ir.IRMutator):
             merged.append(d)
         return dims[:n_host] + list(reversed(merged)), n_host
 
+    @staticmethod
+    def _max_after(loops: list[Loop], d: _Dim, pads: dict[ir.Var, list]) -> int:
+        """The most zero padding the (unmerged) dimension ``d`` gets after its valid range."""
+        rng = pads.get(loops[d.loops[0]].var)
+        if rng is None or rng[1] is None:
+            return 0
+        hi = const_int_bound(_clamp(ir.IntImm("int32", d.extent) - rng[1], d.extent))[1]
+        return d.extent if hi == math.inf else int(hi)
+
     def _plan(self, where: str, loops: list[Loop], dims: list[_Dim], n_host: int):
         """(host loops, y dim or None, x dim or None) with x stepping one DRAM entry; the first
-        ``n_host`` dimensions are host loops whatever their steps."""
+        ``n_host`` dimensions are host loops whatever their steps. A padded host loop right outside
+        a lone column dimension (the rows of a partial tile loaded one DMA per row) becomes a
+        one-row y dimension whose padding zero-fills the rows outside its valid range."""
         dims, forced = list(dims[n_host:]), dims[:n_host]
         x = y = None
         if dims and dims[-1].dram_step == 1:
             x = dims.pop()
         if dims:
             y = dims.pop()
+        if y is None and x is not None and forced and forced[-1].pad is not None:
+            row = forced[-1]
+            v = loops[row.loops[0]].var
+            lo, hi = row.pad
+            y = _Dim([], 1, row.sram_step, row.dram_step, (simplify(lo - v), simplify(hi - v)), v,
+                     dram_at=simplify(ir.Min(ir.Max(v, lo), hi - 1)))   # a row in the tensor, even when all pad
+            forced = forced[:-1] + [_Dim(row.loops, row.extent, row.sram_step, row.dram_step)]
         dims = forced + dims
         for d in dims:
             if d.pad is not None:
@@ -251,7 +272,7 @@ class _DMAInjector(ir.IRMutator):
         sram_off = ir.substitute(store.indices[0], zero)
         first = dict(zero)
         if y is not None and y.padded_var is not None:
-            first[y.padded_var] = y0
+            first[y.padded_var] = y0 if y.dram_at is None else y.dram_at
         if x is not None and x.padded_var is not None:
             first[x.padded_var] = x0
         dram_off = ir.substitute(src.indices[0], first)
