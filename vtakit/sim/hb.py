@@ -266,23 +266,7 @@ class RaceDetector:
 
     def sram_range(self, space: str, write: bool, start: int, stop: int) -> None:
         """The current module accesses SRAM ``space`` entries ``[start, stop)``: :meth:`sram` with a slice."""
-        if stop <= start:
-            return
-        sp = self._sram[space]
-        me = self.module
-        clock = self.clocks[me]
-        epoch = clock[me]
-        o1, o2 = _OTHERS[me]
-        late = sp.touched if write else sp.written
-        if late[o1] > clock[o1] or late[o2] > clock[o2]:
-            self._check(sp, write, start, stop, None, space)
-        log = sp.log[2 * me + write]
-        log.append((epoch, start, stop))
-        if len(log) > _LOG:
-            self._settle(sp, 2 * me + write, me)
-        if write:
-            sp.written[me] = epoch
-        sp.touched[me] = epoch
+        self.sram(space, write, slice(start, stop))
 
     def dram(self, write: bool, rows: DramRows) -> None:
         """The current module's DMA accesses DRAM ``rows`` (byte addresses, granule-aligned)."""

@@ -602,17 +602,11 @@ class Machine:
                   and insn.dst_factor_out >= 0 and insn.dst_factor_in >= 0 and insn.src_factor_out >= 0
                   and insn.src_factor_in >= 0 and insn.wgt_factor_out >= 0 and insn.wgt_factor_in >= 0)
         if simple and key is not None:
-            if plan is None and count < _PLAN_AT_ONCE:   # first sighting: remembered, planned if it recurs
-                plans = self._plans
-                if len(plans) >= _MAX_PLANS:
-                    plans.clear()
-                plans[key] = _SEEN
-            elif plan is None or plan is _SEEN:
-                plan = self._remember(key, self._gemm_plan(self._loop_indices(uops, iter_out, iter_in, factors),
-                                                           bgn, end, reset))
-                if self._written.take(plan.operands).all():
-                    self._gemm_planned(insn, plan)
-                    return
+            fresh = self._plan_on_sighting(key, plan, count, lambda: self._gemm_plan(
+                self._loop_indices(uops, iter_out, iter_in, factors), bgn, end, reset))
+            if fresh is not None and self._written.take(fresh.operands).all():
+                self._gemm_planned(insn, fresh)
+                return
         if simple and (count <= _SMALL_LOOP or count * self._gemm_macs <= _SMALL_LOOP_MACS):
             self._gemm_small(insn, self._loop_indices(uops, iter_out, iter_in, factors), index)
             return
@@ -641,6 +635,17 @@ class Machine:
             self.written["out"][touched] = True
         if not reset:
             self.counters["gemm_counter"] += count
+
+    def _plan_on_sighting(self, key: tuple, plan, count: int, build: Callable[[], object]):
+        """A plan just built for the loop ``key`` (``plan``: what was remembered of it), or None: the
+        first sighting of a short loop is only remembered; its second, or a long loop's first, builds
+        and remembers the plan."""
+        if plan is None and count < _PLAN_AT_ONCE:
+            self._remember(key, _SEEN)
+            return None
+        if plan is None or plan is _SEEN:
+            return self._remember(key, build())
+        return None
 
     def _remember(self, key: tuple, plan):
         plans = self._plans
@@ -833,17 +838,11 @@ class Machine:
         if (key is not None and 0 < count <= _GEMM_CHUNK and iter_out > 0 and iter_in > 0 and not self._uop_signed
                 and insn.dst_factor_out >= 0 and insn.dst_factor_in >= 0 and insn.src_factor_out >= 0
                 and insn.src_factor_in >= 0):
-            if plan is None and count < _PLAN_AT_ONCE:   # first sighting: remembered, planned if it recurs
-                plans = self._plans
-                if len(plans) >= _MAX_PLANS:
-                    plans.clear()
-                plans[key] = _SEEN
-            elif plan is None or plan is _SEEN:
-                plan = self._remember(key, self._alu_plan(self._loop_indices(uops, iter_out, iter_in, factors),
-                                                          bgn, end, use_imm))
-                if self._written.take(plan.operands).all():
-                    self._alu_planned(insn, plan)
-                    return
+            fresh = self._plan_on_sighting(key, plan, count, lambda: self._alu_plan(
+                self._loop_indices(uops, iter_out, iter_in, factors), bgn, end, use_imm))
+            if fresh is not None and self._written.take(fresh.operands).all():
+                self._alu_planned(insn, fresh)
+                return
         if 0 < count <= _GEMM_CHUNK and iter_out > 0:   # one step
             indices = self._loop_indices(uops, iter_out, iter_in, factors)
             dst = indices[:, 0]
