@@ -28,5 +28,5 @@ def run_program(program: Program, backend: str = "fsim") -> tuple[np.ndarray, Ru
     insn_addr = insn_address(program)
     dram = program.initial_dram(insn_addr + len(encoded))
     memoryview(dram)[insn_addr:insn_addr + len(encoded)] = encoded
-    stats = execute(Launch(program.config, list(program.insns), dram, insn_addr))
+    stats = execute(Launch(program.config, list(program.insns), dram, insn_addr, encoded=encoded))
     return dram, stats

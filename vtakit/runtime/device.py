@@ -255,7 +255,7 @@ class Device:
             temporary.append(insn_addr)
             memoryview(self.dram)[insn_addr:insn_addr + len(code)] = code
             launch = Launch(self.config, list(program.insns), self.dram, insn_addr,
-                            None if trace is None else Path(trace))
+                            None if trace is None else Path(trace), code)
             start = time.perf_counter()
             stats = execute(launch)
             elapsed = time.perf_counter() - start

@@ -32,6 +32,7 @@ class Launch:
     dram: np.ndarray          # uint8, the whole device DRAM; mutated by the run
     insn_addr: int = 0        # byte address of the encoded instruction stream (read by fetch)
     trace: Path | None = None  # waveform (.vcd, rtl) or timeline (.json, cycle), when asked
+    encoded: bytes | None = None  # the instruction stream as placed at insn_addr (None: encode insns when needed)
 
 
 # name -> "module:function"; the function takes a Launch and returns RunStats.
