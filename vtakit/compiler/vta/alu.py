@@ -1,12 +1,11 @@
 """ALU injection: ``alu``-pragma element-wise stages in the accumulator run on the vector ALU.
 
-Two steps (VTA's AnnotateALUCoProcScope + InjectALUIntrin, plus the in-place buffer reuse that
-TVM's StorageRewrite provided):
+Two steps (VTA's AnnotateALUCoProcScope + InjectALUIntrin):
 
 1. *Accumulate in place.* Each element-wise stage ``D = f(S, ...)`` of a schedule has its own
-   accumulator buffer, but the ALU updates ``acc[dst]`` in place. When ``S`` is read for the
-   last time by this stage, ``S`` and ``D`` are in the same loop scope and ``D`` is first
-   written here, ``D`` is renamed to ``S`` (its allocation disappears). Otherwise (``S`` is read
+   accumulator buffer, but the ALU updates ``acc[dst]`` in place. The StorageReuse pass
+   (:mod:`vtakit.compiler.lower.storage_reuse`, run before this one with the veto
+   :func:`in_place_accepts`) renames ``D`` to ``S`` where that is sound. Otherwise (``S`` is read
    again, e.g. the epilogue runs per part of the GEMM tile) ``D`` is first set to ``S`` by a
    GEMM reset micro-op loop and an ALU ADD of ``S``.
 2. *Decompose and inject.* The stored value is decomposed into a chain of ALU operations on
@@ -21,7 +20,6 @@ TVM's StorageRewrite provided):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from vtakit.compiler import ir
 from vtakit.compiler.arith import simplify
@@ -31,7 +29,7 @@ from vtakit.compiler.vta.nest import access_ptr, affine, perfect_nest, split_ent
 from vtakit.errors import CompileError
 from vtakit.hw.isa import AluOp
 
-__all__ = ["inject_alu_intrin", "alu_chain", "AluStep"]
+__all__ = ["inject_alu_intrin", "in_place_accepts", "alu_chain", "AluStep"]
 
 IMM_RANGE = (-(1 << 15), (1 << 15) - 1)
 SHIFT_RANGE = (-32, 31)
@@ -130,116 +128,21 @@ def _strip(e: ir.PrimExpr) -> ir.PrimExpr:
 
 
 # ---------------------------------------------------------------------------- 1. in place
-class _Index:
-    """Pre-order positions, subtree ends and parents of every statement/expression node."""
+def in_place_accepts(alu_mul: bool):
+    """The ALU's veto for :mod:`~vtakit.compiler.lower.storage_reuse`: an element-wise stage may
+    write into its producer's accumulator storage only when the producer is the base of the
+    stage's instruction chain and no later step of the chain reads it (in ``min(a + b, a)`` the
+    ADD would overwrite the ``a`` that MIN reads)."""
 
-    def __init__(self, root: ir.Stmt) -> None:
-        self.pos: dict[int, int] = {}
-        self.end: dict[int, int] = {}
-        self.parent: dict[int, Any] = {}
-        self.uses: dict[ir.Var, list[int]] = {}
-        self.allocs: dict[ir.Var, ir.Allocate] = {}
-        self.counter = 0
-        self._visit(root, None)
-
-    def _visit(self, node: Any, parent: Any) -> None:
-        stack = [(node, parent, False)]
-        while stack:
-            n, p, done = stack.pop()
-            if done:
-                self.end[id(n)] = self.counter
-                continue
-            self.pos[id(n)] = self.counter
-            self.parent[id(n)] = p
-            self.counter += 1
-            data = None
-            if isinstance(n, (ir.BufferLoad, ir.BufferStore)):
-                data = n.buffer.data
-            elif isinstance(n, ir.Call) and n.op == "tvm_access_ptr":
-                data = n.args[1]
-            if data is not None:
-                self.uses.setdefault(data, []).append(self.pos[id(n)])
-            if isinstance(n, ir.Allocate):
-                self.allocs[n.buffer.data] = n
-            stack.append((n, p, True))
-            for c in reversed(list(ir.children(n))):
-                if not isinstance(c, ir.Buffer):
-                    stack.append((c, n, False))
-
-    def ancestors(self, node: Any) -> list[Any]:
-        out = []
-        p = self.parent.get(id(node))
-        while p is not None:
-            out.append(p)
-            p = self.parent.get(id(p))
-        return out
-
-
-class _RemoveAlloc(ir.IRMutator):
-    def __init__(self, alloc: ir.Allocate) -> None:
-        self.alloc = alloc
-
-    def visit_Allocate(self, node: ir.Allocate) -> ir.Stmt:
-        if node is self.alloc:
-            return self.visit(node.body)
-        return self.generic_visit(node)
-
-
-def _alu_attrs(body: ir.Stmt) -> list[ir.AttrStmt]:
-    out: list[ir.AttrStmt] = []
-    ir.walk(body, lambda n: out.append(n) if isinstance(n, ir.AttrStmt) and n.key == f"pragma_{ALU}" else None)
-    return out
-
-
-def _coalesce_once(body: ir.Stmt, alu_mul: bool) -> ir.Stmt | None:
-    """Rename one ALU destination to its source; None when nothing can be renamed."""
-    index = None
-    for attr in _alu_attrs(body):
-        where = "alu"
+    def accept(store: ir.BufferStore, producer: ir.Buffer) -> bool:
         try:
-            _, store = perfect_nest(attr.body, where)
+            base, steps = alu_chain(store.value, store, f"alu stage {store.buffer.name}", alu_mul)
         except CompileError:
-            continue
-        dst = store.buffer
-        try:
-            base, steps = alu_chain(store.value, store, f"alu stage {dst.name}", alu_mul)
-        except CompileError:
-            continue
-        src = base.buffer
-        if any(isinstance(st.operand, ir.BufferLoad) and st.operand.buffer.data is src.data for st in steps):
-            continue                        # e.g. max(x, 0) + x: x must survive the first step
-        if src.data is dst.data or src.scope != ACC_SCOPE or dst.scope != ACC_SCOPE or src.dtype != dst.dtype:
-            continue
-        if not _same_index(base, store):
-            continue
-        index = index or _Index(body)
-        a_src, a_dst = index.allocs.get(src.data), index.allocs.get(dst.data)
-        if a_src is None or a_dst is None:
-            continue
-        ancestors = index.ancestors(attr)
-        if a_src not in ancestors or any(isinstance(n, ir.For) for n in ancestors[:ancestors.index(a_src)]):
-            continue
-        start, end = index.pos[id(attr)], index.end[id(attr)]
-        if any(p >= end for p in index.uses.get(src.data, [])):
-            continue                        # the source is read again later
-        lo, hi = index.pos[id(a_src)], index.end[id(a_src)]
-        if any(p < start or p >= hi or p < lo for p in index.uses.get(dst.data, [])):
-            continue                        # the destination lives outside the source's scope
-        if not isinstance(dst.shape[0], ir.IntImm) or not isinstance(src.shape[0], ir.IntImm) \
-                or dst.shape[0].value > src.shape[0].value:
-            continue
-        out = _RemoveAlloc(a_dst).visit(body)
-        return ir.substitute(out, {dst.data: src.data}, {dst: src})
-    return None
+            return False                    # not an ALU stage; the injector reports it
+        return base.buffer.data is producer.data and not any(
+            isinstance(st.operand, ir.BufferLoad) and st.operand.buffer.data is producer.data for st in steps)
 
-
-def coalesce_in_place(body: ir.Stmt, alu_mul: bool) -> ir.Stmt:
-    """Rewrite element-wise stages to update their source in place wherever that is legal, until none is left."""
-    while True:
-        out = _coalesce_once(body, alu_mul)
-        if out is None:
-            return body
-        body = out
+    return accept
 
 
 # ---------------------------------------------------------------------------- 2. inject
@@ -298,8 +201,7 @@ def inject_alu_intrin(env: VTAEnv):
     """The pass for ``env`` (phase 1, after DMA injection)."""
 
     def InjectALUIntrin(func: ir.PrimFunc) -> ir.PrimFunc:
-        body = coalesce_in_place(func.body, env.config.alu_mul)
-        return ir.PrimFunc(func.name, func.params, _ALUInjector(env).visit(body), dict(func.attrs))
+        return ir.PrimFunc(func.name, func.params, _ALUInjector(env).visit(func.body), dict(func.attrs))
 
     return InjectALUIntrin
 

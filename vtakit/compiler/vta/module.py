@@ -4,8 +4,8 @@
 ``vta.build_config``: the SRAM scopes of the configuration and the passes per phase
 
 * phase 1 (after storage flattening): LoopPartition (:func:`partition_tails`), InjectDMAIntrin,
-  InjectALUIntrin (in-place accumulation, ALU micro-op loops), LiftAttrScope of the coprocessor
-  scopes, CoProcSync;
+  StorageReuse over the SRAM scopes (element-wise stages write in place, VTA's EarlyRewrite),
+  InjectALUIntrin (ALU micro-op loops), LiftAttrScope of the coprocessor scopes, CoProcSync;
 * phase 2 (after virtual-thread injection and the scope capacity check): FoldUopLoop.
 
 ``with build_config(cfg): vtakit.lower(s, args)`` shows the DMA, micro-op and token intrinsics.
@@ -24,8 +24,9 @@ from vtakit.compiler import ir
 from vtakit.compiler.build import register_lowering, register_target
 from vtakit.compiler.lower.loop_partition import partition_loops
 from vtakit.compiler.lower.simplify import simplify_func
+from vtakit.compiler.lower.storage_reuse import storage_reuse_pass
 from vtakit.compiler.transform import PassContext
-from vtakit.compiler.vta.alu import inject_alu_intrin
+from vtakit.compiler.vta.alu import in_place_accepts, inject_alu_intrin
 from vtakit.compiler.vta.codegen import ProgramTemplate, generate
 from vtakit.compiler.vta.coproc_sync import inject_coproc_sync
 from vtakit.compiler.vta.dma import inject_dma_intrin
@@ -54,8 +55,9 @@ def partition_tails(func: ir.PrimFunc) -> ir.PrimFunc:
 def build_config(config: VTAConfig | VTAEnv | None = None) -> PassContext:
     """The PassContext that lowers schedules for the accelerator of ``config``."""
     env = config if isinstance(config, VTAEnv) else get_env(config)
-    passes = [(1, partition_tails), (1, inject_dma_intrin(env)), (1, inject_alu_intrin(env)), (1, lift_coproc_scopes),
-              (1, inject_coproc_sync), (2, fold_uop_loops)]
+    reuse = storage_reuse_pass(env.memory_scopes, in_place_accepts(env.config.alu_mul))
+    passes = [(1, partition_tails), (1, inject_dma_intrin(env)), (1, reuse), (1, inject_alu_intrin(env)),
+              (1, lift_coproc_scopes), (1, inject_coproc_sync), (2, fold_uop_loops)]
     return PassContext(config={"tir.add_lower_pass": passes}, memory_scopes=dict(env.memory_scopes))
 
 
