@@ -19,6 +19,16 @@ rule here comes from docs/timing.md (the comments cite its sections); two engine
 Both report a deadlock (no component can ever act again and FINISH has not retired) with the cycle
 in which the RTL's exact deadlock flag rises (§6).
 
+The solver also exists compiled (``vtakit/sim/csrc/timing_core.c``, :mod:`vtakit.sim.native`), and
+that is what :func:`simulate` runs first: timing depends only on instruction fields, so the C core
+times the encoded stream without touching data, and the data comes from one run of the functional
+simulator (:func:`vtakit.sim.fsim.simulate`), whose DRAM result, for a program it accepts, is the
+same in every valid schedule -- the solver's included. The C core declines whatever it does not
+fully understand (a deadlock, an illegal instruction, unbalanced tokens, ...), and so do we when
+fsim reports a deadlock; then :class:`_Solver` runs and raises the usual error. An erroneous
+program raises fsim's error on either path (see :func:`_fsims_error`). ``simulate(...,
+engine="python")`` (or ``VTAKIT_NATIVE=0``) runs the Python solver alone; the tests compare both.
+
 Data is the functional simulator's: each instruction's effect is applied with
 :class:`vtakit.sim.machine.Machine` in the cycle it starts, with fsim's static checks
 (:func:`vtakit.sim.fsim.check_program`) and its happens-before race detector
@@ -43,9 +53,11 @@ from __future__ import annotations
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, partial
 from pathlib import Path
 from typing import Callable
+
+import numpy as np
 
 from vtakit.errors import DeadlockError, MemoryAccessError, ProgramError, RaceError, SimError
 from vtakit.hw import isa
@@ -55,10 +67,11 @@ from vtakit.sim.backend import Launch
 from vtakit.sim.fsim import check_finish, check_program
 from vtakit.sim.fsim import simulate as _fsim_simulate
 from vtakit.sim.hb import MODULES, RaceDetector
+from vtakit.sim import native
 from vtakit.sim.machine import QUEUE_NAMES, Machine, describe
 from vtakit.sim.stats import RunStats
 
-__all__ = ["execute", "simulate", "CycleRun", "InsnTiming", "FETCH_BURST", "FETCH_DEPTH"]
+__all__ = ["execute", "simulate", "CycleRun", "InsnTiming", "ENGINES", "FETCH_BURST", "FETCH_DEPTH"]
 
 #: Instructions per fetch burst (bursts are aligned groups) and instruction-buffer entries (§2).
 FETCH_BURST = 4
@@ -115,13 +128,16 @@ class InsnTiming:
 @dataclass
 class CycleRun:
     """What :func:`simulate` returns: the machine (final SRAM state), stats, ``events`` (the stepping
-    model: cycles evaluated, all others jumped over; the solver: arbiter decisions) and
-    per-instruction ``timing`` (built on first use)."""
+    model: cycles evaluated, all others jumped over; the solver: arbiter decisions), per-instruction
+    ``timing`` (built on first use) and the engine that ran: ``"native"`` (the compiled solver, data
+    by fsim), ``"solver"`` (:class:`_Solver`) or ``"stepping"``."""
 
     machine: Machine
     stats: RunStats
     events: int
     _timings: Callable[[], list[InsnTiming]] = field(repr=False, compare=False)
+    engine: str = "solver"
+    detail: bytes | None = field(default=None, repr=False, compare=False)   # the compiled solver's raw result
 
     @cached_property
     def timing(self) -> list[InsnTiming]:
@@ -975,19 +991,24 @@ class _Solver:
 
     def token_log(self) -> list[tuple[int, int, int]]:
         """(cycle, queue, tokens from that cycle on) at every change, as the stepping model logs it."""
-        log = []
-        for q, (pushes, pops) in enumerate(zip(self.push_cycles, self.pop_cycles)):
-            delta: dict[int, int] = {}
-            for c in pushes:
-                delta[c] = delta.get(c, 0) + 1
-            for c in pops:
-                delta[c] = delta.get(c, 0) - 1
-            count = 0
-            for c in sorted(delta):
-                count += delta[c]
-                log.append((c + 1, q, count))
-        log.sort()
-        return log
+        return _token_log(self.push_cycles, self.pop_cycles)
+
+
+def _token_log(push_cycles: list[list[int]], pop_cycles: list[list[int]]) -> list[tuple[int, int, int]]:
+    """The token-queue log of a schedule given by every queue's push and pop cycles."""
+    log = []
+    for q, (pushes, pops) in enumerate(zip(push_cycles, pop_cycles)):
+        delta: dict[int, int] = {}
+        for c in pushes:
+            delta[c] = delta.get(c, 0) + 1
+        for c in pops:
+            delta[c] = delta.get(c, 0) - 1
+        count = 0
+        for c in sorted(delta):
+            count += delta[c]
+            log.append((c + 1, q, count))
+    log.sort()
+    return log
 
 
 def _deadlock_message(cycle: int, config: VTAConfig, insns: list, routes: list, states: list[tuple[int, int, int]],
@@ -1015,15 +1036,18 @@ def _deadlock_message(cycle: int, config: VTAConfig, insns: list, routes: list, 
             + "\n".join(lines))
 
 
-def simulate(launch: Launch, *, stepping: bool = False, every_cycle: bool = False) -> CycleRun:
+def simulate(launch: Launch, *, stepping: bool = False, every_cycle: bool = False, engine: str = "auto") -> CycleRun:
     """Run ``launch`` (mutating ``launch.dram``); returns the machine, the stats and every instruction's timing.
 
-    The default engine solves the timing recurrences (:class:`_Solver`). ``stepping=True`` runs the
-    literal transcription of docs/timing.md instead, evaluating the core cycle by cycle and jumping
-    over cycles in which nothing can happen; ``every_cycle=True`` makes it evaluate every cycle (slow).
-    All three give the same schedule: the slower ones are there to check the faster.
+    The default engine solves the timing recurrences: compiled when the core is built and takes the
+    program (``engine="auto"``), else, or with ``engine="python"``, in Python (:class:`_Solver`).
+    ``stepping=True`` runs the literal transcription of docs/timing.md instead, evaluating the core
+    cycle by cycle and jumping over cycles in which nothing can happen; ``every_cycle=True`` makes
+    it evaluate every cycle (slow). All give the same schedule: the slower ones check the faster.
     """
     began = time.perf_counter()
+    if engine not in ENGINES:
+        raise SimError(f"unknown cycle-model engine {engine!r}; expected one of {list(ENGINES)}")
     if launch.insn_addr % isa.INSN_BYTES:
         raise ProgramError(f"instruction address {launch.insn_addr:#x} is not {isa.INSN_BYTES}-byte aligned")
     if launch.insn_addr < 0 or launch.insn_addr + isa.INSN_BYTES * len(launch.insns) > launch.dram.size:
@@ -1039,8 +1063,13 @@ def simulate(launch: Launch, *, stepping: bool = False, every_cycle: bool = Fals
         except (MemoryAccessError, RaceError, ProgramError) as exc:
             raise _fsims_error(launch, exc) from None
         stats = core.stats(cycles, time.perf_counter() - began)
-        run = CycleRun(core.machine, stats, core.events, lambda: core.timing)
+        run = CycleRun(core.machine, stats, core.events, lambda: core.timing, "stepping")
         bursts, token_log = core.memory.bursts, core.token_log
+    elif engine == "auto" and (fast := _native_run(launch, began)) is not None:
+        run = fast
+        if launch.trace is not None:
+            stats = run.stats
+            bursts, token_log = _native_bursts(run.detail), _native_token_log(run.detail)
     else:
         solver = _Solver(launch)
         try:
@@ -1055,6 +1084,102 @@ def simulate(launch: Launch, *, stepping: bool = False, every_cycle: bool = Fals
         from vtakit.sim.timeline import write_trace
         write_trace(Path(launch.trace), launch.config, launch.insns, run.timing, stats, bursts, token_log)
     return run
+
+
+#: What ``simulate(engine=...)`` takes: ``auto`` (the compiled solver when it takes the program), ``python``.
+ENGINES = ("auto", "python")
+_NATIVE_PARAMS: dict[int, tuple[VTAConfig, bytes, tuple[int, ...]]] = {}
+
+
+def _native_params(config: VTAConfig) -> tuple[bytes, tuple[int, ...]]:
+    """The compiled solver's layout table and timing parameters for ``config`` (kept per configuration
+    object, like :func:`_element_bytes`)."""
+    entry = _NATIVE_PARAMS.get(id(config))
+    if entry is None or entry[0] is not config:
+        elem, out = _element_bytes(config)
+        params = (config.cmd_queue_depth, config.token_queue_depth, config.dram_latency, config.dram_outstanding,
+                  config.bus_bytes, int(bool(config.alu_mul)), out, elem[MemId.UOP], elem[MemId.WGT],
+                  elem[MemId.INP], elem[MemId.ACC], elem[MemId.ACC_8BIT])
+        if len(_NATIVE_PARAMS) >= 64:
+            _NATIVE_PARAMS.clear()
+        entry = _NATIVE_PARAMS[id(config)] = (config, native.layout_table(config), params)
+    return entry[1], entry[2]
+
+
+def native_timing(launch: Launch) -> tuple | str | None:
+    """The compiled solver's answer for ``launch`` (pure: DRAM untouched): its result tuple, the reason
+    it declines (a string), or None when the core is not built (or ``VTAKIT_NATIVE=0``)."""
+    core = native.core("_timing_core")
+    if core is None:
+        return None
+    config = launch.config
+    layout, params = _native_params(config)
+    try:
+        stream = native.encoded_stream(launch.insns, config, launch.encoded)
+    except Exception:           # not encodable: the Python solver's checks name what is wrong
+        return "not encodable"
+    return core.solve(stream, layout, params, launch.insn_addr, launch.dram.size)
+
+
+def _native_run(launch: Launch, began: float) -> CycleRun | None:
+    """The fast path of :func:`simulate`: timing by the compiled solver, data by fsim; None when either
+    declines (the Python solver then runs). fsim's errors are the cycle backend's (:func:`_fsims_error`)."""
+    result = native_timing(launch)
+    if result is None or result.__class__ is str:
+        return None
+    try:
+        data = _fsim_simulate(launch.config, launch.insns, launch.dram)
+    except DeadlockError:        # (the core saw none): let the Python solver report it, cycle and all
+        return None
+    cycles, retired, s, read_bytes, write_bytes, events, detail = result
+    stats = RunStats(
+        backend="cycle", counters=dict(data.machine.counters), cycles=cycles, retire_cycles=retired,
+        busy_cycles={"fetch": s[0], "load": s[1], "compute": s[2], "store": s[3]},
+        token_stall_cycles={"fetch": s[4], "load": s[5], "compute": s[6], "store": s[7]},
+        memory_stall_cycles={"fetch": s[8], "load": s[9], "compute": s[10], "store": s[11]},
+        idle_cycles={"fetch": cycles - s[0], "load": cycles - s[1] - s[5], "compute": cycles - s[2] - s[6],
+                     "store": cycles - s[3] - s[7]},
+        dram_read_bytes=read_bytes, dram_write_bytes=write_bytes, sim_seconds=time.perf_counter() - began)
+    return CycleRun(data.machine, stats, events, partial(_native_timings, detail), "native", detail)
+
+
+def _unpack(detail: bytes) -> tuple[np.ndarray, np.ndarray, list[list[int]], list[list[int]]]:
+    """The compiled solver's detail (see timing_core.c's write_detail): per-instruction rows, read
+    bursts (instruction or -1 for fetch, first beat, last beat), each queue's push and pop cycles."""
+    a = np.frombuffer(detail, dtype=np.int64)
+    n, reads = int(a[0]), int(a[1])
+    counts = a[2:10].tolist()
+    at = 10 + 9 * n
+    rows = a[10:at].reshape(n, 9)
+    bursts = a[at:at + 3 * reads].reshape(reads, 3)
+    at += 3 * reads
+    cycles = []
+    for count in counts:
+        cycles.append(a[at:at + count].tolist())
+        at += count
+    return rows, bursts, cycles[:4], cycles[4:]
+
+
+def _native_timings(detail: bytes) -> list[InsnTiming]:
+    rows, bursts, _, _ = _unpack(detail)
+    beats: dict[int, list[tuple[int, int]]] = {}
+    for index, first, last in bursts.tolist():
+        if index >= 0:
+            beats.setdefault(index, []).append((first, last))
+    return [InsnTiming(m, fetched, dispatched, taken, started, finished, retired, pads, beats.get(i, []), write)
+            for i, (m, fetched, dispatched, taken, started, finished, retired, pads, write) in enumerate(rows.tolist())]
+
+
+def _native_bursts(detail: bytes) -> list[tuple[str, int, int]]:
+    """(requester, first beat, last beat) of every read burst, in acceptance (= beat) order."""
+    rows, bursts, _, _ = _unpack(detail)
+    modules = rows[:, 0].tolist()
+    return [("fetch" if index < 0 else MODULES[modules[index]], first, last) for index, first, last in bursts.tolist()]
+
+
+def _native_token_log(detail: bytes) -> list[tuple[int, int, int]]:
+    _, _, pushes, pops = _unpack(detail)
+    return _token_log(pushes, pops)
 
 
 def _fsims_error(launch: Launch, error: SimError) -> SimError:

@@ -1,0 +1,822 @@
+/* The cycle model's timing solver, compiled: vtakit.sim._timing_core.
+ *
+ * A transcription of vtakit/sim/cycle.py's _Solver (read its docstring and docs/timing.md first):
+ * the rules of docs/timing.md §2-§5 solved as recurrences, one instruction at a time. Each module
+ * walks through its instructions as far as known cycles allow; only the read arbiter (§5), where
+ * requesters compete, decides in cycle order. Timing depends only on instruction fields, never on
+ * data, so this core computes no data: the cycle backend takes the data from the functional
+ * simulator (fsim), which for programs it accepts gives the same DRAM in any valid schedule.
+ *
+ * Contract (vtakit/sim/native.py): the core answers only for programs it fully understands. On
+ * anything else -- an opcode without a layout, a flag illegal on its module, a memory type the
+ * module does not take, FINISH missing or not last, unbalanced tokens, a configuration it cannot
+ * time, a deadlock -- it DECLINES (returns a short string naming why) and Python's solver runs
+ * the program, producing the usual error. It never loops forever and never reads out of bounds on
+ * garbage: every index it follows is checked or bounded by construction.
+ *
+ * solve(stream, layout, params, insn_addr, dram_bytes) -> str (declined) or
+ *     (cycles, retire_cycles: list, stats: 12-tuple, dram_read_bytes, dram_write_bytes, events, detail: bytes)
+ *   stream: the encoded program (16 bytes per instruction); layout: native.layout_table(config);
+ *   params: (Qc, Qt, L, O, bus bytes, alu_mul, out elem bytes, elem bytes of UOP, WGT, INP, ACC,
+ *            ACC_8BIT); insn_addr: the stream's byte address in DRAM; dram_bytes: the DRAM's size.
+ *   stats: busy, token-stall and memory-stall cycles of fetch, load, compute, store (4 each).
+ *   detail: int64 array, see write_detail().
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "vta_insn.h"
+
+#define FETCH_BURST 4           /* instructions per fetch burst (aligned groups, §2) */
+#define FETCH_DEPTH 16          /* instruction-buffer entries (§2) */
+#define MAX_BURST 256           /* AXI beats per burst (§4) */
+#define BOUNDARY 4096           /* bursts never cross 4 KiB (§4) */
+#define NEVER ((int64_t)1 << 62)
+
+enum { LOAD, COMPUTE, STORE, NMODULES };
+enum { IDLE, WAIT, EXEC, RETIRE };
+enum { L2C, C2L, C2S, S2C, NQUEUES };                 /* token queues: vtakit.sim.machine.QUEUE_NAMES */
+enum { K_MICRO, K_FINISH, K_STORE, K_LOAD };           /* what an instruction's datapath is (§4) */
+/* What a waiting module waits for: a token in queue q (q), room in queue q (ON_ROOM + q), its next
+ * instruction's dispatch, or nobody else's action (its LOAD's bursts, which the arbiter finishes). */
+enum { ON_NOTHING = -1, ON_ROOM = 4, ON_DISPATCH = 8 };
+#define WAKE_DISPATCH 8         /* wake bits: 1 << module, and dispatch */
+#define WAKE_ALL 15
+
+static const int PRODUCER[NQUEUES] = {LOAD, COMPUTE, COMPUTE, STORE};
+static const int CONSUMER[NQUEUES] = {COMPUTE, LOAD, STORE, COMPUTE};
+
+/* What the solver needs of one instruction. */
+typedef struct {
+    int8_t kind, module, npop, npush, pop[2], push[2];
+    int8_t mem;                 /* LOAD: memory type */
+    int64_t micro;              /* GEMM/ALU: micro-ops N (may be <= 0: e = s) */
+    int64_t x_size, y_size, pads, dram_base, x_stride;
+} insn_t;
+
+/* A LOAD's read bursts, generated one at a time as the arbiter accepts them (cycle.py's _bursts). */
+typedef struct {
+    int64_t row_beats, rows, y, left, beat;
+    uint64_t base, stride, addr;
+} bursts_t;
+
+/* A growable int64 array. */
+typedef struct {
+    int64_t *v;
+    Py_ssize_t n, cap;
+} vec_t;
+
+static int vec_push3(vec_t *a, int64_t x, int64_t y, int64_t z)
+{
+    if (a->n + 3 > a->cap) {
+        Py_ssize_t cap = a->cap ? 2 * a->cap : 96;
+        int64_t *v = PyMem_Realloc(a->v, (size_t)cap * sizeof *v);
+        if (!v)
+            return -1;
+        a->v = v;
+        a->cap = cap;
+    }
+    a->v[a->n++] = x;
+    a->v[a->n++] = y;
+    a->v[a->n++] = z;
+    return 0;
+}
+
+typedef struct {
+    /* configuration */
+    int64_t qc, qt, latency, limit, bus, out_elem, elem[6], dram_size;
+    int alu_mul;
+    /* program */
+    Py_ssize_t count;
+    insn_t *insns;
+    Py_ssize_t *lists[NMODULES], nlist[NMODULES];  /* each module's instructions, in order */
+    Py_ssize_t *freed_by;       /* dispatch waits for the take of the instruction Qc ahead in its queue */
+    /* per instruction (-1: not yet) */
+    int64_t *fetched, *dispatched, *taken, *started, *finished, *retired, *pads, *write_beats;
+    /* token queues: the cycle of every push and pop */
+    int64_t *push_cycles[NQUEUES], *pop_cycles[NQUEUES];
+    Py_ssize_t npushed[NQUEUES], npopped[NQUEUES];
+    /* modules: next instruction (position in its list), state, cycle cursor, token step, wait */
+    Py_ssize_t next[NMODULES];
+    int state[NMODULES], step[NMODULES], waits[NMODULES], dispatch_wait;
+    int64_t cursor[NMODULES];
+    /* each module's LOAD while its bursts are being accepted (§4) */
+    bursts_t reading[NMODULES];
+    int64_t present[NMODULES];  /* NEVER: no LOAD reading */
+    /* accounting (RunStats) */
+    int64_t busy[NMODULES], token_stall[NMODULES], memory_stall[NMODULES];
+    int64_t fetch_memory, fetch_queue, head_since, read_bytes, write_bytes;
+    /* fetch (§2) and the read side of memory (§5) */
+    int64_t slot0, insn_beats, insn_beat_bytes, fetch_from, frontier, chan_last;
+    Py_ssize_t requested, n_dispatched, fetch_next;
+    int64_t *lasts;             /* ring of the last O bursts' last beats (-1: long done) */
+    int64_t lasts_head;         /* index of the O-th latest, lasts[-O] in cycle.py */
+    vec_t reads;                /* (instruction or -1 for fetch, first beat, last beat) per burst, accepted order */
+    int64_t done_cycle, events;
+} solver_t;
+
+static Py_ssize_t fetch_burst(const solver_t *s)
+{
+    Py_ssize_t left = s->count - s->requested;
+    Py_ssize_t room = FETCH_BURST - (Py_ssize_t)((s->slot0 + s->requested) % FETCH_BURST);
+    return left < room ? left : room;
+}
+
+/* ------------------------------------------------------------------ reading a program */
+
+/* Decode and classify every instruction as check_program routes it; NULL when all is understood,
+ * else why not (the caller declines). */
+static const char *load_program(solver_t *s, const uint8_t *stream, const vta_layout *layout)
+{
+    Py_ssize_t finishes = 0, pushes[NQUEUES] = {0}, pops[NQUEUES] = {0};
+    for (Py_ssize_t i = 0; i < s->count; i++) {
+        vta_insn d;
+        const int opcode = vta_decode(stream + VTA_INSN_BYTES * i, layout, &d);
+        insn_t *t = &s->insns[i];
+        const int64_t *v = d.v;
+        const int pop_prev = v[VTA_F_POP_PREV] != 0, pop_next = v[VTA_F_POP_NEXT] != 0;
+        const int push_prev = v[VTA_F_PUSH_PREV] != 0, push_next = v[VTA_F_PUSH_NEXT] != 0;
+        t->x_size = v[VTA_F_X_SIZE];
+        t->y_size = v[VTA_F_Y_SIZE];
+        t->mem = (int8_t)v[VTA_F_MEMORY_TYPE];
+        switch (opcode) {              /* routing (§2): STORE -> store, LOAD INP/WGT -> load, else compute */
+        case VTA_LOAD:
+            if (v[VTA_F_MEMORY_TYPE] < 0 || v[VTA_F_MEMORY_TYPE] > VTA_MEM_ACC_8BIT)
+                return "memory type";
+            if (t->mem == VTA_MEM_INP || t->mem == VTA_MEM_WGT)
+                t->module = LOAD;
+            else if (t->mem != VTA_MEM_OUT || t->x_size == 0)
+                t->module = COMPUTE;
+            else
+                return "illegal instruction";   /* LOAD of OUT data */
+            t->kind = K_LOAD;
+            break;
+        case VTA_STORE:
+            if (t->x_size != 0 && (t->mem != VTA_MEM_OUT || v[VTA_F_Y_PAD_0] || v[VTA_F_Y_PAD_1]
+                                   || v[VTA_F_X_PAD_0] || v[VTA_F_X_PAD_1]))
+                return "illegal instruction";
+            t->module = STORE;
+            t->kind = K_STORE;
+            break;
+        case VTA_GEMM:
+        case VTA_ALU:
+            if (opcode == VTA_ALU && (v[VTA_F_ALU_OPCODE] < VTA_ALU_MIN || v[VTA_F_ALU_OPCODE] > VTA_ALU_MUL
+                                      || (v[VTA_F_ALU_OPCODE] == VTA_ALU_MUL && !s->alu_mul)))
+                return "illegal instruction";
+            t->module = COMPUTE;
+            t->kind = K_MICRO;
+            t->micro = v[VTA_F_ITER_OUT] * v[VTA_F_ITER_IN] * (v[VTA_F_UOP_END] - v[VTA_F_UOP_BGN]);
+            break;
+        case VTA_FINISH:
+            t->module = COMPUTE;
+            t->kind = K_FINISH;
+            finishes++;
+            if (i != s->count - 1)
+                return "FINISH not last";
+            break;
+        default:
+            return "opcode";
+        }
+        /* tokens, in flag order (§3); only the flags legal on the module (fsim checks them) */
+        t->npop = t->npush = 0;
+        if (t->module == LOAD) {
+            if (pop_prev || push_prev)
+                return "illegal flag";
+            if (pop_next)
+                t->pop[t->npop++] = C2L;
+            if (push_next)
+                t->push[t->npush++] = L2C;
+        } else if (t->module == STORE) {
+            if (pop_next || push_next)
+                return "illegal flag";
+            if (pop_prev)
+                t->pop[t->npop++] = C2S;
+            if (push_prev)
+                t->push[t->npush++] = S2C;
+        } else {
+            if (pop_prev)
+                t->pop[t->npop++] = L2C;
+            if (pop_next)
+                t->pop[t->npop++] = S2C;
+            if (push_prev)
+                t->push[t->npush++] = C2L;
+            if (push_next)
+                t->push[t->npush++] = C2S;
+        }
+        for (int k = 0; k < t->npop; k++)
+            pops[t->pop[k]]++;
+        for (int k = 0; k < t->npush; k++)
+            pushes[t->push[k]]++;
+        if (t->kind == K_LOAD && t->x_size) {
+            const int64_t elem = s->elem[t->mem], beat = elem < s->bus ? elem : s->bus;
+            if (elem <= 0 || elem % beat)
+                return "element size";
+            t->pads = (v[VTA_F_Y_PAD_0] + t->y_size + v[VTA_F_Y_PAD_1])
+                      * (v[VTA_F_X_PAD_0] + t->x_size + v[VTA_F_X_PAD_1]) - t->x_size * t->y_size;
+            t->dram_base = v[VTA_F_DRAM_BASE];
+            t->x_stride = v[VTA_F_X_STRIDE];
+            /* bounds the work: a LOAD reading more than the DRAM holds is fsim's MemoryAccessError */
+            if (t->x_size * t->y_size * elem > s->dram_size)
+                return "DMA larger than DRAM";
+        }
+    }
+    if (finishes != 1)
+        return "no FINISH";
+    for (int q = 0; q < NQUEUES; q++) {
+        if (pushes[q] != pops[q])
+            return "unbalanced tokens";
+        s->push_cycles[q] = PyMem_Calloc((size_t)pushes[q] + 1, sizeof(int64_t));
+        s->pop_cycles[q] = PyMem_Calloc((size_t)pops[q] + 1, sizeof(int64_t));
+        if (!s->push_cycles[q] || !s->pop_cycles[q])
+            return "out of memory";
+    }
+    return NULL;
+}
+
+/* ------------------------------------------------------------------ read bursts (§4) */
+
+static void bursts_init(bursts_t *b, int64_t row_beats, int64_t rows, uint64_t base, uint64_t stride, int64_t beat)
+{
+    b->row_beats = row_beats;
+    b->rows = rows;
+    b->base = base;
+    b->stride = stride;
+    b->beat = beat;
+    b->y = 0;
+    b->addr = base & 0xFFFFFFFFu;
+    b->left = row_beats;
+}
+
+/* The beats of the next burst (rows cut at 256 beats and at 4 KiB; addresses mod 2^32), or 0 if
+ * the address is not beat-aligned (never for power-of-two element sizes; the caller declines). */
+static int64_t bursts_take(bursts_t *b)
+{
+    int64_t beats = b->left < MAX_BURST ? b->left : MAX_BURST;
+    const int64_t room = (int64_t)(BOUNDARY - (b->addr & (BOUNDARY - 1))) / b->beat;
+    if (room < beats)
+        beats = room;
+    if (beats <= 0)
+        return 0;
+    b->addr = (b->addr + (uint64_t)(beats * b->beat)) & 0xFFFFFFFFu;
+    b->left -= beats;
+    if (!b->left && ++b->y < b->rows) {
+        b->addr = (b->base + (uint64_t)b->y * b->stride) & 0xFFFFFFFFu;
+        b->left = b->row_beats;
+    }
+    return beats;
+}
+
+static int bursts_done(const bursts_t *b)
+{
+    return b->y >= b->rows;
+}
+
+/* ------------------------------------------------------------------ dispatch (§2) */
+
+/* Dispatch every fetched instruction whose command queue's room is known; returns the modules whose
+ * next instruction may now be in their queue. */
+static int dispatch(solver_t *s)
+{
+    Py_ssize_t d = s->n_dispatched;
+    const Py_ssize_t requested = s->requested;
+    if (d >= requested)
+        return 0;
+    int64_t last = d ? s->dispatched[d - 1] : 0, head_since = s->head_since, memory = 0, queue = 0;
+    int wake = 0;
+    s->dispatch_wait = -1;
+    while (d < requested) {
+        const int64_t complete = s->fetched[d];
+        int64_t t = complete + 1;
+        if (t <= last)
+            t = last + 1;
+        const Py_ssize_t f = s->freed_by[d];
+        if (f >= 0) {              /* room: the instruction Qc ahead in the same queue has been taken */
+            const int64_t freed = s->taken[f];
+            if (freed < 0) {
+                s->dispatch_wait = s->insns[d].module;
+                break;
+            }
+            if (freed >= t)
+                t = freed + 1;
+        }
+        s->dispatched[d] = last = t;
+        wake |= 1 << s->insns[d].module;
+        if (complete >= head_since) {
+            memory += complete - head_since + 1;
+            queue += t - complete - 1;
+        } else {
+            queue += t - head_since;
+        }
+        head_since = t + 1;
+        d++;
+    }
+    s->fetch_memory += memory;
+    s->fetch_queue += queue;
+    s->head_since = head_since;
+    s->n_dispatched = d;
+    int waiting = 0;               /* wake the modules waiting for an instruction */
+    for (int m = 0; m < NMODULES; m++)
+        if (s->waits[m] == ON_DISPATCH)
+            waiting |= 1 << m;
+    return wake & waiting;
+}
+
+/* ------------------------------------------------------------------ modules (§3, §4) */
+
+/* A DMA or FINISH instruction starts (its last pop) in `cycle`: its finish cycle e (§4), -1 for a
+ * LOAD whose bursts the arbiter has yet to schedule, -2 for a burst layout it cannot cut. */
+static int64_t start_dma(solver_t *s, int m, Py_ssize_t i, int64_t cycle)
+{
+    const insn_t *t = &s->insns[i];
+    const int64_t start = cycle + 1;
+    if (t->kind == K_FINISH || !t->x_size)
+        return start;
+    if (t->kind == K_STORE) {
+        const int64_t elem = s->out_elem, beat = elem < s->bus ? elem : s->bus;
+        const int64_t total = t->x_size * t->y_size * (elem / beat);
+        s->write_beats[i] = total;
+        s->write_bytes += total * beat;
+        if (total)
+            s->memory_stall[m] += 1;          /* the cycle waiting for the last write response */
+        return start + total;
+    }
+    const int64_t data = t->x_size * t->y_size, pads = t->pads;
+    s->pads[i] = pads;
+    if (!data)
+        return pads ? start + pads - 1 : start;
+    const int64_t elem = s->elem[t->mem], beat = elem < s->bus ? elem : s->bus, k = elem / beat;
+    s->read_bytes += data * elem;
+    s->memory_stall[m] -= cycle + pads + data * k;       /* + e when the last beat is known */
+    bursts_init(&s->reading[m], t->x_size * k, t->y_size, (uint64_t)(t->dram_base * elem),
+                (uint64_t)(t->x_stride * elem), beat);
+    s->present[m] = pads > s->latency ? start + pads - s->latency : start;
+    return -1;
+}
+
+/* Walk module m through its instructions until it needs a cycle not known yet; returns the
+ * components its takes, pops and pushes unblock (-1: declined). */
+static int advance(solver_t *s, int m)
+{
+    const Py_ssize_t *lst = s->lists[m];
+    const Py_ssize_t len = s->nlist[m];
+    Py_ssize_t k = s->next[m];
+    if (k >= len)
+        return 0;
+    int state = s->state[m], step = s->step[m], wait = ON_NOTHING, wake = 0, q = 0;
+    int64_t cursor = s->cursor[m], busy = 0, token_stall = 0;
+    for (;;) {
+        const Py_ssize_t i = lst[k];
+        const insn_t *t = &s->insns[i];
+        if (state == IDLE) {               /* take (§3 IDLE) */
+            if (i >= s->n_dispatched) {
+                wait = ON_DISPATCH;
+                break;
+            }
+            int64_t take = s->dispatched[i] + 1;
+            if (take < cursor)
+                take = cursor;
+            s->taken[i] = take;
+            if (s->dispatch_wait == m)
+                wake |= WAKE_DISPATCH;
+            state = WAIT;
+            cursor = take + 1;
+            step = 0;
+        }
+        if (state == WAIT) {               /* pops, then start */
+            while (step < t->npop) {
+                q = t->pop[step];
+                const Py_ssize_t j = s->npopped[q];
+                if (j >= s->npushed[q])
+                    break;
+                if (s->push_cycles[q][j] >= cursor)
+                    cursor = s->push_cycles[q][j] + 1;
+                s->pop_cycles[q][s->npopped[q]++] = cursor;
+                if (s->waits[PRODUCER[q]] == ON_ROOM + q)
+                    wake |= 1 << PRODUCER[q];
+                step++;
+            }
+            if (step < t->npop) {
+                wait = q;
+                break;
+            }
+            s->started[i] = cursor;
+            int64_t e;
+            if (t->kind == K_MICRO) {       /* GEMM, ALU: e = s + N + 1 (s for N = 0), §4 */
+                e = t->micro > 0 ? cursor + t->micro + 2 : cursor + 1;
+            } else {
+                e = start_dma(s, m, i, cursor);
+                if (e < 0) {               /* a LOAD's bursts: the arbiter finishes it */
+                    state = EXEC;
+                    wait = ON_NOTHING;
+                    break;
+                }
+            }
+            s->finished[i] = e;
+            state = RETIRE;
+            cursor = e + 1;
+            step = 0;
+        } else if (state == EXEC) {
+            wait = ON_NOTHING;
+            break;
+        }
+        while (step < t->npush) {          /* RETIRE: pushes, then retire */
+            q = t->push[step];
+            const Py_ssize_t j = s->npushed[q] - s->qt;
+            if (j >= 0) {
+                if (j >= s->npopped[q])
+                    break;
+                if (s->pop_cycles[q][j] >= cursor)
+                    cursor = s->pop_cycles[q][j] + 1;
+            }
+            s->push_cycles[q][s->npushed[q]++] = cursor;
+            if (s->waits[CONSUMER[q]] == q)
+                wake |= 1 << CONSUMER[q];
+            step++;
+        }
+        if (step < t->npush) {
+            wait = ON_ROOM + q;
+            break;
+        }
+        s->retired[i] = cursor;
+        busy += s->finished[i] - s->started[i] + 1;
+        token_stall += s->started[i] - s->taken[i] + cursor - s->finished[i] - 2;
+        if (i == s->count - 1)             /* FINISH: the last instruction */
+            s->done_cycle = cursor;
+        state = IDLE;
+        cursor++;
+        if (++k == len) {
+            wait = ON_NOTHING;
+            break;
+        }
+    }
+    s->next[m] = k;
+    s->state[m] = state;
+    s->cursor[m] = cursor;
+    s->step[m] = step;
+    s->waits[m] = wait;
+    s->busy[m] += busy;
+    s->token_stall[m] += token_stall;
+    return wake;
+}
+
+/* ------------------------------------------------------------------ the read arbiter (§5) */
+
+static void lasts_append(solver_t *s, int64_t last)
+{
+    s->lasts[s->lasts_head] = last;
+    if (++s->lasts_head == s->limit)
+        s->lasts_head = 0;
+}
+
+/* Accept bursts, each in the earliest cycle in which a requester presents and the window is open,
+ * to the highest-priority one (fetch > compute > load), until an acceptance may unblock someone:
+ * returns whom (-1: nobody presents, ever: a deadlock; -2: a burst it cannot cut; -3: out of
+ * memory). Fewer than O bursts are in flight in cycle c iff the O-th latest accepted one has its
+ * last beat before c (the DRAM serves bursts in order, so last beats grow with acceptance). */
+static int arbitrate(solver_t *s)
+{
+    int64_t fetch_present = NEVER;
+    const Py_ssize_t n = s->fetch_next;
+    if (n) {
+        const Py_ssize_t x = s->requested + n - FETCH_DEPTH - 1;   /* the dispatch that makes room */
+        if (x < 0) {
+            fetch_present = s->fetch_from;
+        } else if (x < s->n_dispatched) {
+            fetch_present = s->dispatched[x] + 1;
+            if (fetch_present < s->fetch_from)
+                fetch_present = s->fetch_from;
+        }
+    }
+    const int64_t compute = s->present[COMPUTE], load = s->present[LOAD];
+    int64_t present = fetch_present;
+    if (compute < present)
+        present = compute;
+    if (load < present)
+        present = load;
+    if (present >= NEVER)
+        return -1;
+    const int64_t latency = s->latency;
+    int64_t c = present > s->frontier ? present : s->frontier;
+    if (s->lasts[s->lasts_head] >= c)
+        c = s->lasts[s->lasts_head] + 1;
+    int64_t last = s->chan_last;
+    if (fetch_present <= c) {
+        const int64_t k = s->insn_beats;
+        const int64_t first = c + latency > last ? c + latency : last + 1;
+        last = first + (int64_t)n * k - 1;
+        lasts_append(s, last);
+        s->chan_last = last;
+        if (vec_push3(&s->reads, -1, first, last) < 0)
+            return -3;
+        const Py_ssize_t r = s->requested;   /* instruction j is complete with its k-th beat */
+        for (Py_ssize_t j = 0; j < n; j++)
+            s->fetched[r + j] = first + k - 1 + (int64_t)j * k;
+        s->requested = r + n;
+        s->fetch_next = fetch_burst(s);
+        s->frontier = s->fetch_from = c + 1;
+        return WAKE_DISPATCH;
+    }
+    int m;
+    int64_t rival;
+    if (compute <= c) {
+        m = COMPUTE;
+        rival = fetch_present;        /* while compute streams, the lower-priority load never gets a cycle */
+    } else {
+        m = LOAD;
+        rival = fetch_present < compute ? fetch_present : compute;
+    }
+    /* Accept its burst, and its further bursts while nobody else presents: it presents from the
+     * cycle after each acceptance, so only the window delays it. */
+    bursts_t *b = &s->reading[m];
+    const Py_ssize_t i = s->lists[m][s->next[m]];
+    for (;;) {
+        const int64_t beats = bursts_take(b);
+        if (!beats)
+            return -2;
+        const int64_t first = c + latency > last ? c + latency : last + 1;
+        last = first + beats - 1;
+        lasts_append(s, last);
+        if (vec_push3(&s->reads, i, first, last) < 0)
+            return -3;
+        if (bursts_done(b))
+            break;
+        const int64_t oldest = s->lasts[s->lasts_head];
+        const int64_t nc = oldest <= c ? c + 1 : oldest + 1;
+        if (nc >= rival)
+            break;
+        c = nc;
+    }
+    s->chan_last = last;
+    s->frontier = c + 1;
+    if (!bursts_done(b)) {
+        s->present[m] = c + 1;
+        return 0;
+    }
+    s->present[m] = NEVER;            /* the LOAD finishes with its last beat (§4) */
+    s->finished[i] = last;
+    s->memory_stall[m] += last;        /* (the rest was counted at the start) */
+    s->state[m] = RETIRE;
+    s->cursor[m] = last + 1;
+    s->step[m] = 0;
+    return 1 << m;
+}
+
+/* ------------------------------------------------------------------ the loop */
+
+/* Run to FINISH; NULL, or why the core declines. */
+static const char *run(solver_t *s)
+{
+    int wake = WAKE_ALL;
+    for (;;) {
+        /* Resolve every cycle that known cycles determine: `wake` holds the components whose inputs
+         * changed; each reports whom it unblocks. */
+        while (wake) {
+            if (wake & WAKE_DISPATCH) {
+                wake ^= WAKE_DISPATCH;
+                wake |= dispatch(s);
+            } else {
+                const int m = (wake & 1) ? LOAD : (wake & 2) ? COMPUTE : STORE;
+                wake ^= 1 << m;
+                wake |= advance(s, m);
+            }
+        }
+        if (s->done_cycle >= 0)
+            return NULL;
+        s->events++;
+        wake = arbitrate(s);
+        if (wake == -1)
+            return "deadlock";
+        if (wake == -2)
+            return "burst layout";
+        if (wake < 0)
+            return "out of memory";
+    }
+}
+
+/* ------------------------------------------------------------------ results */
+
+/* The detail blob, int64: a header (count, read bursts, pushes per queue, pops per queue), then per
+ * instruction (module, fetched, dispatched, taken, started, finished, retired, pads, write_beats),
+ * then (instruction or -1 for fetch, first, last) per read burst in acceptance order, then each
+ * queue's push cycles, then each queue's pop cycles. */
+static PyObject *write_detail(const solver_t *s)
+{
+    const Py_ssize_t n = s->count, nr = s->reads.n / 3;
+    Py_ssize_t size = 2 + 2 * NQUEUES + 9 * n + 3 * nr;
+    for (int q = 0; q < NQUEUES; q++)
+        size += s->npushed[q] + s->npopped[q];
+    PyObject *blob = PyBytes_FromStringAndSize(NULL, size * (Py_ssize_t)sizeof(int64_t));
+    if (!blob)
+        return NULL;
+    int64_t *o = (int64_t *)PyBytes_AS_STRING(blob);
+    *o++ = n;
+    *o++ = nr;
+    for (int q = 0; q < NQUEUES; q++)
+        *o++ = s->npushed[q];
+    for (int q = 0; q < NQUEUES; q++)
+        *o++ = s->npopped[q];
+    for (Py_ssize_t i = 0; i < n; i++) {
+        *o++ = s->insns[i].module;
+        *o++ = s->fetched[i];
+        *o++ = s->dispatched[i];
+        *o++ = s->taken[i];
+        *o++ = s->started[i];
+        *o++ = s->finished[i];
+        *o++ = s->retired[i];
+        *o++ = s->pads[i];
+        *o++ = s->write_beats[i];
+    }
+    if (nr)
+        memcpy(o, s->reads.v, (size_t)s->reads.n * sizeof *o);
+    o += s->reads.n;
+    for (int q = 0; q < NQUEUES; q++) {
+        memcpy(o, s->push_cycles[q], (size_t)s->npushed[q] * sizeof *o);
+        o += s->npushed[q];
+    }
+    for (int q = 0; q < NQUEUES; q++) {
+        memcpy(o, s->pop_cycles[q], (size_t)s->npopped[q] * sizeof *o);
+        o += s->npopped[q];
+    }
+    return blob;
+}
+
+static PyObject *results(const solver_t *s)
+{
+    const Py_ssize_t n = s->count;
+    PyObject *retired = PyList_New(n);
+    if (!retired)
+        return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *v = PyLong_FromLongLong(s->retired[i]);
+        if (!v) {
+            Py_DECREF(retired);
+            return NULL;
+        }
+        PyList_SET_ITEM(retired, i, v);
+    }
+    PyObject *detail = write_detail(s);
+    if (!detail) {
+        Py_DECREF(retired);
+        return NULL;
+    }
+    const int64_t fetch_busy = s->dispatched[n - 1];
+    return Py_BuildValue(
+        "(LN(LLLLLLLLLLLL)LLLN)", (long long)s->done_cycle, retired,
+        (long long)fetch_busy, (long long)s->busy[LOAD], (long long)s->busy[COMPUTE], (long long)s->busy[STORE],
+        (long long)s->fetch_queue, (long long)s->token_stall[LOAD], (long long)s->token_stall[COMPUTE],
+        (long long)s->token_stall[STORE],
+        (long long)s->fetch_memory, (long long)s->memory_stall[LOAD], (long long)s->memory_stall[COMPUTE],
+        (long long)s->memory_stall[STORE],
+        (long long)(s->read_bytes + (int64_t)n * s->insn_beats * s->insn_beat_bytes), (long long)s->write_bytes,
+        (long long)s->events, detail);
+}
+
+/* ------------------------------------------------------------------ setup */
+
+static void solver_free(solver_t *s)
+{
+    PyMem_Free(s->insns);
+    for (int m = 0; m < NMODULES; m++)
+        PyMem_Free(s->lists[m]);
+    PyMem_Free(s->freed_by);
+    PyMem_Free(s->fetched);          /* one block for all per-instruction int64 arrays */
+    for (int q = 0; q < NQUEUES; q++) {
+        PyMem_Free(s->push_cycles[q]);
+        PyMem_Free(s->pop_cycles[q]);
+    }
+    PyMem_Free(s->lasts);
+    PyMem_Free(s->reads.v);
+}
+
+/* Allocate and initialise everything after load_program; NULL or why not. */
+static const char *solver_setup(solver_t *s, int64_t insn_addr)
+{
+    const Py_ssize_t n = s->count;
+    for (int m = 0; m < NMODULES; m++) {
+        s->lists[m] = PyMem_Malloc((size_t)n * sizeof(Py_ssize_t));
+        if (!s->lists[m])
+            return "out of memory";
+    }
+    s->freed_by = PyMem_Malloc((size_t)n * sizeof(Py_ssize_t));
+    int64_t *block = PyMem_Malloc((size_t)n * 8 * sizeof(int64_t));
+    s->lasts = PyMem_Malloc((size_t)s->limit * sizeof(int64_t));
+    if (!s->freed_by || !block || !s->lasts) {
+        PyMem_Free(block);
+        return "out of memory";
+    }
+    s->fetched = block;
+    s->dispatched = block + n;
+    s->taken = block + 2 * n;
+    s->started = block + 3 * n;
+    s->finished = block + 4 * n;
+    s->retired = block + 5 * n;
+    s->pads = block + 6 * n;
+    s->write_beats = block + 7 * n;
+    for (Py_ssize_t i = 0; i < 6 * n; i++)
+        block[i] = -1;
+    memset(block + 6 * n, 0, (size_t)(2 * n) * sizeof(int64_t));
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const int m = s->insns[i].module;
+        Py_ssize_t *lst = s->lists[m];
+        s->freed_by[i] = s->nlist[m] >= s->qc ? lst[s->nlist[m] - s->qc] : -1;
+        lst[s->nlist[m]++] = i;
+    }
+    for (int64_t j = 0; j < s->limit; j++)
+        s->lasts[j] = -1;
+    s->lasts_head = 0;
+    s->chan_last = -1;
+    s->dispatch_wait = -1;
+    for (int m = 0; m < NMODULES; m++) {
+        s->waits[m] = ON_DISPATCH;
+        s->state[m] = IDLE;
+        s->cursor[m] = 1;
+        s->present[m] = NEVER;
+    }
+    s->head_since = 1;
+    s->slot0 = insn_addr / VTA_INSN_BYTES;
+    s->insn_beats = s->bus < VTA_INSN_BYTES ? VTA_INSN_BYTES / s->bus : 1;
+    s->insn_beat_bytes = s->bus < VTA_INSN_BYTES ? s->bus : VTA_INSN_BYTES;
+    s->fetch_from = s->frontier = 1;
+    s->fetch_next = fetch_burst(s);
+    s->done_cycle = -1;
+    return NULL;
+}
+
+static PyObject *solve(PyObject *self, PyObject *args)
+{
+    (void)self;
+    Py_buffer stream, layout;
+    long long qc, qt, latency, limit, bus, alu_mul, out_elem, e_uop, e_wgt, e_inp, e_acc, e_acc8, dram, insn_addr;
+    if (!PyArg_ParseTuple(args, "y*y*(LLLLLLLLLLLL)LL:solve", &stream, &layout, &qc, &qt, &latency, &limit, &bus,
+                          &alu_mul, &out_elem, &e_uop, &e_wgt, &e_inp, &e_acc, &e_acc8, &insn_addr, &dram))
+        return NULL;
+    PyObject *out = NULL;
+    const char *why = NULL;
+    solver_t s;
+    memset(&s, 0, sizeof s);
+    if (layout.len != (Py_ssize_t)sizeof(vta_layout)) {
+        PyErr_Format(PyExc_ValueError, "layout table of %zd bytes; expected %zu", layout.len, sizeof(vta_layout));
+        goto done;
+    }
+    if (stream.len == 0 || stream.len % VTA_INSN_BYTES)
+        why = "stream length";
+    else if (qc < 1 || qt < 1 || limit < 1 || latency < 0 || bus < 1 || out_elem < 1 || insn_addr < 0
+             || out_elem % (out_elem < bus ? out_elem : bus))
+        why = "configuration";
+    if (why)
+        goto done;
+    s.qc = qc;
+    s.qt = qt;
+    s.latency = latency;
+    s.limit = limit;
+    s.bus = bus;
+    s.alu_mul = alu_mul != 0;
+    s.out_elem = out_elem;
+    s.elem[VTA_MEM_UOP] = e_uop;
+    s.elem[VTA_MEM_WGT] = e_wgt;
+    s.elem[VTA_MEM_INP] = e_inp;
+    s.elem[VTA_MEM_ACC] = e_acc;
+    s.elem[VTA_MEM_OUT] = 0;
+    s.elem[VTA_MEM_ACC_8BIT] = e_acc8;
+    s.dram_size = dram;
+    s.count = stream.len / VTA_INSN_BYTES;
+    s.insns = PyMem_Calloc((size_t)s.count, sizeof(insn_t));
+    if (!s.insns) {
+        why = "out of memory";
+        goto done;
+    }
+    why = load_program(&s, stream.buf, layout.buf);
+    if (!why)
+        why = solver_setup(&s, insn_addr);
+    if (!why)
+        why = run(&s);
+    if (!why)
+        out = results(&s);
+done:
+    if (why && !PyErr_Occurred())
+        out = PyUnicode_FromString(why);
+    solver_free(&s);
+    PyBuffer_Release(&stream);
+    PyBuffer_Release(&layout);
+    return out;
+}
+
+static PyMethodDef methods[] = {
+    {"solve", solve, METH_VARARGS,
+     "solve(stream, layout, params, insn_addr, dram_bytes) -> str (declined: why) or (cycles, retire_cycles, stats, "
+     "dram_read_bytes, dram_write_bytes, events, detail); see vtakit/sim/csrc/timing_core.c."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_timing_core",
+    "The cycle model's timing solver, compiled (docs/timing.md; vtakit/sim/cycle.py's _Solver).", -1, methods,
+    NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__timing_core(void)
+{
+    return PyModule_Create(&module);
+}
