@@ -31,6 +31,15 @@ not yet performed is reported as uninitialised).
 
 The fetch model reads ``launch.insns`` (the decoded stream the runtime also encoded at
 ``insn_addr``); instruction bytes in DRAM are not re-read.
+
+Engines: this module is the reference engine. When the compiled core ``vtakit.sim._fsim_core``
+is built (see :mod:`vtakit.sim.native`), :func:`simulate` and :func:`execute` first offer the
+program to it (:func:`run_native`): it runs the same checks, schedule and data effects on a fresh
+:class:`Machine`'s arrays from the encoded stream, and declines, DRAM untouched, anything the
+Python engine would reject (or it does not support); the Python engine then runs the program and
+raises its usual error. Results, statistics and errors are the same either way.
+``simulate(..., engine="python")`` (or ``VTAKIT_NATIVE=0``) forces the Python engine; a random
+stepping order (``rng``) always runs on it.
 """
 
 from __future__ import annotations
@@ -40,18 +49,26 @@ import random
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from functools import lru_cache
+from math import gcd
 
 import numpy as np
 
 from vtakit.errors import DeadlockError, ProgramError, SimError
+from vtakit.hw import isa
 from vtakit.hw.config import VTAConfig
 from vtakit.hw.isa import FinishInsn, Instruction, Stage
+from vtakit.sim import native
 from vtakit.sim.backend import Launch
 from vtakit.sim.hb import MODULES, RaceDetector
 from vtakit.sim.machine import POP_QUEUES, PUSH_QUEUES, QUEUE_NAMES, Machine, checked_stage, describe
-from vtakit.sim.stats import RunStats
+from vtakit.sim.stats import COUNTER_NAMES, RunStats
 
-__all__ = ["execute", "simulate", "check_program", "check_schedule", "check_finish", "FsimRun", "Routing"]
+__all__ = ["execute", "simulate", "run_native", "check_program", "check_schedule", "check_finish", "FsimRun",
+           "Routing", "ENGINES"]
+
+#: What ``simulate(..., engine=...)`` accepts: "auto" (the compiled core when built, else Python) or "python".
+ENGINES = ("auto", "python")
 
 _STAGES = (Stage.LOAD, Stage.COMPUTE, Stage.STORE)
 _COMPUTE = 1
@@ -386,13 +403,22 @@ class FsimRun:
 
 
 def simulate(config: VTAConfig, insns: list[Instruction], dram: np.ndarray, *, rng: random.Random | None = None,
-             check_races: bool = True) -> FsimRun:
+             check_races: bool = True, engine: str = "auto", encoded: bytes | None = None) -> FsimRun:
     """Run ``insns`` on ``dram`` (uint8, mutated in place).
 
     By default fetch and the modules are stepped in a fixed order, each as far as it can go;
     ``rng`` steps them in a random order, one to three actions at a time, instead; results must
     not change. ``check_races=False`` skips the happens-before race checks (every other check stays).
+    ``engine="python"`` runs the Python engine even when the compiled core is built (the default
+    ``"auto"`` offers the program to the core first, see the module docstring); ``encoded`` is
+    the instruction stream when the caller has it (``Launch.encoded``), saving its encoding.
     """
+    if engine not in ENGINES:
+        raise SimError(f"unknown fsim engine {engine!r}; expected one of {list(ENGINES)}")
+    if rng is None and engine == "auto":
+        run = _native_run(config, insns, dram, encoded, check_races)[0]
+        if run is not None:
+            return run
     start = time.perf_counter()
     sim = _Simulator(config, list(insns), dram, check_races)
     sim.run(rng)
@@ -401,6 +427,77 @@ def simulate(config: VTAConfig, insns: list[Instruction], dram: np.ndarray, *, r
     fetch_stalls = {name: sum(1 for kind, q, _ in sim.stalls if kind == "fetch" and q == name) for name in MODULES}
     push_stalls = {name: sum(1 for kind, q, _ in sim.stalls if kind == "push" and q == name) for name in QUEUE_NAMES}
     return FsimRun(sim.machine, stats, fetch_stalls, push_stalls)
+
+
+def run_native(launch: Launch) -> Machine | None:
+    """Run ``launch`` on the compiled core: the final :class:`Machine` (counters included), or None
+    when the core is not built, turned off (``VTAKIT_NATIVE=0``) or declines the program, in
+    which case DRAM holds its original bytes and the Python engine should run it."""
+    run = _native_run(launch.config, launch.insns, launch.dram, launch.encoded, True)[0]
+    return None if run is None else run.machine
+
+
+# The encodings of programs run lately by identity of their instruction objects (as _CHECKED):
+# a program run again, or on several backends, is not encoded again.
+_ENCODED: list[tuple[VTAConfig, tuple[Instruction, ...], bytes]] = []
+
+
+def _stream(config: VTAConfig, insns: list[Instruction], encoded: bytes | None) -> bytes | None:
+    """The encoded instruction stream of ``insns``; None when they cannot be encoded (the Python
+    engine reports why)."""
+    if encoded is not None and len(encoded) == isa.INSN_BYTES * len(insns):
+        return encoded
+    program = tuple(insns)
+    for known_config, known, stream in _ENCODED:
+        if known_config is config and len(known) == len(program) and all(map(operator.is_, known, program)):
+            return stream
+    try:
+        stream = native.encoded_stream(insns, config, None)
+    except Exception:   # noqa: BLE001 - anything the encoder rejects, Python's checks name properly
+        return None
+    _ENCODED.insert(0, (config, program, stream))
+    del _ENCODED[_CHECKED_KEEP:]
+    return stream
+
+
+@lru_cache(maxsize=16)
+def _native_params(config: VTAConfig) -> tuple[int, ...]:
+    """The configuration as csrc/fsim_core.c's ``fs_config`` (its field order)."""
+    c = config
+    depths = (c.uop_depth, c.inp_depth, c.wgt_depth, c.acc_depth, c.out_depth)
+    written_at = np.cumsum((0,) + depths[:-1]).tolist()   # Machine's one mask array: uop, inp, wgt, acc, out
+    uop_fields = isa.uop_layout(config)
+    return (c.batch, c.block_in, c.block_out, *depths, *written_at,
+            c.uop_elem_bytes, c.inp_elem_bytes, c.wgt_elem_bytes, c.acc_elem_bytes, c.acc8_elem_bytes,
+            c.out_elem_bytes, *(f.offset for f in uop_fields), *((1 << f.width) - 1 for f in uop_fields),
+            c.cmd_queue_depth, c.token_queue_depth, int(c.alu_mul),
+            # the race detector's DRAM granule: every DMA row starts and ends on one (as in hb)
+            gcd(c.uop_elem_bytes, c.inp_elem_bytes, c.wgt_elem_bytes, c.acc_elem_bytes, c.acc8_elem_bytes,
+                c.out_elem_bytes))
+
+
+def _native_run(config: VTAConfig, insns: list[Instruction], dram: np.ndarray, encoded: bytes | None,
+                check_races: bool) -> tuple[FsimRun | None, str]:
+    """:func:`simulate` on the compiled core: (the run, "") or (None, why it was not used)."""
+    core = native.core("_fsim_core")
+    if core is None:
+        return None, "the compiled core is not available"
+    start = time.perf_counter()
+    stream = _stream(config, insns, encoded)
+    if stream is None:
+        return None, "the instructions cannot be encoded"
+    if not (type(dram) is np.ndarray and dram.dtype == np.uint8 and dram.ndim == 1 and dram.flags.c_contiguous
+            and dram.flags.writeable):
+        return None, "DRAM is not a writable contiguous 1-D uint8 array"
+    machine = Machine(config, dram)
+    result = core.run(native.layout_table(config), stream, _native_params(config), dram, machine.uop,
+                      machine.inp, machine.wgt, machine.acc, machine.out, machine._written, check_races)
+    if type(result) is str:
+        return None, result
+    counters, fetch_stalls, push_stalls = result
+    machine.counters = dict(zip(COUNTER_NAMES, counters))
+    stats = RunStats(backend="fsim", counters=dict(machine.counters), sim_seconds=time.perf_counter() - start)
+    return FsimRun(machine, stats, dict(zip(MODULES, fetch_stalls)), dict(zip(QUEUE_NAMES, push_stalls))), ""
 
 
 def check_schedule(config: VTAConfig, insns: list[Instruction]) -> None:
@@ -414,4 +511,4 @@ def execute(launch: Launch) -> RunStats:
     if launch.trace is not None:
         raise SimError(f"backend fsim models no time, so it cannot write the trace {str(launch.trace)!r}; "
                        "use backend 'cycle' for a .json timeline or 'rtl' for a .vcd waveform")
-    return simulate(launch.config, launch.insns, launch.dram).stats
+    return simulate(launch.config, launch.insns, launch.dram, encoded=launch.encoded).stats
