@@ -296,6 +296,25 @@ def test_loop_partition_copies_are_planned_separately():
     np.testing.assert_array_equal(_run(func, x), 2 * x + 1)
 
 
+def test_consumer_allocated_around_the_producer_takes_it():
+    a, b = _buf("A"), _buf("B")
+    step = _loop("i1", N, lambda i: ir.BufferStore(b, ir.BufferLoad(a, (i,)) * 3, (i,)))
+    func = _reused(ir.Allocate(b, ir.Allocate(a, ir.seq(_fill(a), step, _drain(b)))))
+    assert _allocs(func) == ["A"]
+    x = _x()
+    np.testing.assert_array_equal(_run(func, x), 3 * x)
+
+
+def test_scopes_must_be_names():
+    a = _buf("A")
+    func = _func(ir.Allocate(a, ir.seq(_fill(a), _drain(a))))
+    for bad in (SC, [SC, 3], 5):
+        with pytest.raises(vtakit.errors.CompileError, match="scopes must be a collection of scope names"):
+            sr.reuse_storage(func, bad)
+        with pytest.raises(vtakit.errors.CompileError, match="scopes must be a collection of scope names"):
+            sr.storage_reuse_pass(bad)
+
+
 # ---------------------------------------------------------------------------- injectivity
 @settings(max_examples=300, deadline=None, derandomize=True)
 @given(st.lists(st.tuples(st.integers(-6, 6), st.integers(1, 4)), min_size=1, max_size=3), st.integers(-5, 5),

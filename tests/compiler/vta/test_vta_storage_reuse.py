@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hst
 
 import vtakit
+from vtakit.compiler import te
 from vtakit.compiler.lower import lower
 from vtakit.compiler.lower.storage_reuse import scope_peak_bits
 from vtakit.compiler.topi_vta import Conv2dKnobs, Conv2dWorkload, DenseKnobs, conv2d, dense
@@ -68,7 +69,7 @@ def test_batch2_conv2d_fits_in_place_and_matches_numpy():
 
 def test_alu_veto_is_needed():
     """``min(a + b, a)``: in place, the ADD would overwrite the ``a`` that MIN reads."""
-    f, ref = (lambda a, b: te_min(a + b, a)), (lambda a, b: np.minimum(a + b, a))
+    f, ref = (lambda a, b: te.min(a + b, a)), (lambda a, b: np.minimum(a + b, a))
     s, args = alu_schedule(f, n_inputs=2)
     (a, b), got = run(s, args)
     expect = wrap8(ref(a.astype(np.int64), b.astype(np.int64)))
@@ -77,12 +78,6 @@ def test_alu_veto_is_needed():
         m.setattr(module, "in_place_accepts", lambda alu_mul: (lambda store, producer: True))
         (a, b), got = run(*alu_schedule(f, n_inputs=2))
     assert not np.array_equal(got, expect)
-
-
-def te_min(a, b):
-    from vtakit.compiler import te  # noqa: PLC0415
-
-    return te.min(a, b)
 
 
 # ---------------------------------------------------------------------------- random tilings

@@ -44,6 +44,7 @@ from typing import Callable, Iterable, Sequence
 from vtakit.compiler import ir
 from vtakit.compiler.arith import linear_coefficients, simplify
 from vtakit.compiler.lower.verify_memory import allocation_bits
+from vtakit.errors import CompileError
 
 __all__ = ["reuse_storage", "storage_reuse_pass", "elementwise_store", "scope_peak_bits"]
 
@@ -457,10 +458,22 @@ class _Rewriter(ir.IRMutator):
         return s
 
 
+def _scope_set(scopes: Iterable[str]) -> frozenset[str]:
+    """``scopes`` as a set of names; a lone string or anything but names is a CompileError."""
+    try:
+        names = None if isinstance(scopes, str) else tuple(scopes)
+    except TypeError:
+        names = None
+    if names is None or not all(isinstance(x, str) for x in names):
+        raise CompileError(f"StorageReuse: scopes must be a collection of scope names such as "
+                           f"['local.acc_buffer'], got {scopes!r}")
+    return frozenset(names)
+
+
 def reuse_storage(func: ir.PrimFunc, scopes: Iterable[str], accept: Accept | None = None) -> ir.PrimFunc:
     """``func`` with element-wise consumers in ``scopes`` writing in place into their producers
     (the conditions are in the module docstring). Runs after storage flattening."""
-    rewriter = _Rewriter(frozenset(scopes), accept)
+    rewriter = _Rewriter(_scope_set(scopes), accept)
     body = rewriter.region(func.body)
     if body is func.body:
         return func
@@ -469,7 +482,7 @@ def reuse_storage(func: ir.PrimFunc, scopes: Iterable[str], accept: Accept | Non
 
 def storage_reuse_pass(scopes: Iterable[str], accept: Accept | None = None) -> Callable[[ir.PrimFunc], ir.PrimFunc]:
     """The pass for a pass list (``tir.add_lower_pass``), over the buffers of ``scopes``."""
-    scopes = frozenset(scopes)
+    scopes = _scope_set(scopes)
 
     def StorageReuse(func: ir.PrimFunc) -> ir.PrimFunc:
         return reuse_storage(func, scopes, accept)
