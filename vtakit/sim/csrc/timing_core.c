@@ -126,24 +126,39 @@ static Py_ssize_t fetch_burst(const solver_t *s)
 
 /* ------------------------------------------------------------------ reading a program */
 
+/* Field k of an instruction (words w, its opcode's layout row): vta_decode's value of that one field
+ * (decoding only the fields used is most of this core's per-instruction cost saved). */
+static inline int64_t field(const uint64_t w[2], const int32_t (*row)[3], int k)
+{
+    const int offset = row[k][0], width = row[k][1];
+    if (!width)
+        return 0;
+    const uint64_t mask = width >= 64 ? ~(uint64_t)0 : (((uint64_t)1 << width) - 1);
+    int64_t value = (int64_t)((w[offset >> 6] >> (offset & 63)) & mask);
+    if (row[k][2] && width < 64 && (value >> (width - 1)) & 1)
+        value -= (int64_t)1 << width;
+    return value;
+}
+#define F(name) field(w, row, VTA_F_##name)
+
 /* Decode and classify every instruction as check_program routes it; NULL when all is understood,
  * else why not (the caller declines). */
 static const char *load_program(solver_t *s, const uint8_t *stream, const vta_layout *layout)
 {
     Py_ssize_t finishes = 0, pushes[NQUEUES] = {0}, pops[NQUEUES] = {0};
     for (Py_ssize_t i = 0; i < s->count; i++) {
-        vta_insn d;
-        const int opcode = vta_decode(stream + VTA_INSN_BYTES * i, layout, &d);
+        const uint64_t w[2] = {vta_word(stream + VTA_INSN_BYTES * i), vta_word(stream + VTA_INSN_BYTES * i + 8)};
+        const int opcode = layout->f[w[0] & 7][VTA_F_OPCODE][1] ? (int)(w[0] & 7) : -1;
+        const int32_t(*row)[3] = layout->f[w[0] & 7];
         insn_t *t = &s->insns[i];
-        const int64_t *v = d.v;
-        const int pop_prev = v[VTA_F_POP_PREV] != 0, pop_next = v[VTA_F_POP_NEXT] != 0;
-        const int push_prev = v[VTA_F_PUSH_PREV] != 0, push_next = v[VTA_F_PUSH_NEXT] != 0;
-        t->x_size = v[VTA_F_X_SIZE];
-        t->y_size = v[VTA_F_Y_SIZE];
-        t->mem = (int8_t)v[VTA_F_MEMORY_TYPE];
+        const int pop_prev = F(POP_PREV) != 0, pop_next = F(POP_NEXT) != 0;
+        const int push_prev = F(PUSH_PREV) != 0, push_next = F(PUSH_NEXT) != 0;
+        t->x_size = F(X_SIZE);
+        t->y_size = F(Y_SIZE);
+        t->mem = (int8_t)F(MEMORY_TYPE);
         switch (opcode) {              /* routing (§2): STORE -> store, LOAD INP/WGT -> load, else compute */
         case VTA_LOAD:
-            if (v[VTA_F_MEMORY_TYPE] < 0 || v[VTA_F_MEMORY_TYPE] > VTA_MEM_ACC_8BIT)
+            if (F(MEMORY_TYPE) < 0 || F(MEMORY_TYPE) > VTA_MEM_ACC_8BIT)
                 return "memory type";
             if (t->mem == VTA_MEM_INP || t->mem == VTA_MEM_WGT)
                 t->module = LOAD;
@@ -154,20 +169,20 @@ static const char *load_program(solver_t *s, const uint8_t *stream, const vta_la
             t->kind = K_LOAD;
             break;
         case VTA_STORE:
-            if (t->x_size != 0 && (t->mem != VTA_MEM_OUT || v[VTA_F_Y_PAD_0] || v[VTA_F_Y_PAD_1]
-                                   || v[VTA_F_X_PAD_0] || v[VTA_F_X_PAD_1]))
+            if (t->x_size != 0 && (t->mem != VTA_MEM_OUT || F(Y_PAD_0) || F(Y_PAD_1)
+                                   || F(X_PAD_0) || F(X_PAD_1)))
                 return "illegal instruction";
             t->module = STORE;
             t->kind = K_STORE;
             break;
         case VTA_GEMM:
         case VTA_ALU:
-            if (opcode == VTA_ALU && (v[VTA_F_ALU_OPCODE] < VTA_ALU_MIN || v[VTA_F_ALU_OPCODE] > VTA_ALU_MUL
-                                      || (v[VTA_F_ALU_OPCODE] == VTA_ALU_MUL && !s->alu_mul)))
+            if (opcode == VTA_ALU && (F(ALU_OPCODE) < VTA_ALU_MIN || F(ALU_OPCODE) > VTA_ALU_MUL
+                                      || (F(ALU_OPCODE) == VTA_ALU_MUL && !s->alu_mul)))
                 return "illegal instruction";
             t->module = COMPUTE;
             t->kind = K_MICRO;
-            t->micro = v[VTA_F_ITER_OUT] * v[VTA_F_ITER_IN] * (v[VTA_F_UOP_END] - v[VTA_F_UOP_BGN]);
+            t->micro = F(ITER_OUT) * F(ITER_IN) * (F(UOP_END) - F(UOP_BGN));
             break;
         case VTA_FINISH:
             t->module = COMPUTE;
@@ -213,10 +228,10 @@ static const char *load_program(solver_t *s, const uint8_t *stream, const vta_la
             const int64_t elem = s->elem[t->mem], beat = elem < s->bus ? elem : s->bus;
             if (elem <= 0 || elem % beat)
                 return "element size";
-            t->pads = (v[VTA_F_Y_PAD_0] + t->y_size + v[VTA_F_Y_PAD_1])
-                      * (v[VTA_F_X_PAD_0] + t->x_size + v[VTA_F_X_PAD_1]) - t->x_size * t->y_size;
-            t->dram_base = v[VTA_F_DRAM_BASE];
-            t->x_stride = v[VTA_F_X_STRIDE];
+            t->pads = (F(Y_PAD_0) + t->y_size + F(Y_PAD_1))
+                      * (F(X_PAD_0) + t->x_size + F(X_PAD_1)) - t->x_size * t->y_size;
+            t->dram_base = F(DRAM_BASE);
+            t->x_stride = F(X_STRIDE);
             /* bounds the work: a LOAD reading more than the DRAM holds is fsim's MemoryAccessError */
             if (t->x_size * t->y_size * elem > s->dram_size)
                 return "DMA larger than DRAM";
