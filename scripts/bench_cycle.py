@@ -65,6 +65,7 @@ from vtakit.runtime import Device  # noqa: E402
 from vtakit.runtime.blocked_gemm import bench_gemm, gemm_program, reference_gemm, requant_shift, unpack_out  # noqa: E402
 from vtakit.runtime.random_program import random_program  # noqa: E402
 from vtakit.sim.backend import Launch  # noqa: E402
+from vtakit.sim import native  # noqa: E402
 from vtakit.sim.cycle import simulate  # noqa: E402
 from vtakit.sim.program import Program  # noqa: E402
 
@@ -335,7 +336,9 @@ def main() -> int:
     result = {"repeat": args.repeat, "quick": args.quick,
               "rtl_vs_cycle": rtl_versus_cycle(short_programs(args.quick), args.repeat),
               "rtl_vs_cycle_workloads": rtl_versus_cycle(workload_programs(args.quick), args.repeat),
-              "throughput": cycles_per_second()}
+              "throughput": cycles_per_second(),
+              # the compiled simulator cores this run used (vtakit/sim/native.py; VTAKIT_NATIVE=0 turns them off)
+              "native_cores": {name: native.core(name) is not None for name in ("_timing_core", "_fsim_core")}}
     result["bench_seconds"] = time.perf_counter() - began
     if args.json:
         print(json.dumps(result, indent=1))
@@ -348,7 +351,8 @@ def main() -> int:
     s = result["throughput"]["single_gemm_insn_default"]
     print(f"one GEMM of {s['micro_ops']} micro-ops: {s['cycles']} cycles, {s['events']} events, "
           f"{s['cycles_per_second']:,.0f} cycles/s")
-    print(f"(medians of {args.repeat} rounds; benchmark took {result['bench_seconds']:.0f} s)")
+    print(f"(medians of {args.repeat} rounds; benchmark took {result['bench_seconds']:.0f} s; compiled cores: "
+          f"{', '.join(name for name, used in result['native_cores'].items() if used) or 'none'})")
     return 0
 
 
