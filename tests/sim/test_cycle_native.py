@@ -3,7 +3,8 @@
 The cycle backend's default path times a program with the C core and takes the data from fsim;
 ``simulate(engine="python")`` runs :class:`vtakit.sim.cycle._Solver` alone. Here the two must
 agree exactly -- every ``RunStats`` field but ``sim_seconds``, every instruction's timing, the read
-bursts, the token-queue log, the arbiter decisions (``events``), the DRAM and the trace file -- on
+bursts, the token-queue log, the arbiter decisions (``events``), the DRAM, the final SRAM state and
+the trace file -- on
 random programs over the corner configurations the solver-vs-stepping tests use, on the corpus
 and on DMA edge shapes; deadlocks and erroneous programs raise the same error on both; and the
 core declines (never crashes, never loops) on malformed streams.
@@ -79,7 +80,11 @@ def _outcome(program, tmp_path, engine):
         return type(exc).__name__, str(exc)
     assert run.engine == ("native" if engine == "auto" else "solver")
     run.stats.sim_seconds = 0.0
-    return run.stats, [vars(t) for t in run.timing], run.events, launch.dram.tobytes(), json.loads(trace.read_text())
+    machine = run.machine           # the final SRAM state (fsim's machine on the native path)
+    state = [getattr(machine, name).tobytes() for name in ("uop", "inp", "wgt", "acc", "out")]
+    state += [mask.tobytes() for mask in machine.written.values()]
+    return (run.stats, [vars(t) for t in run.timing], run.events, launch.dram.tobytes(), state,
+            json.loads(trace.read_text()))
 
 
 # ---------------------------------------------------------------------------- equal to the Python solver
