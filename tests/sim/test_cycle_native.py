@@ -22,7 +22,7 @@ import pytest
 from tests.programs import CASES, Unsupported, run_program
 from tests.sim.test_cycle import (SMALL, SOLVER_CONFIGS, _deadlocks, _edge_program, _gemm_program, _launch,
                                   _launch_program, _load, _nop)
-from vtakit.errors import DeadlockError, ProgramError, RaceError, SimError
+from vtakit.errors import DeadlockError, ProgramError, SimError
 from vtakit.hw import isa
 from vtakit.hw.isa import AluInsn, AluOp, FinishInsn, GemmInsn, MemId, MemInsn, Opcode, Uop
 from vtakit.runtime.random_program import random_program

@@ -29,8 +29,8 @@ fsim reports a deadlock; then :class:`_Solver` runs and raises the usual error. 
 program raises fsim's error on either path (see :func:`_fsims_error`). ``simulate(...,
 engine="python")`` (or ``VTAKIT_NATIVE=0``) runs the Python solver alone; the tests compare both.
 
-Data is the functional simulator's: each instruction's effect is applied with
-:class:`vtakit.sim.machine.Machine` in the cycle it starts, with fsim's static checks
+In the Python engines, data is the functional simulator's too: each instruction's effect is
+applied with :class:`vtakit.sim.machine.Machine` in the cycle it starts, with fsim's static checks
 (:func:`vtakit.sim.fsim.check_program`) and its happens-before race detector
 (:class:`vtakit.sim.hb.RaceDetector`) fed by the engine's own schedule (take, pops, pushes; the
 solver runs each module's steps in its program order, every token's clock taken before the pop
@@ -63,11 +63,11 @@ from vtakit.errors import DeadlockError, MemoryAccessError, ProgramError, RaceEr
 from vtakit.hw import isa
 from vtakit.hw.config import VTAConfig
 from vtakit.hw.isa import AluInsn, FinishInsn, GemmInsn, MemId, MemInsn, Opcode
+from vtakit.sim import native
 from vtakit.sim.backend import Launch
 from vtakit.sim.fsim import check_finish, check_program
 from vtakit.sim.fsim import simulate as _fsim_simulate
 from vtakit.sim.hb import MODULES, RaceDetector
-from vtakit.sim import native
 from vtakit.sim.machine import QUEUE_NAMES, Machine, describe
 from vtakit.sim.stats import RunStats
 
