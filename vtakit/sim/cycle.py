@@ -1109,26 +1109,31 @@ def _native_params(config: VTAConfig) -> tuple[bytes, tuple[int, ...]]:
 def native_timing(launch: Launch) -> tuple | str | None:
     """The compiled solver's answer for ``launch`` (pure: DRAM untouched): its result tuple, the reason
     it declines (a string), or None when the core is not built (or ``VTAKIT_NATIVE=0``)."""
+    return _native_timing(launch)[0]
+
+
+def _native_timing(launch: Launch) -> tuple[tuple | str | None, bytes | None]:
+    """:func:`native_timing`, and the encoded stream it timed."""
     core = native.core("_timing_core")
     if core is None:
-        return None
+        return None, None
     config = launch.config
     layout, params = _native_params(config)
     try:
         stream = native.encoded_stream(launch.insns, config, launch.encoded)
     except Exception:           # not encodable: the Python solver's checks name what is wrong
-        return "not encodable"
-    return core.solve(stream, layout, params, launch.insn_addr, launch.dram.size)
+        return "not encodable", None
+    return core.solve(stream, layout, params, launch.insn_addr, launch.dram.size), stream
 
 
 def _native_run(launch: Launch, began: float) -> CycleRun | None:
     """The fast path of :func:`simulate`: timing by the compiled solver, data by fsim; None when either
     declines (the Python solver then runs). fsim's errors are the cycle backend's (:func:`_fsims_error`)."""
-    result = native_timing(launch)
+    result, stream = _native_timing(launch)
     if result is None or result.__class__ is str:
         return None
     try:
-        data = _fsim_simulate(launch.config, launch.insns, launch.dram)
+        data = _fsim_simulate(launch.config, launch.insns, launch.dram, encoded=stream)
     except DeadlockError:        # (the core saw none): let the Python solver report it, cycle and all
         return None
     cycles, retired, s, read_bytes, write_bytes, events, detail = result
