@@ -109,6 +109,17 @@ def test_random_programs_native_equals_python(config_name):
         assert_same(program.config, list(program.insns), dram, encoded if seed % 2 else None)
 
 
+@pytest.mark.parametrize("blocks", [dict(log_block_in=5, log_block_out=3), dict(log_block_in=6, log_block_out=2,
+                                                                               log_batch=1)], ids=["32x8", "2x64x4"])
+def test_wide_blocks(blocks):
+    """block_in 32 and 64: the GEMM kernel's vector paths past one 16-byte register."""
+    config = VTAConfig.small(log_inp_buff_size=12, log_wgt_buff_size=14, log_acc_buff_size=13, log_uop_buff_size=12,
+                             **blocks)
+    for seed in range(50):
+        program = random_program(config, seed)
+        assert_same(config, list(program.insns), program.initial_dram())
+
+
 def test_alu_mul_and_every_alu_op():
     config = VTAConfig.small(alu_mul=True)
     for seed in range(40):

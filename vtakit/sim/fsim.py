@@ -49,12 +49,11 @@ import random
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from functools import lru_cache
 from math import gcd
 
 import numpy as np
 
-from vtakit.errors import DeadlockError, ProgramError, SimError
+from vtakit.errors import DeadlockError, MemoryAccessError, ProgramError, SimError
 from vtakit.hw import isa
 from vtakit.hw.config import VTAConfig
 from vtakit.hw.isa import FinishInsn, Instruction, Stage
@@ -460,7 +459,20 @@ def _stream(config: VTAConfig, insns: list[Instruction], encoded: bytes | None) 
     return stream
 
 
-@lru_cache(maxsize=16)
+# Per configuration (by identity: hashing a VTAConfig costs more than a short native run's glue; the
+# entry keeps the config alive): the layout table and csrc/fsim_core.c's ``fs_config``.
+_NATIVE_CONFIGS: dict[int, tuple[VTAConfig, bytes, tuple[int, ...]]] = {}
+
+
+def _native_config(config: VTAConfig) -> tuple[VTAConfig, bytes, tuple[int, ...]]:
+    hit = _NATIVE_CONFIGS.get(id(config))
+    if hit is None or hit[0] is not config:
+        if len(_NATIVE_CONFIGS) >= 64:
+            _NATIVE_CONFIGS.clear()
+        hit = _NATIVE_CONFIGS[id(config)] = (config, native.layout_table(config), _native_params(config))
+    return hit
+
+
 def _native_params(config: VTAConfig) -> tuple[int, ...]:
     """The configuration as csrc/fsim_core.c's ``fs_config`` (its field order)."""
     c = config
@@ -486,12 +498,15 @@ def _native_run(config: VTAConfig, insns: list[Instruction], dram: np.ndarray, e
     stream = _stream(config, insns, encoded)
     if stream is None:
         return None, "the instructions cannot be encoded"
-    if not (type(dram) is np.ndarray and dram.dtype == np.uint8 and dram.ndim == 1 and dram.flags.c_contiguous
-            and dram.flags.writeable):
-        return None, "DRAM is not a writable contiguous 1-D uint8 array"
-    machine = Machine(config, dram)
-    result = core.run(native.layout_table(config), stream, _native_params(config), dram, machine.uop,
-                      machine.inp, machine.wgt, machine.acc, machine.out, machine._written, check_races)
+    if type(dram) is not np.ndarray:
+        return None, "DRAM is not a numpy array"
+    try:
+        machine = Machine(config, dram)
+    except MemoryAccessError:   # a DRAM image of another dtype or shape: the Python engine reports it
+        return None, "DRAM is not a 1-D uint8 array"
+    _, layout, params = _native_config(config)
+    result = core.run(layout, stream, params, dram, machine.uop, machine.inp, machine.wgt, machine.acc,
+                      machine.out, machine._written, check_races)
     if type(result) is str:
         return None, result
     counters, fetch_stalls, push_stalls = result

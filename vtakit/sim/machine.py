@@ -58,7 +58,7 @@ that reads or rewrites an entry an earlier one wrote goes in a later level).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from typing import Callable, NamedTuple, Protocol
 
 import sys
@@ -248,7 +248,22 @@ class _Layout:
     uop_fields: tuple[tuple[int, int], ...]   # the same as (shift, mask) pairs of Python ints
     product_dtype: type                  # holds any sum of block_in int8 x int8 products exactly
     written_at: dict[str, int]           # where each SRAM's written mask starts in the machine's one mask array
+    written_size: int                    # entries of that array
     gemm_written_at: np.ndarray          # written_at of (ACC, INP, WGT): a GEMM's (dst, src, wgt) columns
+
+
+# _layout by identity first: hashing a VTAConfig (a frozen dataclass of many fields) costs more than
+# the rest of a machine's setup
+_LAYOUTS: dict[int, tuple[VTAConfig, _Layout]] = {}
+
+
+def _config_layout(config: VTAConfig) -> _Layout:
+    hit = _LAYOUTS.get(id(config))
+    if hit is None or hit[0] is not config:
+        if len(_LAYOUTS) >= 64:
+            _LAYOUTS.clear()
+        hit = _LAYOUTS[id(config)] = (config, _layout(config))   # the entry keeps the config alive
+    return hit[1]
 
 
 @lru_cache(maxsize=16)
@@ -275,7 +290,7 @@ def _layout(config: VTAConfig) -> _Layout:
     written_at = dict(zip(depths, np.cumsum([0, *depths.values()]).tolist()))
     gemm_written_at = np.array([written_at["acc"], written_at["inp"], written_at["wgt"]], dtype=np.int64)
     return _Layout(shapes, depths, mem, c.out_elem_bytes, shifts, masks, tuple(zip(shifts.tolist(), masks.tolist())),
-                   product, written_at, gemm_written_at)
+                   product, written_at, sum(depths.values()), gemm_written_at)
 
 
 class Machine:
@@ -298,7 +313,7 @@ class Machine:
             raise MemoryAccessError(f"DRAM image must be a 1-D uint8 numpy array, got "
                                     f"{getattr(dram, 'dtype', type(dram).__name__)} "
                                     f"with shape {getattr(dram, 'shape', None)}")
-        layout = _layout(config)
+        layout = _config_layout(config)
         shapes = layout.shapes
         self.config = config
         self.dram = dram
@@ -309,14 +324,11 @@ class Machine:
         self.acc = np.zeros(shapes["acc"], dtype=np.int32)
         self.out = np.zeros(shapes["out"], dtype=np.int8)
         # the written masks are views into one array, so a GEMM tests all its operands in one gather
-        self._written = np.zeros(sum(layout.depths.values()), dtype=bool)
-        self.written = {name: self._written[at:at + layout.depths[name]] for name, at in layout.written_at.items()}
+        self._written = np.zeros(layout.written_size, dtype=bool)
         self.counters: dict[str, int] = dict.fromkeys(COUNTER_NAMES, 0)
         self._layout = layout
         self._depths = layout.depths
         self._mem = layout.mem
-        # flat byte views of the SRAMs whose DRAM layout is their memory layout, for DMA copies
-        self._bytes = {name: getattr(self, name).reshape(-1).view(np.uint8) for name in _BYTE_SRAMS}
         # float32 copies of INP/WGT (WGT transposed) feed large GEMMs' matmuls, exact for int8 products;
         # made on first use (see _inp_f/_wgt_t), then kept in step by every write
         self._inp_f_copy: np.ndarray | None = None
@@ -327,6 +339,19 @@ class Machine:
         c = config
         self._gemm_macs = c.batch * c.block_in * c.block_out
         self._plan_float = c.block_in * c.block_out > _PLAN_FLOAT_MACS
+
+    # The views below are made on first use: a machine run by fsim's compiled core never needs them.
+    @cached_property
+    def written(self) -> dict[str, np.ndarray]:
+        """Per SRAM, its "has been written" mask: views into one array, so a GEMM tests all its
+        operands in one gather."""
+        depths = self._depths
+        return {name: self._written[at:at + depths[name]] for name, at in self._layout.written_at.items()}
+
+    @cached_property
+    def _bytes(self) -> dict[str, np.ndarray]:
+        """Flat byte views of the SRAMs whose DRAM layout is their memory layout, for DMA copies."""
+        return {name: getattr(self, name).reshape(-1).view(np.uint8) for name in _BYTE_SRAMS}
 
     @property
     def _inp_f(self) -> np.ndarray:

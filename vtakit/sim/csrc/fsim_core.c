@@ -204,39 +204,54 @@ static inline int route_pushes(uint8_t route, int queues[2])
 /* ------------------------------------------------------------------------------------------ */
 /* Static checks (fsim.check_program, machine.checked_stage)                                    */
 
+/* One field of the instruction at p (0 where its opcode has none). The static checks read a few
+ * fields of every instruction, so they do not decode all of them. */
+static inline int64_t insn_field(const uint8_t *p, const vta_layout *layout, int opcode, int k)
+{
+    const int32_t *field = layout->f[opcode][k];
+    const int width = field[1];
+    if (!width)
+        return 0;
+    const uint64_t mask = width >= 64 ? ~(uint64_t)0 : (((uint64_t)1 << width) - 1);
+    int64_t value = (int64_t)((vta_word(p + 8 * (field[0] >> 6)) >> (field[0] & 63)) & mask);
+    if (field[2] && width < 64 && (value >> (width - 1)) & 1)
+        value -= (int64_t)1 << width;
+    return value;
+}
+
 static int check_program(fs_run *r)
 {
     const fs_config *c = r->cfg;
     int64_t pushes[NQUEUES] = {0}, pops[NQUEUES] = {0};
     int64_t finishes = 0, finish_at = -1;
-    vta_insn insn;
     for (int64_t i = 0; i < r->count; i++) {
-        const int opcode = vta_decode(r->stream + i * VTA_INSN_BYTES, r->layout, &insn);
-        if (opcode < 0)
-            return decline(r, i, "illegal instruction: opcode %d is not an instruction", (int)(r->stream[i * VTA_INSN_BYTES] & 7));
-        const int64_t *v = insn.v;
+        const uint8_t *p = r->stream + i * VTA_INSN_BYTES;
+        const int opcode = p[0] & 7;
+        if (!r->layout->f[opcode][VTA_F_OPCODE][1])
+            return decline(r, i, "illegal instruction: opcode %d is not an instruction", opcode);
+#define F(k) insn_field(p, r->layout, opcode, k)
         int module;
         if (opcode == VTA_STORE)
             module = MOD_STORE;
-        else if (opcode == VTA_LOAD && (v[VTA_F_MEMORY_TYPE] == VTA_MEM_INP || v[VTA_F_MEMORY_TYPE] == VTA_MEM_WGT))
+        else if (opcode == VTA_LOAD && (F(VTA_F_MEMORY_TYPE) == VTA_MEM_INP || F(VTA_F_MEMORY_TYPE) == VTA_MEM_WGT))
             module = MOD_LOAD;
         else
             module = MOD_COMPUTE;
-        const int flags = (v[VTA_F_POP_PREV] ? F_POP_PREV : 0) | (v[VTA_F_POP_NEXT] ? F_POP_NEXT : 0)
-                        | (v[VTA_F_PUSH_PREV] ? F_PUSH_PREV : 0) | (v[VTA_F_PUSH_NEXT] ? F_PUSH_NEXT : 0);
+        const int flags = (F(VTA_F_POP_PREV) ? F_POP_PREV : 0) | (F(VTA_F_POP_NEXT) ? F_POP_NEXT : 0)
+                        | (F(VTA_F_PUSH_PREV) ? F_PUSH_PREV : 0) | (F(VTA_F_PUSH_NEXT) ? F_PUSH_NEXT : 0);
         if (module == MOD_LOAD && (flags & (F_POP_PREV | F_PUSH_PREV)))
             return decline(r, i, "illegal instruction: flag pop_prev/push_prev is illegal on the load module");
         if (module == MOD_STORE && (flags & (F_POP_NEXT | F_PUSH_NEXT)))
             return decline(r, i, "illegal instruction: flag pop_next/push_next is illegal on the store module");
-        if ((opcode == VTA_LOAD || opcode == VTA_STORE) && v[VTA_F_X_SIZE] != 0) {
-            if (opcode == VTA_LOAD && v[VTA_F_MEMORY_TYPE] == VTA_MEM_OUT)
+        if ((opcode == VTA_LOAD || opcode == VTA_STORE) && F(VTA_F_X_SIZE) != 0) {
+            if (opcode == VTA_LOAD && F(VTA_F_MEMORY_TYPE) == VTA_MEM_OUT)
                 return decline(r, i, "illegal instruction: LOAD of memory type OUT");
-            if (opcode == VTA_STORE && v[VTA_F_MEMORY_TYPE] != VTA_MEM_OUT)
+            if (opcode == VTA_STORE && F(VTA_F_MEMORY_TYPE) != VTA_MEM_OUT)
                 return decline(r, i, "illegal instruction: STORE of a memory type other than OUT");
-            if (opcode == VTA_STORE && (v[VTA_F_Y_PAD_0] || v[VTA_F_Y_PAD_1] || v[VTA_F_X_PAD_0] || v[VTA_F_X_PAD_1]))
+            if (opcode == VTA_STORE && (F(VTA_F_Y_PAD_0) || F(VTA_F_Y_PAD_1) || F(VTA_F_X_PAD_0) || F(VTA_F_X_PAD_1)))
                 return decline(r, i, "illegal instruction: STORE with padding");
         }
-        if (opcode == VTA_ALU && v[VTA_F_ALU_OPCODE] == VTA_ALU_MUL && !c->alu_mul)
+        if (opcode == VTA_ALU && F(VTA_F_ALU_OPCODE) == VTA_ALU_MUL && !c->alu_mul)
             return decline(r, i, "illegal instruction: ALU MUL without ALU_MUL");
         if (opcode == VTA_FINISH) {
             finishes++;
@@ -250,6 +265,7 @@ static int check_program(fs_run *r)
         for (int k = route_pushes(r->route[i], queues); k-- > 0;)
             pushes[queues[k]]++;
     }
+#undef F
     if (finishes != 1 || finish_at != r->count - 1)
         return decline(r, -1, "FINISH rules: %lld FINISH instructions, expected one, last", (long long)finishes);
     for (int q = 0; q < NQUEUES; q++)
@@ -663,6 +679,71 @@ static int loop_races(fs_run *r, int64_t index, const int64_t *v, int reads, int
     return 0;
 }
 
+/* One micro-op's arithmetic: acc entry a (and its OUT entry o, the low 8 bits) += x . wt^T, for
+ * x [batch][bi] and wt [bo][bi] int8. Each dot product of bi <= 64 int8 x int8 products is exact
+ * in int32 (|sum| <= 64 * 2**14); adding it to ACC wraps mod 2**32. */
+#if defined(__SSE2__)
+#include <emmintrin.h>
+
+/* int8 lanes 0-7 / 8-15 of v, sign-extended to int16 */
+static inline __m128i widen_lo(__m128i v) { return _mm_srai_epi16(_mm_unpacklo_epi8(v, v), 8); }
+static inline __m128i widen_hi(__m128i v) { return _mm_srai_epi16(_mm_unpackhi_epi8(v, v), 8); }
+
+/* Partial sums (4 int32 lanes adding up to the dot product) of x, already widened to int16 in
+ * bi / 8 vectors, with the bi int8 weights at w. */
+static inline __m128i dot_lanes(const __m128i *xw, const int8_t *w, int64_t bi)
+{
+    __m128i sum = _mm_setzero_si128();
+    int64_t m = 0;
+    for (; m + 16 <= bi; m += 16) {
+        const __m128i wv = _mm_loadu_si128((const __m128i *)(w + m));
+        sum = _mm_add_epi32(sum, _mm_madd_epi16(xw[m / 8], widen_lo(wv)));
+        sum = _mm_add_epi32(sum, _mm_madd_epi16(xw[m / 8 + 1], widen_hi(wv)));
+    }
+    if (m < bi)   /* bi % 16 == 8 */
+        sum = _mm_add_epi32(sum, _mm_madd_epi16(xw[m / 8], widen_lo(_mm_loadl_epi64((const __m128i *)(w + m)))));
+    return sum;
+}
+#endif
+
+static inline void gemm_entry(int32_t *a, int8_t *o, const int8_t *x, const int8_t *wt, int64_t batch, int64_t bi,
+                              int64_t bo)
+{
+    for (int64_t b = 0; b < batch; b++, x += bi, a += bo, o += bo) {
+        int64_t n = 0;
+#if defined(__SSE2__)
+        if (bi % 8 == 0 && bi <= 64) {   /* four outputs at a time: pmaddwd dot products, one 4x4 reduction */
+            __m128i xw[8];
+            for (int64_t m = 0; m < bi; m += 16) {
+                const __m128i xv = bi - m >= 16 ? _mm_loadu_si128((const __m128i *)(x + m))
+                                                : _mm_loadl_epi64((const __m128i *)(x + m));
+                xw[m / 8] = widen_lo(xv);
+                xw[m / 8 + 1] = widen_hi(xv);
+            }
+            for (; n + 4 <= bo; n += 4) {
+                const __m128i s0 = dot_lanes(xw, wt + n * bi, bi), s1 = dot_lanes(xw, wt + (n + 1) * bi, bi);
+                const __m128i s2 = dot_lanes(xw, wt + (n + 2) * bi, bi), s3 = dot_lanes(xw, wt + (n + 3) * bi, bi);
+                const __m128i u0 = _mm_add_epi32(_mm_unpacklo_epi32(s0, s1), _mm_unpackhi_epi32(s0, s1));
+                const __m128i u1 = _mm_add_epi32(_mm_unpacklo_epi32(s2, s3), _mm_unpackhi_epi32(s2, s3));
+                const __m128i sums = _mm_add_epi32(_mm_unpacklo_epi64(u0, u1), _mm_unpackhi_epi64(u0, u1));
+                const __m128i total = _mm_add_epi32(_mm_loadu_si128((const __m128i *)(a + n)), sums);   /* wraps */
+                _mm_storeu_si128((__m128i *)(a + n), total);
+                for (int k = 0; k < 4; k++)
+                    o[n + k] = (int8_t)(uint8_t)(uint32_t)a[n + k];                              /* low 8 bits */
+            }
+        }
+#endif
+        for (; n < bo; n++) {
+            int32_t sum = 0;
+            for (int64_t m = 0; m < bi; m++)
+                sum += (int32_t)x[m] * (int32_t)wt[n * bi + m];
+            const uint32_t total = (uint32_t)a[n] + (uint32_t)sum;   /* wraps mod 2**32 */
+            a[n] = (int32_t)total;
+            o[n] = (int8_t)(uint8_t)total;                           /* low 8 bits */
+        }
+    }
+}
+
 static int do_gemm(fs_run *r, int64_t index, const int64_t *v, int me)
 {
     const fs_config *c = r->cfg;
@@ -698,20 +779,7 @@ static int do_gemm(fs_run *r, int64_t index, const int64_t *v, int me)
                 const int64_t s = u[1] + s0, w = u[2] + w0;
                 if (!inp_written[s] || !wgt_written[w] || !acc_written[d])
                     return decline(r, index, "uninitialised read of an INP, WGT or ACC entry");
-                const int8_t *x = r->inp + s * inp_lanes;
-                const int8_t *wt = r->wgt + w * wgt_lanes;
-                int8_t *o = r->out + d * acc_lanes;
-                for (int64_t b = 0; b < batch; b++) {
-                    for (int64_t n = 0; n < bo; n++) {
-                        /* block_in int8 x int8 products: |sum| <= 4096 * 2**14, exact in int32 */
-                        int32_t sum = 0;
-                        for (int64_t m = 0; m < bi; m++)
-                            sum += (int32_t)x[b * bi + m] * (int32_t)wt[n * bi + m];
-                        const uint32_t total = (uint32_t)a[b * bo + n] + (uint32_t)sum;   /* wraps mod 2**32 */
-                        a[b * bo + n] = (int32_t)total;
-                        o[b * bo + n] = (int8_t)(uint8_t)total;                          /* low 8 bits */
-                    }
-                }
+                gemm_entry(a, r->out + d * acc_lanes, r->inp + s * inp_lanes, r->wgt + w * wgt_lanes, batch, bi, bo);
                 out_written[d] = 1;
             }
         }
@@ -1012,9 +1080,22 @@ static PyObject *fsim_run(PyObject *self, PyObject *args)
     int acquired = 0;
     PyObject *result = NULL;
     for (; acquired < NBUFFERS; acquired++) {
-        const int flags = acquired <= B_STREAM ? PyBUF_C_CONTIGUOUS : PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE;
-        if (PyObject_GetBuffer(objects[acquired], &views[acquired], flags) < 0)
+        int flags = acquired <= B_STREAM ? PyBUF_C_CONTIGUOUS : PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE;
+        if (acquired == B_DRAM)
+            flags |= PyBUF_FORMAT;
+        if (PyObject_GetBuffer(objects[acquired], &views[acquired], flags) < 0) {
+            if (acquired == B_DRAM) {   /* the Python engine reports what is wrong with it */
+                PyErr_Clear();
+                result = PyUnicode_FromString("DRAM is not a writable contiguous 1-D uint8 array");
+            }
             goto done;
+        }
+        if (acquired == B_DRAM && (views[B_DRAM].ndim != 1 || views[B_DRAM].format == NULL
+                                   || strcmp(views[B_DRAM].format, "B") != 0)) {
+            acquired++;
+            result = PyUnicode_FromString("DRAM is not a writable contiguous 1-D uint8 array");
+            goto done;
+        }
     }
     /* every array must have exactly the size the configuration gives it */
     const int64_t expected[NBUFFERS] = {
