@@ -728,8 +728,10 @@ static inline void gemm_entry(int32_t *a, int8_t *o, const int8_t *x, const int8
                 const __m128i sums = _mm_add_epi32(_mm_unpacklo_epi64(u0, u1), _mm_unpackhi_epi64(u0, u1));
                 const __m128i total = _mm_add_epi32(_mm_loadu_si128((const __m128i *)(a + n)), sums);   /* wraps */
                 _mm_storeu_si128((__m128i *)(a + n), total);
-                for (int k = 0; k < 4; k++)
-                    o[n + k] = (int8_t)(uint8_t)(uint32_t)a[n + k];                              /* low 8 bits */
+                /* the low 8 bits of each lane (0..255 pack exactly through both saturating packs) */
+                const __m128i low = _mm_and_si128(total, _mm_set1_epi32(0xFF));
+                const int32_t bytes = _mm_cvtsi128_si32(_mm_packus_epi16(_mm_packs_epi32(low, low), low));
+                memcpy(o + n, &bytes, 4);
             }
         }
 #endif
