@@ -27,7 +27,11 @@ of a *producer* ``S`` at step ``k`` when all of these hold:
    lanes), and the store's address injective over the loops around it (each element written
    once, so an element of ``S`` is read only by the iteration that overwrites it, and first);
 5. the target accepts it (``accept(store, producer)``; VTA's ALU, e.g., needs the producer as
-   the base of its in-place instruction chain).
+   the base of its in-place instruction chain);
+6. inside a sharing ``vthread`` loop, ``D`` and ``S`` depend on the thread alike (InjectVirtualThread's
+   touched analysis): a shared ``S`` written per thread would become one copy per thread, its
+   producer's work repeated per thread, and the scope's peak could grow (``cthread`` splits every
+   buffer anyway).
 
 Then ``D``'s ``Allocate`` is removed and its accesses are renamed to ``S``'s buffer; later
 consumers may chain onto the same storage (conv -> shr -> bias_add -> clip share one buffer). At
@@ -44,6 +48,7 @@ from typing import Callable, Iterable, Sequence
 from vtakit.compiler import ir
 from vtakit.compiler.arith import linear_coefficients, simplify
 from vtakit.compiler.lower.verify_memory import allocation_bits
+from vtakit.compiler.lower.vthread import _touched as vthread_touched
 from vtakit.errors import CompileError
 
 __all__ = ["reuse_storage", "storage_reuse_pass", "elementwise_store", "scope_peak_bits"]
@@ -269,11 +274,12 @@ def _touched(s: ir.Stmt) -> tuple[set[ir.Var], set[ir.Var]]:
 class _Region:
     """The steps and allocation occurrences of one region, and the storage plan over them."""
 
-    def __init__(self, body: ir.Stmt, scopes: frozenset[str], accept: Accept | None) -> None:
+    def __init__(self, body: ir.Stmt, scopes: frozenset[str], accept: Accept | None,
+                 shared_threads: Sequence[set[ir.Var]] = ()) -> None:
         self.steps: list[_Step] = []
         self.occs: list[_Occurrence] = []
         _linearize(body, (), self.steps, self.occs)
-        self.scopes, self.accept = scopes, accept
+        self.scopes, self.accept, self.shared_threads = scopes, accept, shared_threads
         self.root: dict[int, int] = {}        # merged occurrence -> the occurrence whose storage it uses
         for k, step in enumerate(self.steps):
             used, allocated = _touched(step.stmt)
@@ -329,7 +335,8 @@ class _Region:
             if not (_is_last_use(self._last_use(storage), k)
                     and _compatible(root.node.buffer, dbuf)
                     and _fits(self.occs[d].bits, root.bits)
-                    and _inside(storage, [self.steps[u].chain for u in self.occs[d].uses])):
+                    and _inside(storage, [self.steps[u].chain for u in self.occs[d].uses])
+                    and _same_thread_dependence(self.shared_threads, dbuf.data, sbuf.data)):
                 continue
             store = elementwise_store(step.stmt, dbuf.data, sbuf.data)
             if store is not None and (self.accept is None or self.accept(store, sbuf)):
@@ -392,6 +399,12 @@ def _inside(storage: int, chains: list[tuple[int, ...]]) -> bool:
     return all(storage in chain for chain in chains)
 
 
+def _same_thread_dependence(shared_threads: Sequence[set[ir.Var]], dst: ir.Var, src: ir.Var) -> bool:
+    """Under every enclosing sharing ``vthread``, both or neither buffer is split per thread
+    (condition 6; every buffer of a storage has the same dependence, so ``src`` speaks for it)."""
+    return all((dst in touched) == (src in touched) for touched in shared_threads)
+
+
 def _const_size(buf: ir.Buffer) -> bool:
     return all(isinstance(x, ir.IntImm) for x in buf.shape)
 
@@ -421,10 +434,11 @@ class _Rewriter(ir.IRMutator):
     def __init__(self, scopes: frozenset[str], accept: Accept | None) -> None:
         self.scopes, self.accept = scopes, accept
         self.merged = 0
+        self.shared_threads: list[set[ir.Var]] = []   # touched sets of the enclosing sharing vthreads
 
     def region(self, body: ir.Stmt) -> ir.Stmt:
         if ir.contains(body, ir.Allocate):
-            plan = _Region(body, self.scopes, self.accept)
+            plan = _Region(body, self.scopes, self.accept, tuple(self.shared_threads))
             plan.plan()
             self.merged += len(plan.root)
             body = plan.rebuild(body)
@@ -440,7 +454,12 @@ class _Rewriter(ir.IRMutator):
         if not ir.contains(s, ir.Allocate):
             return s
         if isinstance(s, ir.For):
+            sharing = s.kind is ir.ForKind.THREAD_BINDING and s.thread_tag.startswith("vthread")
+            if sharing:
+                self.shared_threads.append(vthread_touched(s.body, s.loop_var))
             body = self.region(s.body)
+            if sharing:
+                self.shared_threads.pop()
             return s if body is s.body else ir.For(s.loop_var, s.min, s.extent, s.kind, body, s.thread_tag,
                                                    dict(s.annotations))
         if isinstance(s, ir.AttrStmt):
