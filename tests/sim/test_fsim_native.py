@@ -13,10 +13,12 @@ import random
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
 
 from tests.programs import CASES, Unsupported
 from tests.programs.runner import insn_address
 from tests.sim.test_fsim_corpus import CONFIGS
+from tests.sim.test_fsim_schedule import CONFIG as SCHEDULE_CONFIG, token_programs
 from vtakit.errors import DeadlockError, MemoryAccessError, ProgramError, RaceError, SimError
 from vtakit.hw.config import VTAConfig
 from vtakit.hw.isa import AluInsn, AluOp, FinishInsn, GemmInsn, MemId, MemInsn, Opcode
@@ -202,6 +204,16 @@ def test_simulate_and_execute_use_the_core_and_python_can_be_forced(monkeypatch)
         fsim.simulate(SMALL, list(program.insns), dram.copy(), engine="numba")
 
 
+def test_instructions_may_come_as_any_iterable():
+    program = CASES["gemm_epilogue"](SMALL).program
+    dram, _ = _program_dram(program)
+    reference = fsim.simulate(SMALL, list(program.insns), dram.copy(), engine="python")
+    for insns in (tuple(program.insns), iter(program.insns)):
+        run = fsim.simulate(SMALL, insns, dram.copy())
+        assert run.machine.counters == reference.machine.counters and np.array_equal(run.machine.acc,
+                                                                                        reference.machine.acc)
+
+
 def test_native_can_be_turned_off(monkeypatch):
     program = CASES["gemm_epilogue"](SMALL).program
     monkeypatch.setenv("VTAKIT_NATIVE", "0")
@@ -335,6 +347,21 @@ def _mutants(config: VTAConfig, seeds: range):
                 j, other = rng.choice(partners)
                 insns[j] = dataclasses.replace(insns[j], **{other: False})
         yield insns, random_program(config, seed).initial_dram()
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(insns=token_programs())
+def test_token_programs_complete_or_deadlock_alike(insns):
+    """Random token-only programs on queues of depth 2: completed (with the same stall statistics),
+    deadlocked or breaking a FINISH rule on both engines alike."""
+    config = SCHEDULE_CONFIG
+    py, nat, _, _ = _both(config, insns, np.zeros(64, dtype=np.uint8))
+    if isinstance(py, Exception):
+        assert isinstance(nat, str) and _reason_kind(nat).startswith(REASONS[type(py)]), (nat, py)
+    else:
+        assert not isinstance(nat, str), nat
+        assert (nat.fetch_stalls, nat.push_stalls, nat.stats.counters) == (py.fetch_stalls, py.push_stalls,
+                                                                           py.stats.counters)
 
 
 @pytest.mark.parametrize("config", [SMALL, VTAConfig.small(token_queue_depth=1, cmd_queue_depth=1)],

@@ -415,6 +415,8 @@ def simulate(config: VTAConfig, insns: list[Instruction], dram: np.ndarray, *, r
     if engine not in ENGINES:
         raise SimError(f"unknown fsim engine {engine!r}; expected one of {list(ENGINES)}")
     if rng is None and engine == "auto":
+        if type(insns) is not list:
+            insns = list(insns)
         run = _native_run(config, insns, dram, encoded, check_races)[0]
         if run is not None:
             return run

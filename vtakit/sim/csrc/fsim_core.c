@@ -1078,6 +1078,9 @@ static PyObject *fsim_run(PyObject *self, PyObject *args)
     fs_config cfg;
     if (parse_config(params, &cfg) < 0)
         return NULL;
+    const uint16_t one = 1;
+    if (*(const uint8_t *)&one != 1)   /* instruction words, micro-ops and ACC elements are little-endian */
+        return PyUnicode_FromString("not supported: a big-endian host");
     Py_buffer views[NBUFFERS];
     int acquired = 0;
     PyObject *result = NULL;
