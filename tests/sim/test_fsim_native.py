@@ -312,6 +312,22 @@ def test_declined_run_leaves_dram_untouched_then_python_raises(name):
     assert np.array_equal(dram, expected)
 
 
+def test_dram_the_core_cannot_take_is_left_to_python():
+    program = CASES["gemm_epilogue"](SMALL).program
+    dram = program.initial_dram()
+    strided = np.zeros(2 * len(dram), dtype=np.uint8)[::2]
+    strided[:] = dram
+    assert fsim._native_run(SMALL, list(program.insns), strided, None, True) == (
+        None, "DRAM is not a writable contiguous 1-D uint8 array")
+    assert np.array_equal(strided, dram)
+    assert fsim._native_run(SMALL, list(program.insns), bytearray(dram.tobytes()), None, True) == (
+        None, "DRAM is not a numpy array")
+    assert fsim._native_run(SMALL, list(program.insns), dram.view(np.int8), None, True) == (
+        None, "DRAM is not a 1-D uint8 array")
+    with pytest.raises(MemoryAccessError, match="DRAM image must be a 1-D uint8 numpy array, got int8"):
+        fsim.simulate(SMALL, list(program.insns), dram.view(np.int8))
+
+
 def test_unencodable_instruction_is_left_to_python():
     insns = [_load(MemId.INP, 1 << 16, 0, 1, 1), FinishInsn()]     # sram_base beyond its 16-bit field
     assert fsim._native_run(SMALL, insns, np.zeros(64, dtype=np.uint8), None, True) == (

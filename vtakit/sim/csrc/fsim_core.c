@@ -21,7 +21,8 @@
  *   race detector   hb.RaceDetector's semantics: vector clocks, tokens carry snapshots, per shared
  *                   location and module the epochs of its latest read and write (SRAM: dense
  *                   arrays; DRAM: granule epochs in lazily allocated pages of a hash table)
- *   data effects    Machine.load/store/gemm/alu, with its range and written-mask checks
+ *   data effects    Machine.load/store/gemm/alu, with its range and written-mask checks; a GEMM
+ *                   micro-op's dot products use SSE2's pmaddwd where the block allows (else plain C)
  *
  * Plain CPython C API and the buffer protocol; the GIL is released while a program runs.
  */
@@ -110,7 +111,7 @@ typedef struct {
 } token_queue;
 
 typedef struct {
-    int64_t offset, length;         /* DRAM bytes overwritten; their old values follow in `bytes` */
+    int64_t offset, length;         /* DRAM bytes a STORE overwrote; their old values are in undo_bytes */
 } undo_entry;
 
 typedef struct {
