@@ -95,6 +95,14 @@ def test_random_programs_equal_the_python_solver(config_name):
         _assert_same(random_program(config, 3000 + seed))
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("config_name", SOLVER_CONFIGS)
+def test_many_random_programs_equal_the_python_solver(config_name):
+    config = SOLVER_CONFIGS[config_name]
+    for seed in range(2000):
+        _assert_same(random_program(config, 20000 + seed))
+
+
 @pytest.mark.parametrize("config_name", SOLVER_CONFIGS)
 def test_traces_equal_the_python_solvers(config_name, tmp_path):
     config = SOLVER_CONFIGS[config_name]
