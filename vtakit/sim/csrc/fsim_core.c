@@ -283,7 +283,7 @@ static int check_program(fs_run *r)
  * (from `arrays`, [kind][module]) it must be checked against, those whose latest epoch me's
  * clock does not cover (usually none). */
 static inline void probe_others(const fs_run *r, hb_probe *probe, int me, int kind,
-                                const int32_t latest[2][NMODULES], int32_t *const arrays[2][NMODULES])
+                                int32_t latest[2][NMODULES], int32_t *arrays[2][NMODULES])
 {
     probe->n = 0;
     probe->epoch = r->clock[me][me];
@@ -318,7 +318,7 @@ static int hb_sram_probe(fs_run *r, int space, int kind, int me, hb_probe *probe
     int32_t **mine = &sp->last[kind][me];
     if (*mine == NULL && (*mine = calloc((size_t)sp->size, sizeof(int32_t))) == NULL)
         return -1;
-    probe_others(r, probe, me, kind, (const int32_t (*)[NMODULES])sp->latest, sp->last);
+    probe_others(r, probe, me, kind, sp->latest, sp->last);
     probe->mine = *mine;
     sp->latest[kind][me] = probe->epoch;
     return 0;
