@@ -4,10 +4,9 @@ The cycle backend's default path times a program with the C core and takes the d
 ``simulate(engine="python")`` runs :class:`vtakit.sim.cycle._Solver` alone. Here the two must
 agree exactly -- every ``RunStats`` field but ``sim_seconds``, every instruction's timing, the read
 bursts, the token-queue log, the arbiter decisions (``events``), the DRAM, the final SRAM state and
-the trace file -- on
-random programs over the corner configurations the solver-vs-stepping tests use, on the corpus
-and on DMA edge shapes; deadlocks and erroneous programs raise the same error on both; and the
-core declines (never crashes, never loops) on malformed streams.
+the trace file -- on random programs over the corner configurations the solver-vs-stepping tests
+use, on the corpus and on DMA edge shapes; deadlocks and erroneous programs raise the same error
+on both; and the core declines (never crashes, never loops) on malformed streams.
 
 These tests force compiled cores on (whatever ``VTAKIT_NATIVE`` says) and skip when the core is
 not built, unless ``VTAKIT_REQUIRE_NATIVE=1``.
