@@ -398,3 +398,28 @@ def test_core_declines_exactly_what_python_rejects(config):
         name = type(py).__name__ if isinstance(py, Exception) else "ok"
         outcomes[name] = outcomes.get(name, 0) + 1
     assert outcomes.get("RaceError", 0) >= 20 and outcomes.get("ok", 0) >= 20, outcomes
+
+
+# ---------------------------------------------------------------------------- long campaigns
+@pytest.mark.slow
+@pytest.mark.parametrize("config_name", CONFIGS)
+def test_random_program_campaign(config_name):
+    """2000 more random programs per corner configuration (seeds past the quick test's), none declined."""
+    for seed in range(200, 2200):
+        program = random_program(CONFIGS[config_name], seed)
+        assert_same(program.config, list(program.insns), program.initial_dram())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("config", [SMALL, VTAConfig.small(token_queue_depth=1, cmd_queue_depth=1), VTAConfig()],
+                         ids=["small", "shallow", "default"])
+def test_mutant_campaign(config):
+    """2000 mutated random programs per configuration: completed alike or declined where Python raises."""
+    for insns, dram in _mutants(config, range(300, 2300)):
+        py, nat, py_dram, native_dram = _both(config, insns, dram)
+        if isinstance(py, Exception):
+            assert isinstance(nat, str) and np.array_equal(native_dram, dram), py
+            assert _reason_kind(nat).startswith(REASONS[type(py)]), (nat, py)
+        else:
+            assert not isinstance(nat, str), f"declined a valid program: {nat}"
+            assert np.array_equal(py_dram, native_dram)
