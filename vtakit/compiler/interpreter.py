@@ -16,6 +16,14 @@ current thread does the whole work of its peers, so what they would have written
 barrier is there when the current thread reads it. The results equal the GPU's for race-free
 kernels; timing and barriers themselves are not modelled.
 
+Cross-thread reductions (:class:`~vtakit.compiler.ir.AllReduce`) are the exception: there the
+threads of the loop bound to the reduction's thread index run as cooperative threads, each with
+its own variables and private allocations (Python generators stepped in lockstep). Each thread runs
+until it arrives at an all-reduce; when every thread of the group has arrived at the same one, the
+contributions are combined (in thread-index order) and every thread continues with the result.
+A thread that finishes or arrives at a different all-reduce while others wait is an error (a
+divergent barrier, which deadlocks or is undefined on a GPU).
+
 Works on IR before and after storage flattening: an access with one index per dimension uses the
 buffer's strides and ``elem_offset``; a single index into a multi-dimensional buffer is a flat
 element offset.
@@ -25,7 +33,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 import numpy as np
 
@@ -448,6 +456,8 @@ class Interpreter:
         return run_all
 
     def _s_For(self, s: ir.For) -> StmtFn:
+        if s.kind is ir.ForKind.THREAD_BINDING and _reduces_over(s.body, s.loop_var):
+            return self._thread_group(s)
         fmin, fext, body, var = self.expr(s.min), self.expr(s.extent), self.stmt(s.body), s.loop_var
 
         def loop(env: Env) -> None:
@@ -528,6 +538,183 @@ class Interpreter:
             del env[var]
 
         return let
+
+
+    # ------------------------------------------------------------------ cross-thread reductions
+    def _s_AllReduce(self, s: ir.AllReduce) -> StmtFn:
+        raise CompileError(f"all-reduce over {s.thread.name} ({s.thread_tag}) outside a loop bound to it; "
+                           "it must run inside the thread loop of the threads it combines")
+
+    def _thread_group(self, s: ir.For) -> StmtFn:
+        """The loop bound to an all-reduce's thread index: its iterations run as cooperative threads."""
+        fmin, fext, body, var = self.expr(s.min), self.expr(s.extent), self.gstmt(s.body), s.loop_var
+
+        def launch(env: Env) -> None:
+            lo = fmin(env)
+            threads = []
+            for i in range(lo, lo + fext(env)):
+                tenv = dict(env)  # private variables and allocations; outer storage is shared
+                tenv[var] = i
+                threads.append(body(tenv))
+            arrivals = [next(g, None) for g in threads]
+            while True:
+                if all(a is None for a in arrivals):
+                    return
+                first = next(a for a in arrivals if a is not None)
+                for k, a in enumerate(arrivals):
+                    if a is None or a.node is not first.node:
+                        where = "finished" if a is None else "arrived at another all-reduce"
+                        raise CompileError(f"divergent all-reduce over {var.name} ({s.thread_tag}): thread "
+                                           f"{var.name}={lo + k} {where} while others wait at the all-reduce into "
+                                           f"{first.node.buffer.name}; every "
+                                           "thread of the group must reach the same all-reduce")
+                total = first.combine([a.value for a in arrivals])
+                arrivals = [_send(g, total) for g in threads]
+
+        return launch
+
+    def gstmt(self, s: ir.Stmt) -> GenFn:
+        """``s`` as a generator function for one thread of a group: it yields at every all-reduce
+        (an :class:`_Arrival`) and is sent the combined value."""
+        if not ir.contains(s, ir.AllReduce):
+            f = self.stmt(s)
+
+            def plain(env: Env) -> Iterator[_Arrival]:
+                f(env)
+                yield from ()
+
+            return plain
+        method = getattr(self, f"_g_{type(s).__name__}", None)
+        if method is None:
+            raise CompileError(f"the interpreter cannot run {type(s).__name__} around an all-reduce")
+        return method(s)
+
+    def _g_SeqStmt(self, s: ir.SeqStmt) -> GenFn:
+        fns = [self.gstmt(c) for c in s.stmts]
+
+        def run_all(env: Env) -> Iterator[_Arrival]:
+            for f in fns:
+                yield from f(env)
+
+        return run_all
+
+    def _g_For(self, s: ir.For) -> GenFn:
+        if s.kind is ir.ForKind.THREAD_BINDING and _reduces_over(s.body, s.loop_var):
+            raise CompileError(f"all-reduce over {s.thread_tag} nested in the threads of another all-reduce")
+        fmin, fext, body, var = self.expr(s.min), self.expr(s.extent), self.gstmt(s.body), s.loop_var
+
+        def loop(env: Env) -> Iterator[_Arrival]:
+            saved = env.get(var, _UNBOUND)
+            lo = fmin(env)
+            for i in range(lo, lo + fext(env)):
+                env[var] = i
+                yield from body(env)
+            if saved is _UNBOUND:
+                env.pop(var, None)
+            else:
+                env[var] = saved
+
+        return loop
+
+    def _g_Allocate(self, s: ir.Allocate) -> GenFn:
+        buf, body = s.buffer, self.gstmt(s.body)
+        sizes = [self.expr(x) for x in buf.shape]
+
+        def alloc(env: Env) -> Iterator[_Arrival]:
+            size = 1
+            for f in sizes:
+                size *= f(env)
+            saved = env.get(buf.data)
+            env[buf.data] = _poison(buf.dtype, size)
+            yield from body(env)
+            if saved is None:
+                del env[buf.data]
+            else:
+                env[buf.data] = saved
+
+        return alloc
+
+    def _g_IfThenElse(self, s: ir.IfThenElse) -> GenFn:
+        cond, then = self.expr(s.cond), self.gstmt(s.then_case)
+        other = self.gstmt(s.else_case) if s.else_case is not None else None
+
+        def branch(env: Env) -> Iterator[_Arrival]:
+            if cond(env):
+                yield from then(env)
+            elif other is not None:
+                yield from other(env)
+
+        return branch
+
+    def _g_AttrStmt(self, s: ir.AttrStmt) -> GenFn:
+        return self.gstmt(s.body)
+
+    def _g_LetStmt(self, s: ir.LetStmt) -> GenFn:
+        fv, body, var = self.expr(s.value), self.gstmt(s.body), s.var
+
+        def let(env: Env) -> Iterator[_Arrival]:
+            env[var] = fv(env)
+            yield from body(env)
+            del env[var]
+
+        return let
+
+    def _g_AllReduce(self, s: ir.AllReduce) -> GenFn:
+        cond, value = self.expr(s.condition), self.expr(s.value)
+        c = s.combiner
+        lhs, rhs = ir.Var("lhs", s.value.dtype), ir.Var("rhs", s.value.dtype)
+        fcombine = self.expr(ir.substitute(c.result, {c.lhs: lhs, c.rhs: rhs}))
+        identity = self.expr(c.identity_element)({})
+
+        def combine(values: list[Any]) -> Any:
+            acc, env = identity, {}
+            for v in values:
+                if v is not _UNBOUND:
+                    env[lhs], env[rhs] = acc, v
+                    acc = fcombine(env)
+            return acc
+
+        result = ir.Var("allreduce_result", s.value.dtype)
+        store = self.stmt(ir.BufferStore(s.buffer, result, s.indices))
+
+        def allreduce(env: Env) -> Iterator[_Arrival]:
+            mine = value(env) if cond(env) else _UNBOUND  # a masked thread reads nothing
+            env[result] = yield _Arrival(s, mine, combine)
+            store(env)
+            del env[result]
+
+        return allreduce
+
+
+@dataclass
+class _Arrival:
+    """A thread waiting at an all-reduce with its contribution (``_UNBOUND`` if it has none)."""
+
+    node: ir.AllReduce
+    value: Any
+    combine: Callable[[list[Any]], Any]
+
+
+GenFn = Callable[[Env], Iterator[_Arrival]]
+
+
+def _send(gen: Iterator[_Arrival], value: Any) -> _Arrival | None:
+    try:
+        return gen.send(value)  # type: ignore[attr-defined]
+    except StopIteration:
+        return None
+
+
+def _reduces_over(body: ir.Stmt, thread: ir.Var) -> bool:
+    found = False
+
+    def visit(n: Any) -> None:
+        nonlocal found
+        if isinstance(n, ir.AllReduce) and n.thread is thread:
+            found = True
+
+    ir.walk(body, visit)
+    return found
 
 
 def run(func: ir.PrimFunc, *arrays: np.ndarray, intrinsics: Mapping[str, Callable[..., Any]] | None = None) -> None:

@@ -2,7 +2,7 @@
 
 A small TIR: scalar/vector expressions, buffers, and statements (For with a kind, Allocate with
 a scope, BufferLoad/BufferStore, IfThenElse, AttrStmt, Evaluate of intrinsic calls, SeqStmt,
-LetStmt). Tensor expressions lower to it; passes rewrite it; the interpreter executes it; the
+LetStmt, AllReduce across GPU threads). Tensor expressions lower to it; passes rewrite it; the interpreter executes it; the
 llvm, nvptx and vta backends generate code from it.
 
 Nodes are immutable and compared by identity; ``==`` on expressions builds an ``EQ`` node, as in
@@ -27,6 +27,8 @@ Conventions of lowered functions (what ``vtakit.lower`` hands to backends):
   is a pointer into a buffer (offset/extent in elements, mask 1 read | 2 write). ``shift_left``,
   ``shift_right`` and math calls (``exp``, ``log``, ...) are intrinsics; anything else is a
   target intrinsic.
+- ``AllReduce`` appears only inside a loop bound to its ``threadIdx.*`` (a cross-thread reduction);
+  backends without GPU threads reject it with the thread loop.
 - ``AttrStmt`` keys: ``pragma_<key>`` wraps the loop it annotates; targets add their own
   (``coproc_scope``, ...).
 """
@@ -45,7 +47,7 @@ __all__ = [
     "FloorMod", "Min", "Max", "EQ", "NE", "LT", "LE", "GT", "GE", "And", "Or", "Not", "Select", "Cast",
     "Call", "Let", "Ramp", "Broadcast", "BufferLoad", "Buffer", "ProducerLoad", "Reduce",
     "Stmt", "ForKind", "For", "Allocate", "BufferStore", "IfThenElse", "AttrStmt", "Evaluate", "SeqStmt",
-    "LetStmt", "PrimFunc",
+    "LetStmt", "AllReduce", "PrimFunc",
     "const", "convert", "seq", "lanes_of", "element_of", "with_lanes", "is_float", "is_int",
     "children", "walk", "contains", "structural_equal", "IRMutator", "substitute", "uses_var",
 ]
@@ -118,6 +120,10 @@ class PrimExpr:
     def __rrshift__(self, o): return _shift("shift_right", o, self)
     def __lshift__(self, o): return _shift("shift_left", self, o)
     def __rlshift__(self, o): return _shift("shift_left", o, self)
+
+    def equal(self, o: Any) -> "PrimExpr":
+        """``self == o`` as an expression (TVM's ``Var.equal``)."""
+        return EQ.make(self, o)
 
     def __bool__(self) -> bool:
         raise CompileError(f"cannot use the symbolic expression {self} as a Python bool; "
@@ -556,6 +562,27 @@ class LetStmt(Stmt):
     var: Var
     value: PrimExpr
     body: Stmt
+
+
+@dataclass(eq=False, repr=False)
+class AllReduce(Stmt):
+    """A cross-thread reduction (TVM's ``tvm_thread_allreduce``).
+
+    The threads of one group, those that differ only in the index ``thread`` (bound to
+    ``thread_tag``, a ``threadIdx.*``), each contribute ``value`` where ``condition`` holds (the
+    combiner's identity elsewhere); once every thread of the group has arrived, each one finds the
+    combination in ``buffer[indices]`` (a buffer private to the thread). Every thread of the group
+    must execute the statement: it is a barrier, so it may not sit under a condition that differs
+    between the threads of the group. ``combiner`` is a ``te`` CommReducer.
+    """
+
+    combiner: Any
+    value: PrimExpr
+    condition: PrimExpr
+    buffer: Buffer
+    indices: tuple[PrimExpr, ...]
+    thread: Var
+    thread_tag: str
 
 
 def seq(*stmts: Stmt | None) -> Stmt:

@@ -113,6 +113,15 @@ def _stmt_lines(s: ir.Stmt, depth: int) -> list[str]:
         return [f"{pad}{expr_str(s.value)}"]
     if isinstance(s, ir.LetStmt):
         return [f"{pad}let {expr_str(s.var)} = {expr_str(s.value)}", *_stmt_lines(s.body, depth)]
+    if isinstance(s, ir.AllReduce):
+        c = s.combiner
+        reducer = (f"comm_reducer {c.name}({expr_str(c.lhs)}, {expr_str(c.rhs)}) = {expr_str(c.result)}, "
+                   f"identity {expr_str(c.identity_element)}")
+        idx = ", ".join(expr_str(i) for i in s.indices)
+        cond = "True" if isinstance(s.condition, ir.IntImm) and s.condition.value else expr_str(s.condition)
+        return [f"{pad}// attr [{reducer}] reduce_scope",
+                f"{pad}{s.buffer.name}[{idx}] = tvm_thread_allreduce({expr_str(s.value)}, where={cond}, "
+                f"over={expr_str(s.thread)} \"{s.thread_tag}\")"]
     raise TypeError(f"not a statement: {s!r}")
 
 

@@ -82,6 +82,12 @@ class _Flattener(ir.IRMutator):
         indices = tuple(self.visit(i) for i in node.indices)
         return ir.BufferStore(self._flat_of(node.buffer), self.visit(node.value), self._index(node.buffer, indices))
 
+    def visit_AllReduce(self, node: ir.AllReduce) -> ir.Stmt:
+        indices = tuple(self.visit(i) for i in node.indices)
+        return ir.AllReduce(node.combiner, self.visit(node.value), self.visit(node.condition),
+                            self._flat_of(node.buffer), self._index(node.buffer, indices), node.thread,
+                            node.thread_tag)
+
 
 def flatten_storage(func: ir.PrimFunc) -> ir.PrimFunc:
     """The pass: see the module docstring."""

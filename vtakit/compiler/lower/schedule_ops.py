@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from vtakit.compiler import ir
+from vtakit.compiler.lower.allreduce import make_cross_thread_reduction, thread_bound_reduce_axes
 from vtakit.compiler.lower.bound import StageInfo, infer_bounds
 from vtakit.compiler.lower.thread_extent import verify_thread_extents
 from vtakit.compiler.te.expr import IterVar
@@ -226,9 +227,13 @@ class _Builder:
         buf = self.buffers[st.tensor][0]
         out_idx = tuple(info.offset[iv] for iv in st.axis)
         body = ir.substitute(info.body, vmap)
+        store_preds = [self.lowerer.visit(ir.substitute(st.store_predicate, vmap))] \
+            if st.store_predicate is not None else []
         if not isinstance(body, ir.Reduce):
             store = ir.BufferStore(buf, self.lowerer.visit(body), out_idx)
-            return self.nest(st, leaves, _guard(info.predicates, store))
+            return self.nest(st, leaves, _guard(info.predicates + store_preds, store))
+        if thread_bound_reduce_axes(st):
+            return make_cross_thread_reduction(self, st, info, body, out_idx, store_preds)
         reduce_vars = {info.loop_var[iv] for iv in leaves if iv.iter_type == "comm_reduce"}
         combined = body.combiner.combine(ir.BufferLoad(buf, out_idx), body.source)
         update: ir.Stmt = ir.BufferStore(buf, self.lowerer.visit(combined), out_idx)
@@ -237,10 +242,10 @@ class _Builder:
         init_value = body.init if body.init is not None else body.combiner.identity_element
         init: ir.Stmt = ir.BufferStore(buf, self.lowerer.visit(init_value), out_idx)
         common = next((k for k, iv in enumerate(leaves) if iv.iter_type == "comm_reduce"), len(leaves))
-        init_preds = [p for p in info.predicates if not ir.uses_var(p, reduce_vars)]
+        init_preds = [p for p in info.predicates if not ir.uses_var(p, reduce_vars)] + store_preds
         init_nest = self.nest(st, [iv for iv in leaves[common:] if iv.iter_type != "comm_reduce"],
                               _guard(init_preds, init), attach=False)
-        update_nest = self.nest(st, leaves[common:], _guard(info.predicates, update))
+        update_nest = self.nest(st, leaves[common:], _guard(info.predicates + store_preds, update))
         return self.nest(st, leaves[:common], ir.seq(init_nest, update_nest))
 
     def nest(self, st: Stage, leaves: Sequence[IterVar], inner: ir.Stmt, attach: bool = True) -> ir.Stmt:

@@ -88,9 +88,11 @@ def _check_limit(tag: str, binding: _Binding) -> None:
         raise ScheduleError(f"stage {binding.stage.name}: axis {binding.axis.name} is bound to unknown thread index "
                             f"{tag!r}; expected one of {', '.join(THREAD_LIMITS)}")
     if binding.extent > limit:
+        hint = ("split it and bind the inner part (a reduction stays within a block; the outer part loops in "
+                "each thread)" if binding.axis.iter_type == "comm_reduce"
+                else "split it and bind the outer part to a block index")
         raise ScheduleError(f"stage {binding.stage.name}: axis {binding.axis.name} is bound to {tag} with extent "
-                            f"{binding.extent}, above the limit of {limit}; split it and bind the outer part "
-                            "to a block index")
+                            f"{binding.extent}, above the limit of {limit}; {hint}")
 
 
 def _check_block_size(kernel: dict[str, _Binding]) -> None:

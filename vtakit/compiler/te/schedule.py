@@ -1,8 +1,9 @@
 """Schedules: one :class:`Stage` per operation and the primitives that rewrite its loop nest.
 
 A stage records its iteration-variable relations (split / fuse), the current leaf order, per-axis
-annotations (loop kind, thread binding, pragmas, tensorize), where it is attached and its storage
-scope. The schedule's dataflow rewrites (``cache_read``/``cache_write``) edit the stages' bodies
+annotations (loop kind, thread binding, pragmas, tensorize), where it is attached, its storage
+scope and its store predicate. A reduction axis bound to ``threadIdx.*`` makes the stage a
+cross-thread reduction (:mod:`vtakit.compiler.lower.allreduce`). The schedule's dataflow rewrites (``cache_read``/``cache_write``) edit the stages' bodies
 and never the user's operations, so several schedules can be made from one set of tensors.
 Lowering (:mod:`vtakit.compiler.lower`) turns all of it into loop IR.
 """
@@ -83,6 +84,7 @@ class Stage:
         self.scope: str | None = None
         self.storage_aligns: dict[int, tuple[int, int]] = {}  # dimension -> (factor, offset)
         self.is_double_buffered = False
+        self.store_predicate: ir.PrimExpr | None = None
 
     def __repr__(self) -> str:
         return f"Stage({self.name})"
@@ -257,7 +259,7 @@ class Stage:
             raise ScheduleError(f"stage {self.name}: bind of axis {iv.name} needs te.thread_axis(...), "
                                 f"got {thread_ivar!r}")
         if iv.iter_type == "comm_reduce":
-            raise ScheduleError(f"stage {self.name}: cannot bind the reduction axis {iv.name} to a thread")
+            self._check_reduce_binding(iv, thread_ivar)
         attr = self._attr(iv)
         if attr.kind is not ir.ForKind.SERIAL:
             raise ScheduleError(f"stage {self.name}: axis {iv.name} is already {attr.kind.value}")
@@ -269,6 +271,30 @@ class Stage:
             if a.bind_thread is thread_ivar or (a.bind_thread.thread_tag == tag and tag not in ("vthread", "cthread")):
                 raise ScheduleError(f"stage {self.name}: thread axis {tag} is already bound to axis {other.name}")
         attr.kind, attr.bind_thread = ir.ForKind.THREAD_BINDING, thread_ivar
+
+    def _check_reduce_binding(self, iv: IterVar, thread_ivar: IterVar) -> None:
+        """A reduction axis bound to a thread becomes a cross-thread reduction (an all-reduce over
+        the threads of a block, as in TVM): only ``threadIdx.*`` qualifies, one per stage."""
+        tag = thread_ivar.thread_tag
+        if not tag.startswith("threadIdx."):
+            raise ScheduleError(f"stage {self.name}: cannot bind the reduction axis {iv.name} to {tag}; a reduction "
+                                "axis can only be bound to threadIdx.x/y/z (a cross-thread reduction in one block)")
+        for other, a in self.iter_var_attrs.items():
+            if other is not iv and other.iter_type == "comm_reduce" and a.bind_thread is not None:
+                raise ScheduleError(f"stage {self.name}: cannot bind the reduction axis {iv.name} to {tag}: reduction "
+                                    f"axis {other.name} is already bound to {a.bind_thread.thread_tag}, and a "
+                                    "cross-thread reduction runs over one thread index; fuse the reduction axes "
+                                    "and bind the fused axis instead")
+
+    def set_store_predicate(self, predicate: Any) -> None:
+        """Store this stage's results only where ``predicate`` holds (e.g. ``tx.var.equal(0)``: after a
+        cross-thread reduction every thread holds the result; one of them writes it)."""
+        self._require_compute("set_store_predicate")
+        pred = ir.convert(predicate)
+        if pred.dtype != "bool":
+            raise ScheduleError(f"stage {self.name}: set_store_predicate needs a boolean condition, got {pred} "
+                                f"of dtype {pred.dtype}")
+        self.store_predicate = pred
 
     def _set_kind(self, iv: IterVar, kind: ir.ForKind, what: str) -> None:
         iv = self._require_leaf(iv, what)

@@ -1,0 +1,93 @@
+"""Cross-thread reductions: a reduction whose reduce axis is bound to ``threadIdx.*``.
+
+TVM's MakeCrossThreadReduction. Each thread of a block reduces its share of the reduction (the
+reduce loops not bound to a thread, into a private ``normal_reduce_temp``), then the threads that
+differ only in the bound thread index combine their partial results with an
+:class:`~vtakit.compiler.ir.AllReduce` (``tvm_thread_allreduce``) into a private ``reduce_temp``
+that every one of them holds afterwards; the result is stored under the tail predicates that do
+not involve reduction variables and the stage's store predicate (``set_store_predicate``,
+typically ``threadIdx.x == 0``: one thread writes). A thread contributes only where all the tail
+predicates hold (so an out-of-range row or reduction index reads nothing). The loop nest keeps the stage's leaf order
+with the unbound reduce loops moved innermost (they run inside each thread), so stages attached
+at the bound reduce axis (an ``rfactor`` stage) are computed per thread before the all-reduce.
+
+The all-reduce itself is never guarded: every thread of the group must reach it. Tail
+predicates on the reduction (a split reduce axis that does not divide its extent) and the
+reduction's ``where`` condition decide, per thread, whether it contributes.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Sequence
+
+from vtakit.compiler import ir
+from vtakit.compiler.te.expr import IterVar
+from vtakit.compiler.te.schedule import Stage
+
+if TYPE_CHECKING:
+    from vtakit.compiler.lower.bound import StageInfo
+
+__all__ = ["thread_bound_reduce_axes", "make_cross_thread_reduction"]
+
+
+def thread_bound_reduce_axes(st: Stage) -> list[IterVar]:
+    """The leaf reduce axes of ``st`` bound to a thread (at most one: ``Stage.bind`` checks)."""
+    out = []
+    for iv in st.leaf_iter_vars:
+        attr = st.iter_var_attrs.get(iv)
+        if iv.iter_type == "comm_reduce" and attr is not None and attr.bind_thread is not None:
+            out.append(iv)
+    return out
+
+
+def _all(conds: Sequence[ir.PrimExpr]) -> ir.PrimExpr:
+    out: ir.PrimExpr = ir.IntImm("bool", 1)
+    for c in conds:
+        out = c if isinstance(out, ir.IntImm) else ir.And(out, c)
+    return out
+
+
+def _guard(conds: Sequence[ir.PrimExpr], body: ir.Stmt) -> ir.Stmt:
+    return body if not conds else ir.IfThenElse(_all(conds), body)
+
+
+def make_cross_thread_reduction(builder, st: Stage, info: "StageInfo", body: ir.Reduce,
+                                out_idx: tuple[ir.PrimExpr, ...],
+                                store_preds: Sequence[ir.PrimExpr]) -> ir.Stmt:
+    """The loop nest of stage ``st`` (``body`` is its reduction, root variables substituted)
+    as a cross-thread reduction; ``builder`` is schedule_ops' stage builder."""
+    lower = builder.lowerer.visit
+    buf = builder.buffers[st.tensor][0]
+    (bound,) = thread_bound_reduce_axes(st)
+    thread = st.iter_var_attrs[bound].bind_thread
+    leaves = st.leaf_iter_vars
+    normal = [iv for iv in leaves if iv.iter_type == "comm_reduce" and iv is not bound]
+    outer = [iv for iv in leaves if iv not in normal]
+    reduce_vars = {info.loop_var[iv] for iv in leaves if iv.iter_type == "comm_reduce"}
+    # every predicate decides whether a thread contributes (an out-of-range row reads nothing);
+    # those without a reduction variable also guard the store
+    contrib = list(info.predicates)
+    if not (isinstance(body.condition, ir.IntImm) and body.condition.value):
+        contrib.insert(0, lower(body.condition))
+    store_guard = [p for p in info.predicates if not ir.uses_var(p, reduce_vars)] + list(store_preds)
+    comb = body.combiner
+    dtype = body.dtype
+    temp = ir.Buffer(builder._unique("reduce_temp"), (1,), dtype, "local")
+    zero = (ir.IntImm("int32", 0),)
+    result: ir.PrimExpr = ir.BufferLoad(temp, zero)
+    if body.init is not None:
+        result = comb.combine(lower(body.init), result)
+    store = _guard(store_guard, ir.BufferStore(buf, lower(result), out_idx))
+    if normal:
+        # each thread first reduces its own share serially, then the threads combine their shares
+        part = ir.Buffer(builder._unique("normal_reduce_temp"), (1,), dtype, "local")
+        acc = ir.BufferLoad(part, zero)
+        init = ir.BufferStore(part, lower(comb.identity_element), zero)
+        update = _guard(contrib, ir.BufferStore(part, lower(comb.combine(acc, body.source)), zero))
+        allreduce = ir.AllReduce(comb, acc, ir.IntImm("bool", 1), temp, zero, thread.var, thread.thread_tag)
+        inner: ir.Stmt = ir.Allocate(part, ir.seq(init, builder.nest(st, normal, update),
+                                                  ir.Allocate(temp, ir.seq(allreduce, store))))
+    else:
+        allreduce = ir.AllReduce(comb, lower(body.source), _all(contrib), temp, zero, thread.var, thread.thread_tag)
+        inner = ir.Allocate(temp, ir.seq(allreduce, store))
+    return builder.nest(st, outer, inner)
