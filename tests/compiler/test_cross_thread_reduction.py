@@ -378,3 +378,142 @@ def test_interpreter_rejects_a_divergent_all_reduce():
 def test_interpreter_rejects_an_all_reduce_outside_its_thread_loop():
     with pytest.raises(CompileError, match="all-reduce over threadIdx.x .* outside a loop bound to it"):
         run(_kernel(outside=True), np.arange(8, dtype=np.int32), np.zeros(1, np.int32))
+
+
+def test_interpreter_rejects_interleaved_groups():
+    """An all-reduce of the outer thread group inside a loop that reduces over its own threads."""
+    inp = ir.Buffer("inp", (8,), "int32")
+    tx, ty = ir.Var("threadIdx.x"), ir.Var("threadIdx.y")
+    temp = ir.Buffer("t", (1,), "int32", "local")
+    zero = (ir.IntImm("int32", 0),)
+    comb = te.sum.instantiate("int32")
+    one = ir.IntImm("bool", 1)
+    inner = ir.seq(ir.AllReduce(comb, ir.BufferLoad(inp, (tx,)), one, temp, zero, ty, "threadIdx.y"),
+                   ir.AllReduce(comb, ir.BufferLoad(inp, (tx,)), one, temp, zero, tx, "threadIdx.x"))
+    loop_y = ir.For(ty, ir.IntImm("int32", 0), ir.IntImm("int32", 2), ir.ForKind.THREAD_BINDING, inner,
+                    thread_tag="threadIdx.y")
+    body = ir.For(tx, ir.IntImm("int32", 0), ir.IntImm("int32", 8), ir.ForKind.THREAD_BINDING,
+                  ir.Allocate(temp, loop_y), thread_tag="threadIdx.x")
+    with pytest.raises(CompileError, match="an all-reduce over threadIdx.x inside the threadIdx.y loop threadIdx.y, "
+                                           "which reduces over its own threads"):
+        run(ir.PrimFunc("k", (inp,), body), np.arange(8, dtype=np.int32))
+
+
+# ---------------------------------------------------------------------------- with other primitives and passes
+def _sum_rows(n, m, dtype="int32"):
+    A, B = row_reduce(n, m, dtype)
+    return A, B, te.create_schedule(B.op)
+
+
+def _check_rows(s, A, B, dtype="int32", seed=0):
+    n, m = (int(x) for x in A.shape)
+    a = _inputs((n, m), dtype, seed)
+    (b,), text = _run(s, [A, B], [a])
+    _assert_equal(b, _REF["sum"](a))
+    return text
+
+
+def test_unrolled_per_thread_loop():
+    A, B, s = _sum_rows(10, 70)
+    ko, ki = s[B].split(B.op.reduce_axis[0], factor=16)
+    s[B].unroll(ko)
+    s[B].bind(ki, te.thread_axis("threadIdx.x"))
+    s[B].bind(B.op.axis[0], te.thread_axis("blockIdx.x"))
+    text = _check_rows(s, A, B)
+    assert "k.outer" not in text  # unrolled away
+
+
+def test_rows_on_virtual_threads():
+    """InjectVirtualThread splits the private temporaries per virtual thread, all-reduces included."""
+    A, B, s = _sum_rows(12, 40)
+    ko, ki = s[B].split(B.op.reduce_axis[0], factor=8)
+    xo, xi = s[B].split(B.op.axis[0], factor=2)
+    s[B].bind(xo, te.thread_axis("blockIdx.x"))
+    s[B].bind(xi, te.thread_axis("vthread"))
+    s[B].bind(ki, te.thread_axis("threadIdx.x"))
+    text = _check_rows(s, A, B)
+    assert "reduce_temp[1] = tvm_thread_allreduce" in text
+
+
+def test_cooperative_fetch_into_shared_then_all_reduce():
+    A, B, s = _sum_rows(8, 64, "float32")
+    AS = s.cache_read(A, "shared", [B])
+    ko, ki = s[B].split(B.op.reduce_axis[0], factor=16)
+    s[B].bind(B.op.axis[0], te.thread_axis("blockIdx.x"))
+    tx = te.thread_axis("threadIdx.x")
+    s[B].bind(ki, tx)
+    s[AS].compute_at(s[B], B.op.axis[0])
+    fo, fi = s[AS].split(s[AS].op.axis[1], factor=16)
+    s[AS].bind(fi, te.thread_axis("threadIdx.x"))
+    s[B].set_store_predicate(tx.var.equal(0))
+    _check_rows(s, A, B, "float32")
+
+
+def test_loop_partition_enabled():
+    from vtakit.compiler.transform import PassContext
+
+    A, B = row_reduce(10, 70, "int32")
+    s = direct_bind(A, B)
+    with PassContext(config={"tir.LoopPartition.partition_const_loop": True}):
+        _check_rows(s, A, B)
+
+
+def test_symbolic_rows():
+    n = te.var("n")
+    A = te.placeholder((n, 50), "int32", name="A")
+    k = te.reduce_axis((0, 50), "k")
+    B = te.compute((n,), lambda i: te.sum(A[i, k], axis=k), name="B")
+    f = vtakit.lower(direct_bind(A, B), [A, B])
+    for rows in (13, 1):
+        a, b = _inputs((rows, 50), "int32"), np.zeros(rows, "int32")
+        run(f, a, b)
+        np.testing.assert_array_equal(b, a.sum(axis=1))
+
+
+@pytest.mark.parametrize("attach", [True, False], ids=["rf_at_threads", "rf_at_root"])
+def test_rfactor_factor_axis_and_placement(attach):
+    A, B, s = _sum_rows(20, 50)
+    ko, ki = s[B].split(B.op.reduce_axis[0], factor=8)
+    BF = s.rfactor(B, ki, factor_axis=1)
+    s[B].bind(s[B].op.reduce_axis[0], te.thread_axis("threadIdx.x"))
+    s[B].bind(s[B].op.axis[0], te.thread_axis("blockIdx.x"))
+    if attach:
+        s[BF].compute_at(s[B], s[B].op.reduce_axis[0])
+    _check_rows(s, A, B)
+
+
+def test_nested_cross_thread_reductions():
+    """The rfactor stage, computed per threadIdx.x thread, is itself an all-reduce over threadIdx.y."""
+    A, B, s = _sum_rows(5, 100)
+    ko, ki = s[B].split(B.op.reduce_axis[0], factor=8)
+    BF = s.rfactor(B, ki)
+    s[B].bind(s[B].op.reduce_axis[0], te.thread_axis("threadIdx.x"))
+    s[B].bind(s[B].op.axis[0], te.thread_axis("blockIdx.x"))
+    s[BF].compute_at(s[B], s[B].op.reduce_axis[0])
+    oo, oi = s[BF].split(s[BF].op.reduce_axis[0], factor=4)
+    s[BF].bind(oi, te.thread_axis("threadIdx.y"))
+    text = _check_rows(s, A, B)
+    assert 'over=threadIdx.y "threadIdx.y"' in text and 'over=threadIdx.x "threadIdx.x"' in text
+
+
+def test_reduction_attached_in_a_consumer_kernel():
+    """A row sum in shared memory, attached in its consumer's block loop, then a division."""
+    n, m = 6, 40
+    A = te.placeholder((n, m), "float32", name="A")
+    k = te.reduce_axis((0, m), "k")
+    M = te.compute((n,), lambda i: te.sum(A[i, k], axis=k), name="M")
+    C = te.compute((n, m), lambda i, j: A[i, j] / M[i], name="C")
+    s = te.create_schedule(C.op)
+    s[C].bind(C.op.axis[0], te.thread_axis("blockIdx.x"))
+    jo, ji = s[C].split(C.op.axis[1], factor=8)
+    s[C].bind(ji, te.thread_axis("threadIdx.x"))
+    s[M].compute_at(s[C], C.op.axis[0])
+    s[M].set_scope("shared")
+    ko, ki = s[M].split(M.op.reduce_axis[0], factor=8)
+    tx = te.thread_axis("threadIdx.x")
+    s[M].bind(ki, tx)
+    s[M].set_store_predicate(tx.var.equal(0))
+    a = _inputs((n, m), "float32") + 2
+    (c,), text = _run(s, [A, C], [a])
+    _assert_equal(c, a / a.sum(axis=1, keepdims=True))
+    assert "allocate M[float32 * (1)] in shared" in text

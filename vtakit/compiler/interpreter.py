@@ -600,7 +600,21 @@ class Interpreter:
 
     def _g_For(self, s: ir.For) -> GenFn:
         if s.kind is ir.ForKind.THREAD_BINDING and _reduces_over(s.body, s.loop_var):
-            raise CompileError(f"all-reduce over {s.thread_tag} nested in the threads of another all-reduce")
+            # a group inside a thread of another group: it runs to completion within that thread,
+            # so it may not hold an all-reduce of the enclosing group
+            others = {n.thread.name for n in _all_reduces(s.body) if n.thread is not s.loop_var
+                      and not _bound_inside(s.body, n.thread)}
+            if others:
+                raise CompileError(f"an all-reduce over {', '.join(sorted(others))} inside the {s.thread_tag} loop "
+                                   f"{s.loop_var.name}, which reduces over its own threads; nest the all-reduces "
+                                   "of different thread indices in separate loops")
+            launch = self._thread_group(s)
+
+            def nested(env: Env) -> Iterator[_Arrival]:
+                launch(env)
+                yield from ()
+
+            return nested
         fmin, fext, body, var = self.expr(s.min), self.expr(s.extent), self.gstmt(s.body), s.loop_var
 
         def loop(env: Env) -> Iterator[_Arrival]:
@@ -703,6 +717,24 @@ def _send(gen: Iterator[_Arrival], value: Any) -> _Arrival | None:
         return gen.send(value)  # type: ignore[attr-defined]
     except StopIteration:
         return None
+
+
+def _all_reduces(body: ir.Stmt) -> list[ir.AllReduce]:
+    out: list[ir.AllReduce] = []
+    ir.walk(body, lambda n: out.append(n) if isinstance(n, ir.AllReduce) else None)
+    return out
+
+
+def _bound_inside(body: ir.Stmt, var: ir.Var) -> bool:
+    found = False
+
+    def visit(n: Any) -> None:
+        nonlocal found
+        if isinstance(n, ir.For) and n.loop_var is var:
+            found = True
+
+    ir.walk(body, visit)
+    return found
 
 
 def _reduces_over(body: ir.Stmt, thread: ir.Var) -> bool:

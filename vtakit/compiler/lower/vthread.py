@@ -51,6 +51,8 @@ def _touched(body: ir.Stmt, var: ir.Var) -> set[ir.Var]:
                 new.append(n.loop_var)
             elif isinstance(n, ir.BufferStore) and (dep(n.value) or any(dep(i) for i in n.indices)):
                 new.append(n.buffer.data)
+            elif isinstance(n, ir.AllReduce) and (dep(n.value) or dep(n.condition) or any(dep(i) for i in n.indices)):
+                new.append(n.buffer.data)
             elif isinstance(n, ir.Call) and n.op == "tvm_access_ptr" and any(
                     isinstance(a, ir.PrimExpr) and a is not n.args[1] and dep(a) for a in n.args):
                 new.append(n.args[1])
@@ -101,6 +103,12 @@ class _BufferSplitter(ir.IRMutator):
         buf, idx = self._shift(node.buffer, indices[0])
         return ir.BufferStore(buf, self.visit(node.value), (idx,) + indices[1:])
 
+    def visit_AllReduce(self, node: ir.AllReduce) -> ir.Stmt:
+        indices = tuple(self.visit(i) for i in node.indices)
+        buf, idx = self._shift(node.buffer, indices[0])
+        return ir.AllReduce(node.combiner, self.visit(node.value), self.visit(node.condition), buf,
+                            (idx,) + indices[1:], node.thread, node.thread_tag)
+
     def visit_Call(self, node: ir.Call) -> ir.PrimExpr:
         node = self.generic_visit(node)
         if node.op == "tvm_access_ptr" and node.args[1] in self.split:
@@ -123,7 +131,7 @@ class _Injector:
     def needs(self, s: ir.Stmt) -> bool:
         if self.dep(s):
             return True
-        return not self.allow_share and ir.contains(s, (ir.BufferStore, ir.Evaluate))
+        return not self.allow_share and ir.contains(s, (ir.BufferStore, ir.AllReduce, ir.Evaluate))
 
     def replicate(self, s: ir.Stmt) -> ir.Stmt:
         if not ir.contains(s, ir.For) and self.n < 16:
