@@ -371,7 +371,8 @@ def test_interpreter_all_threads_contribute_before_any_reads():
 
 def test_interpreter_rejects_a_divergent_all_reduce():
     with pytest.raises(CompileError, match=r"divergent all-reduce over threadIdx.x \(threadIdx.x\): thread "
-                                           r"threadIdx.x=3 finished while others wait at the all-reduce into t; every thread"):
+                                           r"threadIdx.x=3 finished while others wait at the all-reduce into t; "
+                                           r"every thread"):
         run(_kernel(guard_threads=3), np.arange(8, dtype=np.int32), np.zeros(1, np.int32))
 
 

@@ -2,8 +2,8 @@
 
 A small TIR: scalar/vector expressions, buffers, and statements (For with a kind, Allocate with
 a scope, BufferLoad/BufferStore, IfThenElse, AttrStmt, Evaluate of intrinsic calls, SeqStmt,
-LetStmt, AllReduce across GPU threads). Tensor expressions lower to it; passes rewrite it; the interpreter executes it; the
-llvm, nvptx and vta backends generate code from it.
+LetStmt, AllReduce across GPU threads). Tensor expressions lower to it; passes rewrite it; the
+interpreter executes it; the llvm, nvptx and vta backends generate code from it.
 
 Nodes are immutable and compared by identity; ``==`` on expressions builds an ``EQ`` node, as in
 TVM, so use :func:`structural_equal` to compare trees. Python numbers mix freely with expressions

@@ -26,6 +26,7 @@ from vtakit.compiler.te.schedule import Stage
 
 if TYPE_CHECKING:
     from vtakit.compiler.lower.bound import StageInfo
+    from vtakit.compiler.lower.schedule_ops import _Builder
 
 __all__ = ["thread_bound_reduce_axes", "make_cross_thread_reduction"]
 
@@ -51,7 +52,7 @@ def _guard(conds: Sequence[ir.PrimExpr], body: ir.Stmt) -> ir.Stmt:
     return body if not conds else ir.IfThenElse(_all(conds), body)
 
 
-def make_cross_thread_reduction(builder, st: Stage, info: "StageInfo", body: ir.Reduce,
+def make_cross_thread_reduction(builder: "_Builder", st: Stage, info: "StageInfo", body: ir.Reduce,
                                 out_idx: tuple[ir.PrimExpr, ...],
                                 store_preds: Sequence[ir.PrimExpr]) -> ir.Stmt:
     """The loop nest of stage ``st`` (``body`` is its reduction, root variables substituted)

@@ -3,8 +3,9 @@
 A stage records its iteration-variable relations (split / fuse), the current leaf order, per-axis
 annotations (loop kind, thread binding, pragmas, tensorize), where it is attached, its storage
 scope and its store predicate. A reduction axis bound to ``threadIdx.*`` makes the stage a
-cross-thread reduction (:mod:`vtakit.compiler.lower.allreduce`). The schedule's dataflow rewrites (``cache_read``/``cache_write``) edit the stages' bodies
-and never the user's operations, so several schedules can be made from one set of tensors.
+cross-thread reduction (:mod:`vtakit.compiler.lower.allreduce`). The schedule's dataflow
+rewrites (``cache_read``/``cache_write``/``rfactor``) edit the stages' bodies and never the
+user's operations, so several schedules can be made from one set of tensors.
 Lowering (:mod:`vtakit.compiler.lower`) turns all of it into loop IR.
 """
 
