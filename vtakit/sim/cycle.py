@@ -50,6 +50,7 @@ timeline of :mod:`vtakit.sim.timeline`.
 
 from __future__ import annotations
 
+import operator
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -284,7 +285,7 @@ class _Core:
                            MemId.ACC_8BIT: config.acc8_elem_bytes}
         # fetch (§2)
         self.count = len(self.insns)
-        self.slot0 = launch.insn_addr // isa.INSN_BYTES
+        self.slot0 = operator.index(launch.insn_addr) // isa.INSN_BYTES   # (a numpy scalar would wrap)
         self.insn_beats = max(1, isa.INSN_BYTES // self.bus)
         self.requested = 0
         self.fetch_next = self._fetch_burst()          # instructions in fetch's next request (0: all requested)
@@ -566,6 +567,22 @@ class _Core:
             dram_read_bytes=self.memory.read_bytes, dram_write_bytes=self.write_bytes, sim_seconds=seconds)
 
 
+_WINDOW_CHECK = 1 << 12
+
+
+def _most_bursts(insns: list, config: VTAConfig) -> int:
+    """More read bursts than ``insns`` can ever have in flight: one per instruction (fetch) plus every
+    LOAD's data beats (every burst has at least one)."""
+    elem, _ = _element_bytes(config)
+    total = len(insns) + 1
+    for insn in insns:
+        if isinstance(insn, MemInsn) and insn.opcode != Opcode.STORE and insn.x_size:
+            size = elem[insn.memory_type] if 0 <= insn.memory_type < len(elem) else 0
+            if size > 0:
+                total += insn.x_size * insn.y_size * (size // min(size, config.bus_bytes))
+    return total
+
+
 class _Solver:
     """The default engine: the rules of §2-§5 solved as recurrences, one instruction at a time.
 
@@ -614,6 +631,8 @@ class _Solver:
         self.bus = config.bus_bytes
         self.latency = config.dram_latency
         self.limit = config.dram_outstanding
+        if self.limit > _WINDOW_CHECK:           # a window larger than all the bursts never fills: same as
+            self.limit = min(self.limit, _most_bursts(insns, config))   # that size (lasts stays small)
         self.token_depth = config.token_queue_depth
         # per instruction (-1: not yet)
         self.fetched = [-1] * n
@@ -647,7 +666,7 @@ class _Solver:
         self.fetch_memory = self.fetch_queue = 0
         self.head_since = 1
         # fetch (§2) and the read side of memory (§5)
-        self.slot0 = launch.insn_addr // isa.INSN_BYTES
+        self.slot0 = operator.index(launch.insn_addr) // isa.INSN_BYTES   # (a numpy scalar would wrap)
         self.insn_beats = max(1, isa.INSN_BYTES // self.bus)
         self.insn_beat_bytes = min(isa.INSN_BYTES, self.bus)
         self.requested = 0
@@ -1048,9 +1067,13 @@ def simulate(launch: Launch, *, stepping: bool = False, every_cycle: bool = Fals
     began = time.perf_counter()
     if engine not in ENGINES:
         raise SimError(f"unknown cycle-model engine {engine!r}; expected one of {list(ENGINES)}")
-    if launch.insn_addr % isa.INSN_BYTES:
+    try:
+        insn_addr = operator.index(launch.insn_addr)
+    except TypeError:
+        raise ProgramError(f"instruction address {launch.insn_addr!r} is not an integer") from None
+    if insn_addr % isa.INSN_BYTES:
         raise ProgramError(f"instruction address {launch.insn_addr:#x} is not {isa.INSN_BYTES}-byte aligned")
-    if launch.insn_addr < 0 or launch.insn_addr + isa.INSN_BYTES * len(launch.insns) > launch.dram.size:
+    if insn_addr < 0 or insn_addr + isa.INSN_BYTES * len(launch.insns) > launch.dram.size:
         raise MemoryAccessError(f"instruction stream of {len(launch.insns)} instructions at {launch.insn_addr:#x} "
                                 f"runs past the end of DRAM ({launch.dram.size} bytes)")
     if launch.trace is not None and Path(launch.trace).suffix != ".json":

@@ -34,6 +34,14 @@
 #define MAX_BURST 256           /* AXI beats per burst (§4) */
 #define BOUNDARY 4096           /* bursts never cross 4 KiB (§4) */
 #define NEVER ((int64_t)1 << 62)
+/* Bounds that keep every cycle in int64 with room to spare: one step of the recurrences adds at most
+ * a GEMM's micro-ops (< 2^42), a DMA's beats or pads (< 2^46) or the DRAM latency (<= MAX_LATENCY)
+ * to a known cycle, so a run that stops at CYCLE_CAP never reaches NEVER (the Python solver's
+ * sentinel too) nor overflows. Configurations beyond the bounds, and runs beyond the cap, are
+ * declined (the Python solver, on unbounded integers, runs them). */
+#define CYCLE_CAP ((int64_t)1 << 60)
+#define MAX_LATENCY ((int64_t)1 << 40)
+#define MAX_BYTES ((int64_t)1 << 16)   /* bus and element sizes (VTAConfig's are <= 16 KiB) */
 
 enum { LOAD, COMPUTE, STORE, NMODULES };
 enum { IDLE, WAIT, EXEC, RETIRE };
@@ -115,6 +123,8 @@ typedef struct {
     int64_t lasts_head;         /* index of the O-th latest, lasts[-O] in cycle.py */
     vec_t reads;                /* (instruction or -1 for fetch, first beat, last beat) per burst, accepted order */
     int64_t done_cycle, events;
+    int64_t load_beats;         /* data beats of every LOAD, saturating at NEVER: bounds the bursts */
+    const char *why;            /* set when a run must be declined midway (CYCLE_CAP) */
 } solver_t;
 
 static Py_ssize_t fetch_burst(const solver_t *s)
@@ -140,6 +150,32 @@ static inline int64_t field(const uint64_t w[2], const int32_t (*row)[3], int k)
     return value;
 }
 #define F(name) field(w, row, VTA_F_##name)
+
+/* Whether a layout table is one this core can decode safely: every field inside the 128-bit word and
+ * within one 64-bit half, and the fields the solver multiplies narrow enough that no product of
+ * them overflows (isa.layout's are at most 16 bits; DRAM_BASE 32). */
+static int layout_ok(const vta_layout *layout)
+{
+    for (int op = 0; op < VTA_NOPCODES; op++)
+        for (int k = 0; k < VTA_NFIELDS; k++) {
+            const int32_t offset = layout->f[op][k][0], width = layout->f[op][k][1], sign = layout->f[op][k][2];
+            int limit = 64;
+            switch (k) {
+            case VTA_F_DRAM_BASE:
+                limit = 32;
+                break;
+            case VTA_F_X_SIZE: case VTA_F_Y_SIZE: case VTA_F_X_STRIDE: case VTA_F_Y_PAD_0: case VTA_F_Y_PAD_1:
+            case VTA_F_X_PAD_0: case VTA_F_X_PAD_1: case VTA_F_UOP_BGN: case VTA_F_UOP_END: case VTA_F_ITER_OUT:
+            case VTA_F_ITER_IN:
+                limit = 20;
+                break;
+            }
+            if (width < 0 || width > limit || (sign != 0 && sign != 1) || (width && (offset < 0 || offset > 127
+                                                                                       || (offset & 63) + width > 64)))
+                return 0;
+        }
+    return 1;
+}
 
 /* Decode and classify every instruction as check_program routes it; NULL when all is understood,
  * else why not (the caller declines). */
@@ -235,6 +271,8 @@ static const char *load_program(solver_t *s, const uint8_t *stream, const vta_la
             /* bounds the work: a LOAD reading more than the DRAM holds is fsim's MemoryAccessError */
             if (t->x_size * t->y_size * elem > s->dram_size)
                 return "DMA larger than DRAM";
+            if (s->load_beats < NEVER)
+                s->load_beats += t->x_size * t->y_size * (elem / beat);
         }
     }
     if (finishes != 1)
@@ -352,7 +390,8 @@ static int64_t start_dma(solver_t *s, int m, Py_ssize_t i, int64_t cycle)
         const int64_t elem = s->out_elem, beat = elem < s->bus ? elem : s->bus;
         const int64_t total = t->x_size * t->y_size * (elem / beat);
         s->write_beats[i] = total;
-        s->write_bytes += total * beat;
+        if (__builtin_add_overflow(s->write_bytes, total * beat, &s->write_bytes))
+            s->why = "byte count overflow";
         if (total)
             s->memory_stall[m] += 1;          /* the cycle waiting for the last write response */
         return start + total;
@@ -362,7 +401,8 @@ static int64_t start_dma(solver_t *s, int m, Py_ssize_t i, int64_t cycle)
     if (!data)
         return pads ? start + pads - 1 : start;
     const int64_t elem = s->elem[t->mem], beat = elem < s->bus ? elem : s->bus, k = elem / beat;
-    s->read_bytes += data * elem;
+    if (__builtin_add_overflow(s->read_bytes, data * elem, &s->read_bytes))
+        s->why = "byte count overflow";
     s->memory_stall[m] -= cycle + pads + data * k;       /* + e when the last beat is known */
     bursts_init(&s->reading[m], t->x_size * k, t->y_size, (uint64_t)(t->dram_base * elem),
                 (uint64_t)(t->x_stride * elem), beat);
@@ -428,6 +468,11 @@ static int advance(solver_t *s, int m)
                     break;
                 }
             }
+            if (e >= CYCLE_CAP) {
+                s->why = "cycles beyond 2^60";
+                wait = ON_NOTHING;
+                break;
+            }
             s->finished[i] = e;
             state = RETIRE;
             cursor = e + 1;
@@ -488,7 +533,7 @@ static void lasts_append(solver_t *s, int64_t last)
 /* Accept bursts, each in the earliest cycle in which a requester presents and the window is open,
  * to the highest-priority one (fetch > compute > load), until an acceptance may unblock someone:
  * returns whom (-1: nobody presents, ever: a deadlock; -2: a burst it cannot cut; -3: out of
- * memory). Fewer than O bursts are in flight in cycle c iff the O-th latest accepted one has its
+ * memory; -4: a beat beyond CYCLE_CAP). Fewer than O bursts are in flight in cycle c iff the O-th latest accepted one has its
  * last beat before c (the DRAM serves bursts in order, so last beats grow with acceptance). */
 static int arbitrate(solver_t *s)
 {
@@ -521,6 +566,8 @@ static int arbitrate(solver_t *s)
         const int64_t k = s->insn_beats;
         const int64_t first = c + latency > last ? c + latency : last + 1;
         last = first + (int64_t)n * k - 1;
+        if (last >= CYCLE_CAP)
+            return -4;
         lasts_append(s, last);
         s->chan_last = last;
         if (vec_push3(&s->reads, -1, first, last) < 0)
@@ -552,6 +599,8 @@ static int arbitrate(solver_t *s)
             return -2;
         const int64_t first = c + latency > last ? c + latency : last + 1;
         last = first + beats - 1;
+        if (last >= CYCLE_CAP)
+            return -4;
         lasts_append(s, last);
         if (vec_push3(&s->reads, i, first, last) < 0)
             return -3;
@@ -587,7 +636,7 @@ static const char *run(solver_t *s)
     for (;;) {
         /* Resolve every cycle that known cycles determine: `wake` holds the components whose inputs
          * changed; each reports whom it unblocks. */
-        while (wake) {
+        while (wake && !s->why) {
             if (wake & WAKE_DISPATCH) {
                 wake ^= WAKE_DISPATCH;
                 wake |= dispatch(s);
@@ -597,6 +646,8 @@ static const char *run(solver_t *s)
                 wake |= advance(s, m);
             }
         }
+        if (s->why)
+            return s->why;
         if (s->done_cycle >= 0)
             return NULL;
         s->events++;
@@ -605,8 +656,10 @@ static const char *run(solver_t *s)
             return "deadlock";
         if (wake == -2)
             return "burst layout";
-        if (wake < 0)
+        if (wake == -3)
             return "out of memory";
+        if (wake < 0)
+            return "cycles beyond 2^60";
     }
 }
 
@@ -714,6 +767,10 @@ static const char *solver_setup(solver_t *s, int64_t insn_addr)
         if (!s->lists[m])
             return "out of memory";
     }
+    /* Every burst is at least one beat (fetch: one instruction), so at most n + load_beats are ever
+     * in flight: a larger window never fills, exactly like one of that size (and is not allocated). */
+    if (s->limit > n + s->load_beats)
+        s->limit = n + s->load_beats;
     s->freed_by = PyMem_Malloc((size_t)n * sizeof(Py_ssize_t));
     int64_t *block = PyMem_Malloc((size_t)n * 8 * sizeof(int64_t));
     s->lasts = PyMem_Malloc((size_t)s->limit * sizeof(int64_t));
@@ -775,11 +832,18 @@ static PyObject *solve(PyObject *self, PyObject *args)
         PyErr_Format(PyExc_ValueError, "layout table of %zd bytes; expected %zu", layout.len, sizeof(vta_layout));
         goto done;
     }
+    if (!layout_ok(layout.buf)) {
+        PyErr_SetString(PyExc_ValueError, "layout table with a field outside the 128-bit word or too wide");
+        goto done;
+    }
     if (stream.len == 0 || stream.len % VTA_INSN_BYTES)
         why = "stream length";
-    else if (qc < 1 || qt < 1 || limit < 1 || latency < 0 || bus < 1 || out_elem < 1 || insn_addr < 0
+    else if (qc < 1 || qt < 1 || limit < 1 || latency < 0 || latency > MAX_LATENCY || bus < 1 || bus > MAX_BYTES
+             || out_elem < 1 || out_elem > MAX_BYTES || insn_addr < 0 || insn_addr > NEVER
              || out_elem % (out_elem < bus ? out_elem : bus))
         why = "configuration";
+    else if (e_uop > MAX_BYTES || e_wgt > MAX_BYTES || e_inp > MAX_BYTES || e_acc > MAX_BYTES || e_acc8 > MAX_BYTES)
+        why = "configuration";      /* (non-positive element sizes are declined where a LOAD uses them) */
     if (why)
         goto done;
     s.qc = qc;
