@@ -143,15 +143,17 @@ def checked_stage(insn: Instruction, config: VTAConfig, index: int | None = None
             elif type(memory) is MemId and (memory is not MemId.OUT or insn.x_size == 0):   # not a plain int
                 return Stage.COMPUTE
         elif opcode is Opcode.STORE:
-            if not (insn.pop_next or insn.push_next) and (
-                    insn.x_size == 0 or (insn.memory_type is MemId.OUT and not (
+            memory = insn.memory_type
+            if not (insn.pop_next or insn.push_next) and type(memory) is MemId and (
+                    insn.x_size == 0 or (memory is MemId.OUT and not (
                         insn.y_pad_0 or insn.y_pad_1 or insn.x_pad_0 or insn.x_pad_1))):
                 return Stage.STORE
     elif kind is GemmInsn:
         if insn.opcode is Opcode.GEMM:
             return Stage.COMPUTE
     elif kind is AluInsn:
-        if insn.opcode is Opcode.ALU and (insn.alu_opcode is not AluOp.MUL or config.alu_mul):
+        alu_opcode = insn.alu_opcode
+        if insn.opcode is Opcode.ALU and type(alu_opcode) is AluOp and (alu_opcode is not AluOp.MUL or config.alu_mul):
             return Stage.COMPUTE
     elif kind is FinishInsn:
         if insn.opcode is Opcode.FINISH:
@@ -164,6 +166,17 @@ def _validate(insn: Instruction, config: VTAConfig, index: int | None) -> None:
     """:func:`validate_instruction`'s general path, field by field (every error message is here)."""
     if not isinstance(insn, (MemInsn, GemmInsn, AluInsn, FinishInsn)):
         raise ProgramError(f"instruction {index}: {insn!r} is not a VTA instruction")
+    # the opcode and enum fields must hold values the ISA has (isa.encode/decode reject the rest, and
+    # the hardware gives them no meaning: its ALU yields 0 for opcodes 5-7)
+    expected = _CLASS_OPCODES[next(cls for cls in _CLASS_OPCODES if isinstance(insn, cls))]
+    if insn.opcode not in expected:
+        raise ProgramError(f"instruction {index}: a {type(insn).__name__} with opcode {insn.opcode!r}; expected "
+                           f"{' or '.join(f'{op.name}={op.value}' for op in expected)}")
+    for name, enum_type in (("memory_type", MemId), ("alu_opcode", AluOp)):
+        value = getattr(insn, name, None)
+        if hasattr(insn, name) and not _enum_value(value, enum_type):
+            raise ProgramError(f"{describe(index, insn)}: {name}={value!r} is not one of "
+                               f"{[f'{v.name}={v.value}' for v in enum_type]}")
     stage = isa.stage_of(insn)
     legal = _LEGAL_FLAGS[stage]
     for flag in _FLAGS:
@@ -187,6 +200,19 @@ def _validate(insn: Instruction, config: VTAConfig, index: int | None) -> None:
     elif isinstance(insn, AluInsn) and insn.alu_opcode == AluOp.MUL and not config.alu_mul:
         raise ProgramError(f"{describe(index, insn)}: ALU MUL needs a configuration with ALU_MUL enabled "
                            f"({config.model} has ALU_MUL=false)")
+
+
+_CLASS_OPCODES = {MemInsn: (Opcode.LOAD, Opcode.STORE), GemmInsn: (Opcode.GEMM,), AluInsn: (Opcode.ALU,),
+                  FinishInsn: (Opcode.FINISH,)}
+
+
+def _enum_value(value: object, enum_type: type) -> bool:
+    """Whether ``value`` names a member of ``enum_type`` (any integer isa.encode takes, as it does)."""
+    try:
+        enum_type(value)
+    except (ValueError, TypeError):
+        return False
+    return True
 
 
 class DramRows(NamedTuple):

@@ -252,6 +252,11 @@ static int check_program(fs_run *r)
             if (opcode == VTA_STORE && (F(VTA_F_Y_PAD_0) || F(VTA_F_Y_PAD_1) || F(VTA_F_X_PAD_0) || F(VTA_F_X_PAD_1)))
                 return decline(r, i, "illegal instruction: STORE with padding");
         }
+        /* enum fields must name an ISA value (machine._validate; the hardware's ALU yields 0 for 5-7) */
+        if ((opcode == VTA_LOAD || opcode == VTA_STORE) && F(VTA_F_MEMORY_TYPE) > VTA_MEM_ACC_8BIT)
+            return decline(r, i, "illegal instruction: memory type %lld", (long long)F(VTA_F_MEMORY_TYPE));
+        if (opcode == VTA_ALU && F(VTA_F_ALU_OPCODE) > VTA_ALU_MUL)
+            return decline(r, i, "illegal instruction: ALU opcode %lld", (long long)F(VTA_F_ALU_OPCODE));
         if (opcode == VTA_ALU && F(VTA_F_ALU_OPCODE) == VTA_ALU_MUL && !c->alu_mul)
             return decline(r, i, "illegal instruction: ALU MUL without ALU_MUL");
         if (opcode == VTA_FINISH) {
@@ -523,8 +528,8 @@ static int do_load(fs_run *r, int64_t index, const int64_t *v, int me)
     case VTA_MEM_WGT: sram = S_WGT; elem = counted = c->wgt_bytes; counter = C_WGT; break;
     case VTA_MEM_ACC: sram = S_ACC; elem = counted = c->acc_bytes; counter = C_ACC; break;
     case VTA_MEM_ACC_8BIT: sram = S_ACC; elem = c->acc8_bytes; counted = c->acc_bytes; counter = C_ACC; break;
-    default:
-        return decline(r, index, "LOAD of memory type %lld is not supported", (long long)v[VTA_F_MEMORY_TYPE]);
+    default:   /* OUT and types past ACC_8BIT: check_program declined them */
+        return decline(r, index, "illegal instruction: LOAD of memory type %lld", (long long)v[VTA_F_MEMORY_TYPE]);
     }
     const int64_t y_size = v[VTA_F_Y_SIZE], x_size = v[VTA_F_X_SIZE];
     const int64_t y_pad_0 = v[VTA_F_Y_PAD_0], x_pad_0 = v[VTA_F_X_PAD_0];
@@ -821,9 +826,7 @@ static int do_alu(fs_run *r, int64_t index, const int64_t *v, int me)
     const int64_t bgn = v[VTA_F_UOP_BGN], end = v[VTA_F_UOP_END];
     if (end <= bgn || iter_out == 0 || iter_in == 0)
         return 0;
-    const int64_t op = v[VTA_F_ALU_OPCODE];
-    if (op > VTA_ALU_MUL)
-        return decline(r, index, "ALU opcode %lld is not supported", (long long)op);
+    const int64_t op = v[VTA_F_ALU_OPCODE];   /* MIN..MUL: check_program declined the rest */
     const int use_imm = v[VTA_F_USE_IMM] != 0;
     const int64_t imm = v[VTA_F_IMM];
     const int64_t depths[3] = {c->depth[S_ACC], use_imm ? -1 : c->depth[S_ACC], -1};

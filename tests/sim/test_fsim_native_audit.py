@@ -1,0 +1,337 @@
+"""Second reader's audit of fsim's compiled core (csrc/fsim_core.c): new inputs, same contract.
+
+The contract (vtakit/sim/native.py): the core completes only programs the Python engine accepts,
+leaving identical DRAM, SRAMs, written masks, counters and stall statistics; everything Python
+rejects it declines with DRAM restored byte for byte, and Python then raises its usual error.
+
+The inputs here are built to reach corners the author's tests do not: random programs with
+fields pushed to their extremes (widths' maxima, SRAM depths, DRAM's end, overlapping strides,
+padding on every side), bit-flipped encoded streams, garbage instruction words fed to the core
+directly, DRAM images that are tiny or not a multiple of any element, and instruction objects of
+unusual types. The campaigns double as the sanitizer workload (see ``scripts``-free recipe in
+the module's ``__main__``: build the core with ``-fsanitize=address,undefined`` out of tree and
+run this file with it preloaded).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+
+import numpy as np
+import pytest
+
+from tests.sim.test_fsim_corpus import CONFIGS
+from vtakit.errors import DeadlockError, MemoryAccessError, ProgramError, RaceError, SimError
+from vtakit.hw import isa
+from vtakit.hw.config import VTAConfig
+from vtakit.hw.isa import AluInsn, AluOp, FinishInsn, GemmInsn, MemId, MemInsn, Opcode
+from vtakit.runtime.random_program import random_program
+from vtakit.sim import fsim, native
+from vtakit.sim.machine import Machine
+
+pytestmark = pytest.mark.skipif(native.core("_fsim_core") is None, reason="the compiled fsim core is not built")
+
+SMALL = VTAConfig.small()
+SRAMS = ("uop", "inp", "wgt", "acc", "out", "_written")
+# corner configurations besides test_fsim_corpus's: wide blocks, ALU MUL, tiny SRAMs and queues
+AUDIT_CONFIGS = {
+    **CONFIGS,
+    "block_in32": VTAConfig.small(log_block_in=5, log_block_out=3, log_inp_buff_size=12, log_wgt_buff_size=14,
+                                  log_acc_buff_size=13, log_uop_buff_size=12),
+    "batch2_block_in64": VTAConfig.small(log_block_in=6, log_block_out=2, log_batch=1, log_inp_buff_size=12,
+                                         log_wgt_buff_size=14, log_acc_buff_size=13, log_uop_buff_size=12),
+    "alu_mul_tiny": VTAConfig.small(alu_mul=True, log_uop_buff_size=7, log_inp_buff_size=6, log_wgt_buff_size=7,
+                                    log_acc_buff_size=8, token_queue_depth=2, cmd_queue_depth=2),
+}
+# the decline reason's start for each error class of the Python engine
+REASONS = {RaceError: ("data race",), DeadlockError: ("deadlock",),
+           MemoryAccessError: ("uninitialised read", "out of range"),
+           ProgramError: ("illegal instruction", "FINISH", "unbalanced tokens")}
+_FLAGS = ("pop_prev", "pop_next", "push_prev", "push_next")
+_LOOP_LIMIT = 1 << 18   # micro-op executions a fuzzed program may ask for (keeps both engines fast)
+
+
+def _reason_kind(reason: str) -> str:
+    return reason.split(": ", 1)[1] if reason.startswith("instruction ") else reason
+
+
+@dataclasses.dataclass
+class Outcome:
+    """One program on both engines: what each did, compared."""
+
+    python: str        # "ok" or the Python error's class name
+    native: str        # "ok" or "declined"
+    reason: str = ""   # the core's decline reason
+
+
+def compare(config: VTAConfig, insns: list, dram: np.ndarray, encoded: bytes | None = None) -> Outcome:
+    """Run ``insns`` on both engines (each on its own copy of ``dram``) and assert the contract:
+    accepted by Python -> completed natively with the very same state; rejected with a SimError ->
+    declined natively, DRAM untouched. Any other exception from Python is a bug of its own."""
+    py_dram, native_dram = dram.copy(), dram.copy()
+    try:
+        py = fsim.simulate(config, insns, py_dram, engine="python")
+    except SimError as exc:
+        py = exc
+    run, reason = fsim._native_run(config, insns, native_dram, encoded, True)
+    if isinstance(py, SimError):
+        assert run is None, f"the core completed a program the Python engine rejects: {py!r}"
+        assert np.array_equal(native_dram, dram), f"a declined run changed DRAM ({reason})"
+        return Outcome(type(py).__name__, "declined", reason)
+    assert run is not None, f"the core declined a program the Python engine accepts: {reason}"
+    assert np.array_equal(py_dram, native_dram), f"DRAM differs at {np.flatnonzero(py_dram != native_dram)[:8]}"
+    for name in SRAMS:
+        assert np.array_equal(getattr(py.machine, name), getattr(run.machine, name)), name
+    assert run.machine.counters == py.machine.counters
+    assert (run.fetch_stalls, run.push_stalls) == (py.fetch_stalls, py.push_stalls)
+    return Outcome("ok", "ok")
+
+
+# ---------------------------------------------------------------------------- extreme-field mutants
+def _field_width(config: VTAConfig, insn, name: str) -> tuple[int, bool] | None:
+    opcode = Opcode(insn.opcode)
+    for field in isa.layout(opcode, config):
+        if field.name == name:
+            return field.width, field.signed
+    return None
+
+
+def _extreme(config: VTAConfig, insn, name: str, rng: random.Random, dram_size: int) -> int:
+    """A value at an edge of field ``name``: 0, 1, the width's maximum, an SRAM depth, DRAM's end..."""
+    width, signed = _field_width(config, insn, name)
+    top = (1 << (width - 1)) - 1 if signed else (1 << width) - 1
+    low = -(1 << (width - 1)) if signed else 0
+    depths = [config.uop_depth, config.inp_depth, config.wgt_depth, config.acc_depth]
+    candidates = [low, 0, 1, 2, top, top - 1, rng.randint(low, top), rng.randint(0, min(top, 8))]
+    candidates += [min(top, d + k) for d in depths for k in (-1, 0, 1)]
+    if name == "dram_base" and isinstance(insn, MemInsn):
+        elem = {MemId.UOP: config.uop_elem_bytes, MemId.INP: config.inp_elem_bytes, MemId.WGT: config.wgt_elem_bytes,
+                MemId.ACC: config.acc_elem_bytes, MemId.ACC_8BIT: config.acc8_elem_bytes,
+                MemId.OUT: config.out_elem_bytes}.get(insn.memory_type, 1)
+        end = dram_size // elem
+        candidates += [max(0, end - k) for k in (0, 1, 2, insn.x_size, insn.x_size + 1)]
+    if name == "x_stride" and isinstance(insn, MemInsn):
+        candidates += [max(0, insn.x_size - 1), 0, insn.x_size + 1]
+    return max(low, min(top, rng.choice(candidates)))
+
+
+def extreme_mutant(config: VTAConfig, seed: int) -> tuple[list, np.ndarray]:
+    """A random program with one to three fields of one to three instructions at an extreme, its
+    micro-op loops bounded by _LOOP_LIMIT, on its DRAM image, sometimes cut short or grown to an odd size."""
+    rng = random.Random(seed)
+    program = random_program(config, seed)
+    insns = list(program.insns)
+    dram = program.initial_dram()
+    if rng.random() < 0.3:   # a DRAM size that is no multiple of any element
+        size = max(0, len(dram) + rng.choice([-1, 1, 3, -17, 7 - len(dram), 1 - len(dram), -len(dram)]))
+        cut = np.zeros(size, dtype=np.uint8)
+        cut[:min(size, len(dram))] = dram[:size]
+        dram = cut
+    for _ in range(rng.randint(1, 3)):
+        k = rng.randrange(len(insns))
+        insn = insns[k]
+        names = [f.name for f in isa.layout(Opcode(insn.opcode), config) if f.name != "opcode"]
+        changes = {}
+        for _ in range(rng.randint(1, 3)):
+            name = rng.choice(names)
+            if name in _FLAGS or name in ("reset_reg", "use_imm"):
+                changes[name] = not getattr(insn, name)
+            elif name == "memory_type":
+                changes[name] = MemId(rng.randrange(len(MemId)))
+            elif name == "alu_opcode":
+                changes[name] = AluOp(rng.randrange(len(AluOp)))
+            else:
+                changes[name] = _extreme(config, insn, name, rng, len(dram))
+        insns[k] = dataclasses.replace(insn, **changes)
+    for insn in insns:   # keep both engines quick: a loop of 2**40 micro-ops may be valid, and take hours
+        if isinstance(insn, (GemmInsn, AluInsn)) and insn.iter_out * insn.iter_in * max(
+                0, insn.uop_end - insn.uop_bgn) > _LOOP_LIMIT:
+            reach = (insn.iter_out - 1) * insn.dst_factor_out + (insn.iter_in - 1) * insn.dst_factor_in
+            if reach < config.acc_depth:   # not out of range for sure (which both engines see at once)
+                return extreme_mutant(config, seed + 1_000_003)
+    return insns, dram
+
+
+# ---------------------------------------------------------------------------- bit-flipped streams
+def _lenient_decode(stream: bytes, config: VTAConfig) -> list | None:
+    """isa.decode, or None when the words hold values the ISA has no name for (opcode 5-7, memory
+    type 6-7, ALU opcode 5-7)."""
+    try:
+        return isa.decode(stream, config)
+    except Exception:   # noqa: BLE001 - ISAError: not a program of the ISA
+        return None
+
+
+def flipped_stream(config: VTAConfig, seed: int) -> tuple[bytes, list | None, np.ndarray]:
+    """A random program's encoded stream with 1-4 random bits flipped (opcode bits included)."""
+    rng = random.Random(seed)
+    program = random_program(config, seed)
+    stream = bytearray(isa.encode(program.insns, config))
+    for _ in range(rng.randint(1, 4)):
+        bit = rng.randrange(len(stream) * 8) if rng.random() < 0.8 else 128 * rng.randrange(len(stream) // 16) + \
+            rng.randrange(3)
+        stream[bit // 8] ^= 1 << (bit % 8)
+    return bytes(stream), _lenient_decode(bytes(stream), config), program.initial_dram()
+
+
+def _machine_arrays(config: VTAConfig, dram: np.ndarray) -> tuple:
+    m = Machine(config, dram)
+    return m, (m.uop, m.inp, m.wgt, m.acc, m.out, m._written)
+
+
+def run_raw(config: VTAConfig, stream: bytes, dram: np.ndarray):
+    """The core on a raw stream (no encoder in between): its result and the machine it wrote."""
+    machine, arrays = _machine_arrays(config, dram)
+    _, layout, params = fsim._native_config(config)
+    return native.core("_fsim_core").run(layout, stream, params, dram, *arrays, True), machine
+
+
+def check_flipped(config: VTAConfig, seed: int) -> str:
+    """A bit-flipped stream on the core directly: when it decodes, the core agrees with Python on its
+    instructions; when it does not (no ISA meaning), the core declines and DRAM is untouched."""
+    stream, insns, dram = flipped_stream(config, seed)
+    if insns is not None:
+        outcome = compare(config, insns, dram, stream)
+        return f"{outcome.python}/{outcome.native}"
+    before = dram.copy()
+    result, _ = run_raw(config, stream, dram)
+    assert type(result) is str, "the core completed a stream the ISA cannot decode"
+    assert np.array_equal(dram, before)
+    return "undecodable/declined"
+
+
+def garbage_stream(config: VTAConfig, seed: int) -> tuple[bytes, np.ndarray]:
+    """Random instruction words (biased towards few pops/pushes and a FINISH last) on a tiny DRAM."""
+    rng = np.random.default_rng(seed)
+    count = int(rng.integers(1, 12))
+    words = rng.integers(0, 1 << 64, size=(count, 2), dtype=np.uint64, endpoint=False)
+    words[:, 0] &= ~np.uint64(0b1111000)          # no flags: tokens balance trivially
+    if rng.random() < 0.8:
+        words[-1, 0] = (words[-1, 0] & ~np.uint64(0b1111111)) | np.uint64(int(Opcode.FINISH))
+    dram = rng.integers(0, 256, int(rng.choice([0, 1, 3, 16, 17, 255, 4096])), dtype=np.uint8)
+    return words.astype("<u8").tobytes(), dram
+
+
+def check_garbage(config: VTAConfig, seed: int) -> str:
+    stream, dram = garbage_stream(config, seed)
+    insns = _lenient_decode(stream, config)
+    if insns is not None:
+        outcome = compare(config, insns, dram, stream)
+        return f"{outcome.python}/{outcome.native}"
+    before = dram.copy()
+    result, _ = run_raw(config, stream, dram)
+    assert type(result) is str and np.array_equal(dram, before)
+    return "undecodable/declined"
+
+
+def _tally(outcomes: list[str]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for o in outcomes:
+        counts[o] = counts.get(o, 0) + 1
+    return counts
+
+
+# ---------------------------------------------------------------------------- quick campaigns
+@pytest.mark.parametrize("config_name", ["small", "in4_out8", "block_in32", "alu_mul_tiny"])
+def test_extreme_field_mutants(config_name):
+    config = AUDIT_CONFIGS[config_name]
+    tally = _tally([f"{o.python}/{o.native}" for o in (compare(config, *extreme_mutant(config, seed))
+                                                        for seed in range(60))])
+    assert tally.get("ok/ok", 0) >= 3 and sum(v for k, v in tally.items() if k != "ok/ok") >= 20, tally
+
+
+@pytest.mark.parametrize("config_name", ["small", "batch2_block8"])
+def test_bit_flipped_streams(config_name):
+    tally = _tally([check_flipped(AUDIT_CONFIGS[config_name], seed) for seed in range(80)])
+    assert tally.get("undecodable/declined", 0) >= 1 and tally.get("ok/ok", 0) >= 3, tally
+
+
+def test_garbage_words_on_tiny_dram():
+    tally = _tally([check_garbage(SMALL, seed) for seed in range(300)])
+    assert tally.get("undecodable/declined", 0) >= 100, tally
+
+
+# ---------------------------------------------------------------------------- illegal enum values
+def _ld(mem, sram=0, dram=0, y=1, x=1, **kw):
+    return MemInsn(opcode=Opcode.LOAD, memory_type=mem, sram_base=sram, dram_base=dram, y_size=y, x_size=x,
+                   x_stride=x, **kw)
+
+
+@pytest.mark.parametrize("op", [5, 6, 7])
+@pytest.mark.parametrize("loop", ["imm", "tensor", "empty"])
+def test_alu_opcodes_past_mul_are_illegal_on_every_path(op, loop):
+    """ALU opcodes 5-7 name no operation (the RTL's ALU yields 0 for them): a ProgramError at the
+    static check, whatever path the loop would take; before, the vectorised path computed MAX with
+    an immediate and the core completed empty loops of them."""
+    alu = AluInsn(alu_opcode=op, use_imm=loop != "tensor", imm=5, uop_end=0 if loop == "empty" else 1)
+    insns = [_ld(MemId.UOP), _ld(MemId.ACC), alu, FinishInsn()]
+    outcome = compare(SMALL, insns, np.zeros(256, dtype=np.uint8))
+    assert outcome == Outcome("ProgramError", "declined", f"instruction 2: illegal instruction: ALU opcode {op}")
+    with pytest.raises(ProgramError, match=rf"instruction 2 \(compute: ALU {op} .*\): alu_opcode={op} is not one of "
+                                           r"\['MIN=0', 'MAX=1', 'ADD=2', 'SHR=3', 'MUL=4'\]"):
+        fsim.simulate(SMALL, insns, np.zeros(256, dtype=np.uint8))
+    with pytest.raises(ProgramError, match=f"alu_opcode={op} is not one of"):
+        fsim.check_program(insns, SMALL)
+
+
+@pytest.mark.parametrize("opcode", [Opcode.LOAD, Opcode.STORE])
+@pytest.mark.parametrize("memory_type", [6, 7])
+@pytest.mark.parametrize("x_size", [0, 1])
+def test_memory_types_past_acc8_are_illegal(opcode, memory_type, x_size):
+    """Before: LOAD raised KeyError, STORE AttributeError, a token-only STORE passed."""
+    insns = [MemInsn(opcode=opcode, memory_type=memory_type, x_size=x_size), FinishInsn()]
+    outcome = compare(SMALL, insns, np.zeros(64, dtype=np.uint8))
+    assert outcome.python == "ProgramError" and outcome.native == "declined"
+    with pytest.raises(ProgramError, match=rf"memory_type={memory_type} is not one of \['UOP=0', "):
+        fsim.simulate(SMALL, insns, np.zeros(64, dtype=np.uint8))
+
+
+@pytest.mark.parametrize("insn, expected", [
+    (MemInsn(opcode=Opcode.GEMM, memory_type=MemId.UOP), "a MemInsn with opcode <Opcode.GEMM: 2>; expected LOAD=0 "
+                                                         "or STORE=1"),
+    (MemInsn(opcode=2, memory_type=MemId.UOP), "a MemInsn with opcode 2; expected LOAD=0 or STORE=1"),
+    (GemmInsn(opcode=Opcode.ALU, uop_end=0), "a GemmInsn with opcode <Opcode.ALU: 4>; expected GEMM=2"),
+    (AluInsn(opcode=Opcode.GEMM, uop_end=0), "a AluInsn with opcode <Opcode.GEMM: 2>; expected ALU=4"),
+    (FinishInsn(opcode=Opcode.GEMM), "a FinishInsn with opcode <Opcode.GEMM: 2>; expected FINISH=3"),
+], ids=["mem_gemm", "mem_int2", "gemm_alu", "alu_gemm", "finish_gemm"])
+def test_opcode_must_match_the_instruction_class(insn, expected):
+    """Before: a MemInsn with opcode GEMM ran as a STORE, a FinishInsn with opcode GEMM as FINISH
+    (the encoder, hence the core and the RTL, reject both)."""
+    insns = [insn, FinishInsn()] if not isinstance(insn, FinishInsn) else [insn]
+    outcome = compare(SMALL, insns, np.zeros(64, dtype=np.uint8))
+    assert outcome.python == "ProgramError" and outcome.native == "declined"
+    with pytest.raises(ProgramError, match=r"instruction 0: " + expected.replace("(", r"\(").replace(")", r"\)")):
+        fsim.check_program(insns, SMALL)
+
+
+def test_legal_enum_values_as_plain_ints_still_run():
+    """The stricter check accepts plain ints and numpy ints naming members (they go the slow path)."""
+    insns = [_ld(0), _ld(np.int64(3)), AluInsn(alu_opcode=2, use_imm=True, imm=1), AluInsn(alu_opcode=np.uint8(0),
+                                                                                        use_imm=True, imm=-3),
+             FinishInsn()]
+    assert compare(SMALL, insns, np.arange(256, dtype=np.uint8)) == Outcome("ok", "ok")
+    # a bool is an integer to the encoder too (True is MAX): both engines take it alike
+    insns = [_ld(MemId.UOP), _ld(MemId.ACC), AluInsn(alu_opcode=True, use_imm=True, imm=7), FinishInsn()]
+    assert compare(SMALL, insns, np.arange(256, dtype=np.uint8)) == Outcome("ok", "ok")
+    with pytest.raises(ProgramError, match=r"alu_opcode='MAX' is not one of"):
+        fsim.check_program([AluInsn(alu_opcode="MAX"), FinishInsn()], SMALL)
+
+
+# ---------------------------------------------------------------------------- long campaigns
+@pytest.mark.slow
+@pytest.mark.parametrize("config_name", AUDIT_CONFIGS)
+def test_extreme_field_mutant_campaign(config_name):
+    config = AUDIT_CONFIGS[config_name]
+    for seed in range(60, 1060):
+        compare(config, *extreme_mutant(config, seed))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("config_name", AUDIT_CONFIGS)
+def test_bit_flip_and_garbage_campaign(config_name):
+    config = AUDIT_CONFIGS[config_name]
+    for seed in range(80, 1080):
+        check_flipped(config, seed)
+    for seed in range(300, 2300):
+        check_garbage(config, seed)
