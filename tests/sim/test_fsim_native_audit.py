@@ -153,6 +153,36 @@ def extreme_mutant(config: VTAConfig, seed: int) -> tuple[list, np.ndarray]:
     return insns, dram
 
 
+_ELEM = {MemId.UOP: "uop_elem_bytes", MemId.INP: "inp_elem_bytes", MemId.WGT: "wgt_elem_bytes",
+         MemId.ACC: "acc_elem_bytes", MemId.ACC_8BIT: "acc8_elem_bytes", MemId.OUT: "out_elem_bytes"}
+
+
+def overlap_mutant(config: VTAConfig, seed: int) -> tuple[list, np.ndarray]:
+    """A random program where one DMA is moved onto another's footprint: a LOAD reading what a
+    STORE writes (a DRAM race unless tokens order them), a STORE over another STORE or over
+    micro-ops/data a later LOAD reads, a LOAD over SRAM entries another module or loop uses
+    (micro-ops overwritten after use, INP/WGT rewritten under a GEMM)."""
+    rng = random.Random(seed)
+    program = random_program(config, seed)
+    insns = list(program.insns)
+    mems = [i for i, x in enumerate(insns) if isinstance(x, MemInsn) and x.x_size]
+    for _ in range(rng.randint(1, 2)):
+        if len(mems) < 2:
+            break
+        a, b = rng.sample(mems, 2)
+        moved, target = insns[a], insns[b]
+        if rng.random() < 0.5:   # DRAM: a's first byte onto b's (when a's elements divide it)
+            size = getattr(config, _ELEM[moved.memory_type])
+            byte = target.dram_base * getattr(config, _ELEM[target.memory_type]) + size * rng.randint(0, 2)
+            if byte % size == 0:
+                insns[a] = dataclasses.replace(moved, dram_base=byte // size)
+        elif moved.opcode == Opcode.LOAD and target.opcode == Opcode.LOAD and moved.memory_type == target.memory_type:
+            insns[a] = dataclasses.replace(moved, sram_base=target.sram_base + rng.randint(0, 1))
+        else:
+            insns[a] = dataclasses.replace(moved, sram_base=target.sram_base)
+    return insns, program.initial_dram()
+
+
 # ---------------------------------------------------------------------------- bit-flipped streams
 def _lenient_decode(stream: bytes, config: VTAConfig) -> list | None:
     """isa.decode, or None when the words hold values the ISA has no name for (opcode 5-7, memory
@@ -252,6 +282,35 @@ def test_garbage_words_on_tiny_dram():
     assert tally.get("undecodable/declined", 0) >= 100, tally
 
 
+@pytest.mark.parametrize("config_name", ["small", "shallow_queues", "batch2_block8"])
+def test_overlap_mutants(config_name):
+    """DMAs moved onto each other: races on DRAM through STORE then LOAD, SRAM rewritten under use."""
+    config = AUDIT_CONFIGS[config_name]
+    tally = _tally([compare(config, *overlap_mutant(config, seed)).python for seed in range(80)])
+    assert tally.get("RaceError", 0) >= 1 and tally.get("ok", 0) >= 10, tally
+
+
+def test_races_unchecked_alike():
+    """check_races=False: racy overlap mutants complete on both engines with the same state."""
+    completed = 0
+    for seed in range(40):
+        insns, dram = overlap_mutant(SMALL, seed)
+        py_dram, native_dram = dram.copy(), dram.copy()
+        try:
+            py = fsim.simulate(SMALL, insns, py_dram, engine="python", check_races=False)
+        except SimError:
+            assert fsim._native_run(SMALL, insns, native_dram, None, False)[0] is None
+            assert np.array_equal(native_dram, dram)
+            continue
+        run, reason = fsim._native_run(SMALL, insns, native_dram, None, False)
+        assert run is not None, reason
+        assert np.array_equal(py_dram, native_dram) and run.machine.counters == py.machine.counters
+        for name in SRAMS:
+            assert np.array_equal(getattr(py.machine, name), getattr(run.machine, name)), name
+        completed += 1
+    assert completed >= 10
+
+
 # ---------------------------------------------------------------------------- illegal enum values
 def _ld(mem, sram=0, dram=0, y=1, x=1, **kw):
     return MemInsn(opcode=Opcode.LOAD, memory_type=mem, sram_base=sram, dram_base=dram, y_size=y, x_size=x,
@@ -318,6 +377,57 @@ def test_legal_enum_values_as_plain_ints_still_run():
         fsim.check_program([AluInsn(alu_opcode="MAX"), FinishInsn()], SMALL)
 
 
+# ---------------------------------------------------------------------------- DRAM images and streams
+def _store_program():
+    return [_ld(MemId.UOP), _ld(MemId.ACC, dram=1), AluInsn(use_imm=True, imm=1, push_next=True),
+            MemInsn(opcode=Opcode.STORE, memory_type=MemId.OUT, dram_base=40, pop_prev=True, push_prev=True),
+            FinishInsn(pop_next=True)]
+
+
+def test_read_only_dram_is_a_clear_error():
+    """Before: numpy's bare ValueError ("assignment destination is read-only") from the STORE."""
+    dram = np.arange(256, dtype=np.uint8)
+    dram.flags.writeable = False
+    assert fsim._native_run(SMALL, _store_program(), dram, None, True) == (
+        None, "DRAM is not a writable contiguous 1-D uint8 array")
+    with pytest.raises(MemoryAccessError, match=r"instruction 3 \(store: STORE OUT .*\): the DRAM image is read-only; "
+                                                "a program that stores needs a writable one"):
+        fsim.simulate(SMALL, _store_program(), dram)
+    # a program without a STORE may run on read-only DRAM (on the Python engine)
+    assert fsim.simulate(SMALL, _store_program()[:2] + [FinishInsn()], dram).machine.counters["acc_load_nbytes"] > 0
+
+
+def test_dram_sizes_that_fit_no_element():
+    """Images of 0..20 bytes around a 16-byte ACC element: DMAs at DRAM's very end, in range or not."""
+    outcomes = set()
+    for size in range(0, 21):
+        for dram_base in (0, 1):
+            insns = [_ld(MemId.UOP), _ld(MemId.ACC, dram=dram_base), AluInsn(use_imm=True, imm=1, push_next=True),
+                     MemInsn(opcode=Opcode.STORE, memory_type=MemId.OUT, dram_base=4 * dram_base, pop_prev=True,
+                             push_prev=True), FinishInsn(pop_next=True)]
+            outcomes.add(compare(SMALL, insns, np.zeros(size, dtype=np.uint8)).python)
+    assert outcomes == {"ok", "MemoryAccessError"}
+
+
+def test_encoded_stream_is_trusted_as_the_program():
+    """Documents the glue's contract: ``encoded`` (Launch.encoded) must be ``isa.encode(insns)``.
+    When a caller passes another stream of the same length, the core runs that stream (as the RTL,
+    which fetches from DRAM, would) while the Python engine runs ``insns``: only its length is checked."""
+    insns = _store_program()
+    other = list(insns)
+    other[3] = dataclasses.replace(insns[3], dram_base=48)
+    stream = isa.encode(other, SMALL)
+    dram = np.arange(256, dtype=np.uint8)
+    by_stream, by_insns = dram.copy(), dram.copy()
+    fsim.simulate(SMALL, insns, by_stream, encoded=stream)
+    fsim.simulate(SMALL, insns, by_insns, engine="python")
+    assert not np.array_equal(by_stream, by_insns)
+    fsim.simulate(SMALL, other, by_insns, engine="python")   # by_insns now has both stores' bytes
+    assert np.array_equal(by_stream[48 * 4:52 * 4], by_insns[48 * 4:52 * 4])
+    # a stream of another length is not trusted
+    assert fsim._native_run(SMALL, insns, dram.copy(), stream[:-16], True)[0] is not None
+
+
 # ---------------------------------------------------------------------------- long campaigns
 @pytest.mark.slow
 @pytest.mark.parametrize("config_name", AUDIT_CONFIGS)
@@ -325,6 +435,14 @@ def test_extreme_field_mutant_campaign(config_name):
     config = AUDIT_CONFIGS[config_name]
     for seed in range(60, 1060):
         compare(config, *extreme_mutant(config, seed))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("config_name", AUDIT_CONFIGS)
+def test_overlap_mutant_campaign(config_name):
+    config = AUDIT_CONFIGS[config_name]
+    for seed in range(80, 1080):
+        compare(config, *overlap_mutant(config, seed))
 
 
 @pytest.mark.slow

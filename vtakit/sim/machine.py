@@ -546,6 +546,9 @@ class Machine:
             self.observer.sram("out", False, source)
             self.observer.dram(True, rows)
         self._require_written("out", source, insn, index)
+        if rows.rows and not self.dram.flags.writeable:
+            raise MemoryAccessError(f"{describe(index, insn)}: the DRAM image is read-only; a program that stores "
+                                    "needs a writable one")
         first = source.start * elem_bytes
         data = self._bytes["out"][first:first + y_size * x_size * elem_bytes]
         if rows.rows == 1 or rows.stride == rows.row_bytes:   # contiguous
