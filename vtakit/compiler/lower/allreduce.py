@@ -9,7 +9,10 @@ not involve reduction variables and the stage's store predicate (``set_store_pre
 typically ``threadIdx.x == 0``: one thread writes). A thread contributes only where all the tail
 predicates hold (so an out-of-range row or reduction index reads nothing). The loop nest keeps the stage's leaf order
 with the unbound reduce loops moved innermost (they run inside each thread), so stages attached
-at the bound reduce axis (an ``rfactor`` stage) are computed per thread before the all-reduce.
+at the bound reduce axis (an ``rfactor`` stage) are computed per thread before the all-reduce;
+a stage attached at a leaf that follows an unbound reduce loop in the leaf order was bounded for
+one iteration of that loop, so it is computed inside it. The store predicate may not depend on
+the unbound reduce loops (the result is stored after them).
 
 The all-reduce itself is never guarded: every thread of the group must reach it. Tail
 predicates on the reduction (a split reduce axis that does not divide its extent) and the
@@ -23,6 +26,7 @@ from typing import TYPE_CHECKING, Sequence
 from vtakit.compiler import ir
 from vtakit.compiler.te.expr import IterVar
 from vtakit.compiler.te.schedule import Stage
+from vtakit.errors import ScheduleError
 
 if TYPE_CHECKING:
     from vtakit.compiler.lower.bound import StageInfo
@@ -78,17 +82,35 @@ def make_cross_thread_reduction(builder: "_Builder", st: Stage, info: "StageInfo
     result: ir.PrimExpr = ir.BufferLoad(temp, zero)
     if body.init is not None:
         result = comb.combine(lower(body.init), result)
+    normal_vars = {info.loop_var[iv] for iv in normal}
+    for p in store_preds:
+        if ir.uses_var(p, normal_vars):
+            raise ScheduleError(
+                f"stage {st.name}: the store predicate {st.store_predicate} depends on the reduction loop(s) "
+                f"{', '.join(iv.name for iv in normal if ir.uses_var(p, {info.loop_var[iv]}))}, which each "
+                f"thread runs before the all-reduce over {thread.thread_tag}; the result is stored once per "
+                "output element, so the predicate may use the data axes and the thread indices only")
     store = _guard(store_guard, ir.BufferStore(buf, lower(result), out_idx))
+    # stages attached at a leaf that follows a per-thread reduce loop in the leaf order were bounded
+    # for one iteration of that loop: they are computed inside it, before the update
+    first_normal = min((leaves.index(iv) for iv in normal), default=len(leaves))
+    late = [iv for iv in outer if leaves.index(iv) > first_normal]
     if normal:
         # each thread first reduces its own share serially, then the threads combine their shares
         part = ir.Buffer(builder._unique("normal_reduce_temp"), (1,), dtype, "local")
         acc = ir.BufferLoad(part, zero)
         init = ir.BufferStore(part, lower(comb.identity_element), zero)
         update = _guard(contrib, ir.BufferStore(part, lower(comb.combine(acc, body.source)), zero))
+        for iv in reversed(late):
+            update = builder.with_attached(st, iv, update)
         allreduce = ir.AllReduce(comb, acc, ir.IntImm("bool", 1), temp, zero, thread.var, thread.thread_tag)
         inner: ir.Stmt = ir.Allocate(part, ir.seq(init, builder.nest(st, normal, update),
                                                   ir.Allocate(temp, ir.seq(allreduce, store))))
     else:
         allreduce = ir.AllReduce(comb, lower(body.source), _all(contrib), temp, zero, thread.var, thread.thread_tag)
         inner = ir.Allocate(temp, ir.seq(allreduce, store))
-    return builder.nest(st, outer, inner)
+    for iv in reversed(outer):
+        if iv not in late:
+            inner = builder.with_attached(st, iv, inner)
+        inner = builder.loop(st, info, iv, inner)
+    return inner

@@ -227,7 +227,7 @@ class _Builder:
         buf = self.buffers[st.tensor][0]
         out_idx = tuple(info.offset[iv] for iv in st.axis)
         body = ir.substitute(info.body, vmap)
-        store_preds = [self.lowerer.visit(ir.substitute(st.store_predicate, vmap))] \
+        store_preds = [self.lowerer.visit(ir.substitute(st.store_predicate, _store_predicate_vmap(info)))] \
             if st.store_predicate is not None else []
         if not isinstance(body, ir.Reduce):
             store = ir.BufferStore(buf, self.lowerer.visit(body), out_idx)
@@ -242,7 +242,8 @@ class _Builder:
         init_value = body.init if body.init is not None else body.combiner.identity_element
         init: ir.Stmt = ir.BufferStore(buf, self.lowerer.visit(init_value), out_idx)
         common = next((k for k, iv in enumerate(leaves) if iv.iter_type == "comm_reduce"), len(leaves))
-        init_preds = [p for p in info.predicates if not ir.uses_var(p, reduce_vars)] + store_preds
+        # as in TVM, the store predicate guards the update only: the initialisation runs everywhere
+        init_preds = [p for p in info.predicates if not ir.uses_var(p, reduce_vars)]
         init_nest = self.nest(st, [iv for iv in leaves[common:] if iv.iter_type != "comm_reduce"],
                               _guard(init_preds, init), attach=False)
         update_nest = self.nest(st, leaves[common:], _guard(info.predicates + store_preds, update))
@@ -293,6 +294,16 @@ class _Builder:
                 loop = ir.AttrStmt(info.loop_var[iv], f"pragma_{key}",
                                    ir.convert(value) if isinstance(value, (int, float)) else value, loop)
         return loop
+
+
+def _store_predicate_vmap(info: StageInfo) -> dict[ir.Var, ir.PrimExpr]:
+    """The variables a store predicate may name (root axes, reduction axes included, and the
+    split/fuse axes of the stage) in terms of the stage's loop variables; a leaf bound to a thread
+    is that thread's index."""
+    st = info.stage
+    vmap: dict[ir.Var, ir.PrimExpr] = {iv.var: off for iv, off in info.offset.items()}
+    vmap.update({iv.var: info.root_value(iv) for iv in st.axis + st.reduce_axis})
+    return vmap
 
 
 def schedule_to_primfunc(sch: Schedule, args: Sequence[Any], name: str) -> ir.PrimFunc:

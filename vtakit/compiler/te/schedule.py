@@ -289,7 +289,9 @@ class Stage:
 
     def set_store_predicate(self, predicate: Any) -> None:
         """Store this stage's results only where ``predicate`` holds (e.g. ``tx.var.equal(0)``: after a
-        cross-thread reduction every thread holds the result; one of them writes it)."""
+        cross-thread reduction every thread holds the result; one of them writes it). As in TVM, on an
+        ordinary reduction it guards the update and not the initialisation (an output it excludes
+        keeps the identity). It may name the stage's axes, their split/fuse axes and thread indices."""
         self._require_compute("set_store_predicate")
         pred = ir.convert(predicate)
         if pred.dtype != "bool":
