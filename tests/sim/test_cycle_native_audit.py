@@ -408,3 +408,84 @@ def test_instruction_variants_equal_the_python_solver(seed):
             run.stats.sim_seconds = 0.0
             outcomes.append((run.stats, [vars(t) for t in run.timing], launch.dram.tobytes()))
         assert outcomes[0] == outcomes[1], name
+
+
+@pytest.mark.parametrize("kind", ["strided array", "bytearray", "memoryview", "list", "str"])
+def test_any_encoded_stream_object(kind):
+    """Launch.encoded as a buffer other than bytes, or not a buffer at all: the native path used to raise
+    (ValueError: ndarray is not C-contiguous; TypeError: a bytes-like object is required) where
+    engine="python", which times the instructions, ran."""
+    program = random_program(SMALL, 3)
+    raw = program.encoded_insns()
+    encoded = {"strided array": np.repeat(np.frombuffer(raw, np.uint8), 2)[::2], "bytearray": bytearray(raw),
+               "memoryview": memoryview(raw), "list": list(raw), "str": "x" * len(raw)}[kind]
+    outcomes = []
+    for engine in ("auto", "python"):
+        _, launch = _launch_program(program)
+        run = simulate(dataclasses.replace(launch, encoded=encoded), engine=engine)
+        assert run.engine == ("native" if engine == "auto" else "solver")
+        run.stats.sim_seconds = 0.0
+        outcomes.append((run.stats, [vars(t) for t in run.timing], launch.dram.tobytes()))
+    assert outcomes[0] == outcomes[1]
+
+
+# ---------------------------------------------------------------------------- mutants: errors and deadlocks
+_FLAGS = ("pop_prev", "pop_next", "push_prev", "push_next")
+
+
+def _mutant(program, rng):
+    """``program`` with one token edge moved: a flag cleared on one instruction and the same flag set on
+    another of its module (the queue stays balanced), or a push/pop pair added in reverse order.
+    Mostly deadlocks, races and reads of unwritten entries."""
+    insns = list(program.insns)
+    if len(insns) < 3:
+        return None
+    for _ in range(20):
+        i, j = sorted(rng.choice(len(insns) - 1, size=2, replace=False))
+        flag = _FLAGS[int(rng.integers(4))]
+        a, b = insns[i], insns[j]
+        if isa.stage_of(a) != isa.stage_of(b) or getattr(a, flag) == getattr(b, flag):
+            continue
+        insns[i] = dataclasses.replace(a, **{flag: not getattr(a, flag)})
+        insns[j] = dataclasses.replace(b, **{flag: not getattr(b, flag)})
+        return dataclasses.replace(program, insns=insns)
+    return None
+
+
+def _run_outcome(program, engine):
+    _, launch = _launch_program(program)
+    try:
+        run = simulate(launch, engine=engine)
+    except SimError as exc:
+        return type(exc).__name__, str(exc)
+    run.stats.sim_seconds = 0.0
+    return run.stats, [vars(t) for t in run.timing], run.events, launch.dram.tobytes()
+
+
+def _mutant_campaign(configs, seeds):
+    kinds = {}
+    for name in configs:
+        config = _config(**AUDIT_CONFIGS[name])
+        for seed in seeds:
+            rng = np.random.default_rng(seed)
+            program = _mutant(random_program(config, 52000 + seed), rng)
+            if program is None:
+                continue
+            auto, python = _run_outcome(program, "auto"), _run_outcome(program, "python")
+            assert auto == python, (name, seed)
+            kind = auto[0] if isinstance(auto[0], str) else "ran"
+            kinds[kind] = kinds.get(kind, 0) + 1
+    return kinds
+
+
+def test_token_mutants_fail_alike():
+    """Deadlocks (the same DeadlockError text, cycle and module states), races, unwritten reads and
+    programs that still run: the native path and engine="python" report the same."""
+    kinds = _mutant_campaign(["Qc3_Qt1_O5", "bus32_O2_L1", "L1000", "big_elem"], range(25))
+    assert kinds.get("DeadlockError", 0) >= 10 and len(kinds) >= 3, kinds
+
+
+@pytest.mark.slow
+def test_many_token_mutants_fail_alike():
+    kinds = _mutant_campaign(list(AUDIT_CONFIGS), range(200))
+    assert kinds.get("DeadlockError", 0) >= 200, kinds

@@ -1142,8 +1142,14 @@ def _native_timing(launch: Launch) -> tuple[tuple | str | None, bytes | None]:
         return None, None
     config = launch.config
     layout, params = _native_params(config)
+    encoded = launch.encoded
+    if encoded is not None and encoded.__class__ is not bytes:
+        try:                    # any buffer, strided ones too, as the bytes the core and fsim take
+            encoded = memoryview(encoded).tobytes()
+        except TypeError:       # not a buffer at all: time the instructions themselves
+            encoded = None
     try:
-        stream = native.encoded_stream(launch.insns, config, launch.encoded)
+        stream = native.encoded_stream(launch.insns, config, encoded)
     except Exception:           # not encodable: the Python solver's checks name what is wrong
         return "not encodable", None
     return core.solve(stream, layout, params, launch.insn_addr, launch.dram.size), stream
