@@ -254,6 +254,14 @@ def test_random_programs_on_new_configurations(name, tmp_path):
         assert outcomes[0] == outcomes[1], (name, seed)
 
 
+@pytest.mark.parametrize("name", ["Qc3_Qt1_O5", "bus512_O1", "O1000_L50", "tiny_elem32_Qc1"])
+def test_long_random_programs(name):
+    """Random programs of ~1500 instructions (the instruction buffer refilled hundreds of times)."""
+    program = random_program(_config(**AUDIT_CONFIGS[name]), 3, max_insns=4000, max_tasks=400)
+    assert len(program.insns) > 1000
+    assert _run_outcome(program, "auto") == _run_outcome(program, "python")
+
+
 # ---------------------------------------------------------------------------- int64 edges
 def _finish_and_loads(config):
     """Two LOADs (one on load, one on compute) and FINISH: a program with read bursts."""
@@ -284,6 +292,16 @@ def test_huge_read_window_is_timed_exactly(window):
     auto, python = _both_engines(config, _finish_and_loads(config))
     assert auto == python
     assert auto == _both_engines(_config(dram_outstanding=64), _finish_and_loads(config))[1]
+
+
+@pytest.mark.parametrize("latency", [(1 << 31) + 5, (1 << 32) + 3])
+def test_whole_runs_beyond_2_31_cycles(latency):
+    """Random programs whose DRAM latency puts every cycle past 2^31 (and 2^32): data and timing agree."""
+    config = _config(dram_latency=latency, dram_outstanding=3)
+    for seed in (9, 10):
+        program = random_program(config, seed)
+        auto = _run_outcome(program, "auto")
+        assert auto == _run_outcome(program, "python") and auto[0].cycles > 10 * latency
 
 
 @pytest.mark.parametrize("latency", [1 << 40, (1 << 40) + 1, 1 << 61])
