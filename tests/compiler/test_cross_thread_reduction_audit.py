@@ -483,3 +483,29 @@ def test_lowered_all_reduce_nodes_survive_the_printer_and_structural_equality():
     found = []
     ir.walk(f1.body, lambda n: found.append(n) if isinstance(n, ir.AllReduce) else None)
     assert len(found) == 1 and found[0].thread_tag == "threadIdx.x"
+
+
+def test_store_predicate_naming_another_stages_axis_rejected():
+    """It lowered to IR reading the consumer's loop variable outside its loop (found only when run)."""
+    A, k, B = _rows(6, 10)
+    C = te.compute((6,), lambda i: B[i] + 1, name="C")
+    s = te.create_schedule(C.op)
+    s[B].set_store_predicate(C.op.axis[0] < 2)
+    with pytest.raises(ScheduleError, match=r"stage B: the store predicate \(i < 2\) names axis i of stage C"):
+        vtakit.lower(s, [A, C])
+
+
+@pytest.mark.parametrize("which", ["user_op_axis", "rfactored_op_axis"])
+def test_store_predicate_on_the_rows_after_rfactor(which):
+    A, k, B = _rows(6, 40)
+    s = te.create_schedule(B.op)
+    _, ki = s[B].split(k, factor=8)
+    BF = s.rfactor(B, ki)
+    tx = te.thread_axis("threadIdx.x")
+    s[B].bind(s[B].op.reduce_axis[0], tx)
+    s[BF].compute_at(s[B], s[B].op.reduce_axis[0])
+    row = B.op.axis[0] if which == "user_op_axis" else s[B].op.axis[0]
+    s[B].set_store_predicate(te.all(tx.var.equal(0), row < 3))
+    a = _inputs((6, 40), "int32")
+    (b,), _ = _run(s, [A, B], [a])
+    _close(b, np.where(np.arange(6) < 3, a.sum(1), SENTINEL))

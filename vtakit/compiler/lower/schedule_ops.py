@@ -227,8 +227,7 @@ class _Builder:
         buf = self.buffers[st.tensor][0]
         out_idx = tuple(info.offset[iv] for iv in st.axis)
         body = ir.substitute(info.body, vmap)
-        store_preds = [self.lowerer.visit(ir.substitute(st.store_predicate, _store_predicate_vmap(info)))] \
-            if st.store_predicate is not None else []
+        store_preds = self._store_predicates(st, info)
         if not isinstance(body, ir.Reduce):
             store = ir.BufferStore(buf, self.lowerer.visit(body), out_idx)
             return self.nest(st, leaves, _guard(info.predicates + store_preds, store))
@@ -248,6 +247,20 @@ class _Builder:
                               _guard(init_preds, init), attach=False)
         update_nest = self.nest(st, leaves[common:], _guard(info.predicates + store_preds, update))
         return self.nest(st, leaves[:common], ir.seq(init_nest, update_nest))
+
+    def _store_predicates(self, st: Stage, info: StageInfo) -> list[ir.PrimExpr]:
+        """The stage's store predicate in its loop variables (none or one)."""
+        pred = st.store_predicate
+        if pred is None:
+            return []
+        vmap = _store_predicate_vmap(info)
+        for other in self.sch.stages:
+            for iv in other.all_iter_vars if other is not st else ():
+                if iv.var not in vmap and ir.uses_var(pred, {iv.var}):
+                    raise ScheduleError(f"stage {st.name}: the store predicate {pred} names axis {iv.name} of stage "
+                                        f"{other.name}; it may use this stage's axes, their split/fuse axes, thread "
+                                        "indices and shape variables")
+        return [self.lowerer.visit(ir.substitute(pred, vmap))]
 
     def nest(self, st: Stage, leaves: Sequence[IterVar], inner: ir.Stmt, attach: bool = True) -> ir.Stmt:
         info = self.infos[st]
