@@ -16,7 +16,7 @@ import vtakit
 from vtakit import te
 from vtakit.compiler import ir
 from vtakit.compiler.interpreter import run
-from vtakit.errors import ScheduleError
+from vtakit.errors import CompileError, ScheduleError
 
 SENTINEL = 7
 
@@ -509,3 +509,37 @@ def test_store_predicate_on_the_rows_after_rfactor(which):
     a = _inputs((6, 40), "int32")
     (b,), _ = _run(s, [A, B], [a])
     _close(b, np.where(np.arange(6) < 3, a.sum(1), SENTINEL))
+
+
+# ---------------------------------------------------------------------------- one-thread groups
+@pytest.mark.parametrize("how", ["split_factor_1", "axis_of_extent_1_with_where"])
+def test_reduction_bound_to_a_single_thread(how):
+    """A bound extent of 1: Simplify folded the thread index into the all-reduce (``over=0``) and the
+    interpreter failed with an AttributeError; now there is nothing to combine and no all-reduce."""
+    n, m = 5, 7 if how == "split_factor_1" else 1
+    A, k, B = _rows(n, m, where=None if how == "split_factor_1" else (lambda i, k: i % 2 == 0))
+    s = te.create_schedule(B.op)
+    tx = te.thread_axis("threadIdx.x")
+    if how == "split_factor_1":
+        _, ki = s[B].split(k, factor=1)
+        s[B].bind(ki, tx)
+    else:
+        s[B].bind(k, tx)
+    s[B].bind(B.op.axis[0], te.thread_axis("blockIdx.x"))
+    s[B].set_store_predicate(tx.var.equal(0))
+    a = _inputs((n, m), "int32")
+    (b,), text = _run(s, [A, B], [a])
+    want = a.sum(1) if how == "split_factor_1" else np.where(np.arange(n) % 2 == 0, a[:, 0], 0)
+    _close(b, want)
+    assert "tvm_thread_allreduce" not in text
+
+
+def test_interpreter_names_a_folded_thread_index():
+    """An all-reduce whose thread index was replaced by a constant: a CompileError, not an AttributeError."""
+    buf = ir.Buffer("t", (1,), "int32", "local")
+    zero = (ir.IntImm("int32", 0),)
+    red = ir.AllReduce(te.sum.instantiate("int32"), ir.IntImm("int32", 3), ir.IntImm("bool", 1), buf, zero,
+                       ir.IntImm("int32", 0), "threadIdx.x")
+    out = ir.Buffer("out", (1,), "int32")
+    with pytest.raises(CompileError, match=r"all-reduce over 0 \(not a thread variable\) \(threadIdx.x\) outside a loop"):
+        run(ir.PrimFunc("k", (out,), ir.Allocate(buf, red)), np.zeros(1, np.int32))

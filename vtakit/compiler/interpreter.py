@@ -542,7 +542,8 @@ class Interpreter:
 
     # ------------------------------------------------------------------ cross-thread reductions
     def _s_AllReduce(self, s: ir.AllReduce) -> StmtFn:
-        raise CompileError(f"all-reduce over {s.thread.name} ({s.thread_tag}) outside a loop bound to it; "
+        over = s.thread.name if isinstance(s.thread, ir.Var) else f"{s.thread} (not a thread variable)"
+        raise CompileError(f"all-reduce over {over} ({s.thread_tag}) outside a loop bound to it; "
                            "it must run inside the thread loop of the threads it combines")
 
     def _thread_group(self, s: ir.For) -> StmtFn:

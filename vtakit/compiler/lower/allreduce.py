@@ -12,7 +12,8 @@ with the unbound reduce loops moved innermost (they run inside each thread), so 
 at the bound reduce axis (an ``rfactor`` stage) are computed per thread before the all-reduce;
 a stage attached at a leaf that follows an unbound reduce loop in the leaf order was bounded for
 one iteration of that loop, so it is computed inside it. The store predicate may not depend on
-the unbound reduce loops (the result is stored after them).
+the unbound reduce loops (the result is stored after them). A bound extent of 1 has nothing to
+combine: no all-reduce is emitted (Simplify would fold the thread index into it).
 
 The all-reduce itself is never guarded: every thread of the group must reach it. Tail
 predicates on the reduction (a split reduce axis that does not divide its extent) and the
@@ -54,6 +55,23 @@ def _all(conds: Sequence[ir.PrimExpr]) -> ir.PrimExpr:
 
 def _guard(conds: Sequence[ir.PrimExpr], body: ir.Stmt) -> ir.Stmt:
     return body if not conds else ir.IfThenElse(_all(conds), body)
+
+
+def _combine_threads(builder: "_Builder", st: Stage, info: "StageInfo", bound: IterVar, value: ir.PrimExpr,
+                     cond: ir.PrimExpr, temp: ir.Buffer) -> ir.Stmt:
+    """``temp[0]`` = the combination over the threads of ``bound`` of ``value`` where ``cond`` holds."""
+    comb = info.body.combiner
+    thread = st.iter_var_attrs[bound].bind_thread
+    zero = (ir.IntImm("int32", 0),)
+    ext = info.extent[bound]
+    if isinstance(ext, ir.IntImm) and ext.value == 1:
+        # one thread: nothing to combine (and Simplify would fold its index into the all-reduce)
+        store = ir.BufferStore(temp, value, zero)
+        if isinstance(cond, ir.IntImm) and cond.value:
+            return store
+        return ir.seq(ir.BufferStore(temp, builder.lowerer.visit(comb.identity_element), zero),
+                      ir.IfThenElse(cond, store))
+    return ir.AllReduce(comb, value, cond, temp, zero, thread.var, thread.thread_tag)
 
 
 def make_cross_thread_reduction(builder: "_Builder", st: Stage, info: "StageInfo", body: ir.Reduce,
@@ -103,11 +121,11 @@ def make_cross_thread_reduction(builder: "_Builder", st: Stage, info: "StageInfo
         update = _guard(contrib, ir.BufferStore(part, lower(comb.combine(acc, body.source)), zero))
         for iv in reversed(late):
             update = builder.with_attached(st, iv, update)
-        allreduce = ir.AllReduce(comb, acc, ir.IntImm("bool", 1), temp, zero, thread.var, thread.thread_tag)
+        allreduce = _combine_threads(builder, st, info, bound, acc, ir.IntImm("bool", 1), temp)
         inner: ir.Stmt = ir.Allocate(part, ir.seq(init, builder.nest(st, normal, update),
                                                   ir.Allocate(temp, ir.seq(allreduce, store))))
     else:
-        allreduce = ir.AllReduce(comb, lower(body.source), _all(contrib), temp, zero, thread.var, thread.thread_tag)
+        allreduce = _combine_threads(builder, st, info, bound, lower(body.source), _all(contrib), temp)
         inner = ir.Allocate(temp, ir.seq(allreduce, store))
     for iv in reversed(outer):
         if iv not in late:
