@@ -541,5 +541,6 @@ def test_interpreter_names_a_folded_thread_index():
     red = ir.AllReduce(te.sum.instantiate("int32"), ir.IntImm("int32", 3), ir.IntImm("bool", 1), buf, zero,
                        ir.IntImm("int32", 0), "threadIdx.x")
     out = ir.Buffer("out", (1,), "int32")
-    with pytest.raises(CompileError, match=r"all-reduce over 0 \(not a thread variable\) \(threadIdx.x\) outside a loop"):
+    msg = r"all-reduce over 0 \(not a thread variable\) \(threadIdx.x\) outside a loop"
+    with pytest.raises(CompileError, match=msg):
         run(ir.PrimFunc("k", (out,), ir.Allocate(buf, red)), np.zeros(1, np.int32))
