@@ -544,3 +544,46 @@ def test_interpreter_names_a_folded_thread_index():
     msg = r"all-reduce over 0 \(not a thread variable\) \(threadIdx.x\) outside a loop"
     with pytest.raises(CompileError, match=msg):
         run(ir.PrimFunc("k", (out,), ir.Allocate(buf, red)), np.zeros(1, np.int32))
+
+
+def test_store_predicate_and_compute_inline_exclude_each_other():
+    """An inlined stage stores nothing: its store predicate was silently dropped."""
+    A = te.placeholder((8,), "int32", name="A")
+    P = te.compute((8,), lambda i: A[i] + 1, name="P")
+    C = te.compute((8,), lambda i: P[i] * 2, name="C")
+    s = te.create_schedule(C.op)
+    s[P].set_store_predicate(P.op.axis[0] < 4)
+    with pytest.raises(ScheduleError, match=r"stage P: cannot compute_inline a stage with a store predicate "
+                                            r"\(\(i < 4\)\); an inlined stage stores nothing"):
+        s[P].compute_inline()
+    s2 = te.create_schedule(C.op)
+    s2[P].compute_inline()
+    with pytest.raises(ScheduleError, match="stage P: cannot set_store_predicate on an inlined stage"):
+        s2[P].set_store_predicate(P.op.axis[0] < 4)
+    s2[P].compute_root()
+    s2[P].set_store_predicate(P.op.axis[0] < 4)
+    a = _inputs((8,), "int32")
+    (c,), _ = _run(s2, [A, C], [a])
+    assert np.array_equal(c[:4], (a[:4] + 1) * 2)
+
+
+def test_cross_thread_reduction_attached_after_another_ones_per_thread_loop():
+    """P (an all-reduce over threadIdx.y) is attached at B's thread axis, which follows B's per-thread
+    loop r.outer: P is computed inside that loop, a thread group nested in each threadIdx.x thread."""
+    n, p, q = 3, 6, 12
+    A = te.placeholder((n, p, q), "int32", name="A")
+    r = te.reduce_axis((0, p), "r")
+    c = te.reduce_axis((0, q), "c")
+    P = te.compute((n, p), lambda i, j: te.sum(A[i, j, c], axis=c), name="P")
+    B = te.compute((n,), lambda i: te.max(P[i, r], axis=r), name="B")
+    s = te.create_schedule(B.op)
+    _, ri = s[B].split(r, factor=2)
+    s[B].bind(ri, te.thread_axis("threadIdx.x"))
+    s[B].bind(B.op.axis[0], te.thread_axis("blockIdx.x"))
+    s[P].compute_at(s[B], ri)
+    _, ci = s[P].split(c, factor=4)
+    s[P].bind(ci, te.thread_axis("threadIdx.y"))
+    a = _inputs((n, p, q), "int32")
+    (b,), text = _run(s, [A, B], [a])
+    _close(b, a.sum(2).max(1))
+    assert 'over=threadIdx.y "threadIdx.y"' in text

@@ -216,6 +216,9 @@ class Stage:
         self._require_compute("compute_inline")
         if self.reduce_axis:
             raise ScheduleError(f"stage {self.name}: cannot compute_inline a reduction")
+        if self.store_predicate is not None:
+            raise ScheduleError(f"stage {self.name}: cannot compute_inline a stage with a store predicate "
+                                f"({self.store_predicate}); an inlined stage stores nothing")
         self._check_not_output("compute_inline")
         self.attach_type, self.attach_stage, self.attach_ivar = "inline", None, None
 
@@ -297,6 +300,9 @@ class Stage:
         if pred.dtype != "bool":
             raise ScheduleError(f"stage {self.name}: set_store_predicate needs a boolean condition, got {pred} "
                                 f"of dtype {pred.dtype}")
+        if self.attach_type == "inline":
+            raise ScheduleError(f"stage {self.name}: cannot set_store_predicate on an inlined stage (it stores "
+                                "nothing); compute_root or compute_at it first")
         self.store_predicate = pred
 
     def _set_kind(self, iv: IterVar, kind: ir.ForKind, what: str) -> None:
