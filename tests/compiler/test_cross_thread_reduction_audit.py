@@ -587,3 +587,39 @@ def test_cross_thread_reduction_attached_after_another_ones_per_thread_loop():
     (b,), text = _run(s, [A, B], [a])
     _close(b, a.sum(2).max(1))
     assert 'over=threadIdx.y "threadIdx.y"' in text
+
+
+# ---------------------------------------------------------------------------- tensorized stages
+def _tensorized_gemm():
+    from vtakit.compiler.testing import toy_gemm_intrin
+
+    A = te.placeholder((8, 32), "int32", name="A")
+    Bm = te.placeholder((32, 8), "int32", name="Bm")
+    k = te.reduce_axis((0, 32), "k")
+    C = te.compute((8, 8), lambda i, j: te.sum(A[i, k] * Bm[k, j], axis=k), name="C")
+    s = te.create_schedule(C.op)
+    io, ii = s[C].split(C.op.axis[0], factor=4)
+    jo, ji = s[C].split(C.op.axis[1], factor=4)
+    ko, ki = s[C].split(k, factor=8)
+    s[C].reorder(io, jo, ko, ii, ji, ki)
+    s[C].tensorize(ii, toy_gemm_intrin(4, 4, 8, "reset_update"))
+    return s, [A, Bm, C], C, io, ko
+
+
+def test_store_predicate_on_a_tensorized_stage_rejected():
+    """It was silently dropped (every row stored)."""
+    s, args, C, io, _ = _tensorized_gemm()
+    s[C].set_store_predicate(io.var < 1)
+    with pytest.raises(ScheduleError, match=r"stage C: set_store_predicate is not supported on a tensorized stage "
+                                            r"\(axis i.inner is tensorized\)"):
+        vtakit.lower(s, args)
+
+
+def test_tensorized_cross_thread_reduction_rejected():
+    """The reduce axis outside the intrinsic bound to threadIdx.x lowered to a plain thread loop in
+    which every thread updated the same outputs (a race on a GPU; the interpreter serialised it)."""
+    s, args, C, _, ko = _tensorized_gemm()
+    s[C].bind(ko, te.thread_axis("threadIdx.x"))
+    with pytest.raises(ScheduleError, match="stage C: reduction axis k.outer is bound to threadIdx.x \\(a cross-thread "
+                                            "reduction\\) and axis i.inner is tensorized"):
+        vtakit.lower(s, args)

@@ -220,6 +220,16 @@ class _Builder:
                 for other in self.attached.get((id(st), id(iv)), []):
                     raise ScheduleError(f"stage {other.name} is attached at axis {iv.name} of stage {st.name}, "
                                         "inside its tensorized region")
+            tiv = leaves[tloc]
+            if st.store_predicate is not None:
+                raise ScheduleError(f"stage {st.name}: set_store_predicate is not supported on a tensorized stage "
+                                    f"(axis {tiv.name} is tensorized); the predicate "
+                                    f"{st.store_predicate} would not guard the intrinsic")
+            bound = thread_bound_reduce_axes(st)
+            if bound:
+                raise ScheduleError(f"stage {st.name}: reduction axis {bound[0].name} is bound to "
+                                    f"{st.iter_var_attrs[bound[0]].bind_thread.thread_tag} (a cross-thread reduction) "
+                                    f"and axis {tiv.name} is tensorized; a cross-thread reduction cannot be tensorized")
             from vtakit.compiler.lower.tensorize import make_tensorize  # noqa: PLC0415
 
             return make_tensorize(self, info, tloc)
