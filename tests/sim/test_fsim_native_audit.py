@@ -377,6 +377,44 @@ def test_legal_enum_values_as_plain_ints_still_run():
         fsim.check_program([AluInsn(alu_opcode="MAX"), FinishInsn()], SMALL)
 
 
+def _acc_alu_store(**store):
+    return [_ld(MemId.UOP), _ld(MemId.ACC, dram=1, x=2), AluInsn(use_imm=True, imm=1, iter_out=2, dst_factor_out=1,
+                                                                  push_next=True),
+            MemInsn(opcode=Opcode.STORE, memory_type=MemId.OUT, pop_prev=True, push_prev=True, **store),
+            FinishInsn(pop_next=True)]
+
+
+NEGATIVE_FIELDS = {   # instruction objects with negative unsigned fields (no encoding holds them)
+    "load_stride": ([dataclasses.replace(_ld(MemId.ACC, y=2), x_stride=-1), FinishInsn()], ProgramError,
+                    r"negative x_stride=-1; the ISA's sizes"),
+    "load_y_size": ([dataclasses.replace(_ld(MemId.UOP), y_size=-1), FinishInsn()], ProgramError, "negative y_size=-1"),
+    "load_x_size": ([dataclasses.replace(_ld(MemId.UOP), x_size=-2), FinishInsn()], ProgramError, "negative x_size=-2"),
+    "load_pads": ([dataclasses.replace(_ld(MemId.ACC), x_pad_0=-1, y_pad_1=-3), FinishInsn()], ProgramError,
+                  "negative y_pad_1=-3, x_pad_0=-1"),
+    "store_stride": (_acc_alu_store(dram_base=8, y_size=2, x_stride=-1), ProgramError, "negative x_stride=-1"),
+    "gemm_factor": ([_ld(MemId.UOP), GemmInsn(reset_reg=True, iter_out=2, dst_factor_out=-1), FinishInsn()],
+                    MemoryAccessError, r"dst index reaches -1 \(factors \(-1, 0\)\); indices must be at least 0"),
+    "alu_src_factor": ([_ld(MemId.UOP), _ld(MemId.ACC, x=4), AluInsn(iter_in=2, src_factor_in=-3), FinishInsn()],
+                       MemoryAccessError, r"src index reaches -3"),
+    "gemm_iters": ([_ld(MemId.UOP), GemmInsn(reset_reg=True, iter_out=-1, iter_in=-1), FinishInsn()], ProgramError,
+                   "negative iter_out=-1, iter_in=-1"),
+    "alu_uop_bgn": ([_ld(MemId.UOP), _ld(MemId.ACC), AluInsn(uop_bgn=-1, uop_end=1), FinishInsn()], ProgramError,
+                    "negative uop_bgn=-1"),
+}
+
+
+@pytest.mark.parametrize("name", NEGATIVE_FIELDS)
+def test_negative_fields_are_errors_not_wrapped_indices(name):
+    """Before: a LOAD with x_stride=-1 read DRAM bytes before the image (numpy's as_strided), a GEMM
+    with a negative factor or iteration count wrote ACC entries counted from the end, negative sizes
+    raised numpy's ValueError. The core never sees such programs (they have no encoding)."""
+    insns, error, message = NEGATIVE_FIELDS[name]
+    dram = np.zeros(512, dtype=np.uint8)
+    assert compare(SMALL, insns, dram).python == error.__name__
+    with pytest.raises(error, match=message):
+        fsim.simulate(SMALL, insns, dram)
+
+
 # ---------------------------------------------------------------------------- DRAM images and streams
 def _store_program():
     return [_ld(MemId.UOP), _ld(MemId.ACC, dram=1), AluInsn(use_imm=True, imm=1, push_next=True),

@@ -215,6 +215,19 @@ def _enum_value(value: object, enum_type: type) -> bool:
     return True
 
 
+# the count-like fields each kind of instruction must hold non-negative (the ISA's are unsigned; numpy
+# would read a negative size, stride or index as counting from the end)
+_LOAD_COUNTS = ("y_size", "x_size", "x_stride", "y_pad_0", "y_pad_1", "x_pad_0", "x_pad_1")
+_STORE_COUNTS = ("y_size", "x_size", "x_stride")
+_LOOP_COUNTS = ("uop_bgn", "iter_out", "iter_in")
+
+
+def _reject_negative(insn: Instruction, index: int | None, names: tuple[str, ...]) -> None:
+    negative = {name: getattr(insn, name) for name in names if getattr(insn, name) < 0}
+    raise ProgramError(f"{describe(index, insn)}: negative {', '.join(f'{k}={v}' for k, v in negative.items())}; "
+                       "the ISA's sizes, strides, paddings, micro-op bounds and loop counts are unsigned")
+
+
 class DramRows(NamedTuple):
     """A 2-D DRAM byte footprint: ``rows`` rows of ``row_bytes`` bytes, ``stride`` bytes apart.
 
@@ -487,6 +500,8 @@ class Machine:
         name = spec.sram
         y_size, x_size = insn.y_size, insn.x_size
         y_pad_0, x_pad_0 = insn.y_pad_0, insn.x_pad_0
+        if (y_size | x_size | y_pad_0 | x_pad_0 | insn.y_pad_1 | insn.x_pad_1 | insn.x_stride) < 0:
+            _reject_negative(insn, index, _LOAD_COUNTS)
         height = y_pad_0 + y_size + insn.y_pad_1
         width = x_pad_0 + x_size + insn.x_pad_1
         target = self._sram_range(insn, name, height * width, index)
@@ -540,6 +555,8 @@ class Machine:
         """STORE: 2-D strided OUT -> DRAM copy (OUT only, no padding)."""
         elem_bytes = self._layout.out_elem_bytes
         y_size, x_size = insn.y_size, insn.x_size
+        if (y_size | x_size | insn.x_stride) < 0:
+            _reject_negative(insn, index, _STORE_COUNTS)
         source = self._sram_range(insn, "out", y_size * x_size, index)
         rows = self._dram_rows(insn, elem_bytes, index)
         if self.observer is not None:
@@ -586,6 +603,13 @@ class Machine:
             if name is None:
                 continue
             f_out, f_in = factors[column]
+            if f_out < 0 or f_in < 0:   # no ISA factor is negative: indices below 0 would wrap in numpy
+                bottom = int(uops[:, column].min()) + min(0, outer * f_out) + min(0, inner * f_in)
+                if bottom < 0:
+                    field = ("dst", "src", "wgt")[column]
+                    raise MemoryAccessError(
+                        f"{describe(index, insn)}: {field} index reaches {bottom} (factors ({f_out}, {f_in})); "
+                        f"indices must be at least 0")
             top = peaks[column] + outer * f_out + inner * f_in
             if top >= depths[name]:
                 field = ("dst", "src", "wgt")[column]
@@ -634,6 +658,8 @@ class Machine:
         """GEMM: acc[dst] += inp[src] . wgt[wgt]^T over the loop nest, or zero acc/out with reset_reg."""
         iter_out, iter_in = insn.iter_out, insn.iter_in
         bgn, end = insn.uop_bgn, insn.uop_end
+        if (iter_out | iter_in | bgn) < 0:
+            _reject_negative(insn, index, _LOOP_COUNTS)
         if end <= bgn or iter_out == 0 or iter_in == 0:
             return
         key = plan = None
@@ -874,6 +900,8 @@ class Machine:
         """ALU: acc[dst] = op(acc[dst], imm if use_imm else acc[src]) in strict micro-op order."""
         iter_out, iter_in = insn.iter_out, insn.iter_in
         bgn, end = insn.uop_bgn, insn.uop_end
+        if (iter_out | iter_in | bgn) < 0:
+            _reject_negative(insn, index, _LOOP_COUNTS)
         if end <= bgn or iter_out == 0 or iter_in == 0:
             return
         use_imm = insn.use_imm
