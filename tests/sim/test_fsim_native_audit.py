@@ -311,6 +311,25 @@ def test_races_unchecked_alike():
     assert completed >= 10
 
 
+@pytest.mark.parametrize("config_name", ["block_in32", "batch2_block_in64", "alu_mul_tiny"])
+def test_corpus_and_random_programs_on_more_corners(config_name):
+    """The corpus and random programs on the configurations test_fsim_native does not use."""
+    from tests.programs import CASES, Unsupported
+    config = AUDIT_CONFIGS[config_name]
+    ran = 0
+    for name in CASES:
+        try:
+            program = CASES[name](config).program
+        except Unsupported:
+            continue
+        ran += compare(config, list(program.insns), program.initial_dram()).python == "ok"   # (ALU MUL cases
+        # on a configuration without it are rejected by both alike)
+    for seed in range(40):
+        program = random_program(config, seed)
+        assert compare(config, list(program.insns), program.initial_dram()) == Outcome("ok", "ok"), seed
+    assert ran >= 10
+
+
 # ---------------------------------------------------------------------------- illegal enum values
 def _ld(mem, sram=0, dram=0, y=1, x=1, **kw):
     return MemInsn(opcode=Opcode.LOAD, memory_type=mem, sram_base=sram, dram_base=dram, y_size=y, x_size=x,

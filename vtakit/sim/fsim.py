@@ -410,7 +410,9 @@ def simulate(config: VTAConfig, insns: list[Instruction], dram: np.ndarray, *, r
     not change. ``check_races=False`` skips the happens-before race checks (every other check stays).
     ``engine="python"`` runs the Python engine even when the compiled core is built (the default
     ``"auto"`` offers the program to the core first, see the module docstring); ``encoded`` is
-    the instruction stream when the caller has it (``Launch.encoded``), saving its encoding.
+    the instruction stream when the caller has it (``Launch.encoded``), saving its encoding. It
+    must be ``isa.encode(insns, config)``: the core runs those bytes (as the RTL, which fetches
+    them, would) and only their length is checked against ``insns``.
     """
     if engine not in ENGINES:
         raise SimError(f"unknown fsim engine {engine!r}; expected one of {list(ENGINES)}")
