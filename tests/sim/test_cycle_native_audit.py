@@ -271,6 +271,18 @@ def _finish_and_loads(config):
             GemmInsn(uop_bgn=0, uop_end=0, pop_prev=True), FinishInsn()]
 
 
+def test_huge_command_queue():
+    """CMD_QUEUE_DEPTH past int64 (VTAConfig bounds it below only): the timing core's parameters raised
+    OverflowError; depths beyond the program are exactly infinite. (Whole runs: fsim's core too.)"""
+    config = _config(cmd_queue_depth=1 << 70)
+    insns = _finish_and_loads(config)
+    huge = native_timing(Launch(config, insns, np.zeros(1 << 16, np.uint8), 0x8000))
+    deep = native_timing(Launch(_config(cmd_queue_depth=64), insns, np.zeros(1 << 16, np.uint8), 0x8000))
+    assert isinstance(huge, tuple) and huge == deep
+    python = _Solver(Launch(config, insns, np.zeros(1 << 16, np.uint8), 0x8000))
+    assert python.run() == huge[0] and python.retired == huge[1]
+
+
 def _both_engines(config, insns):
     outcomes = []
     for engine in ("auto", "python"):
@@ -281,7 +293,7 @@ def _both_engines(config, insns):
     return outcomes
 
 
-@pytest.mark.parametrize("window", [1 << 40, (1 << 61) + 1, (1 << 63) - 1])
+@pytest.mark.parametrize("window", [1 << 40, (1 << 61) + 1, (1 << 63) - 1, 1 << 70])
 def test_huge_read_window_is_timed_exactly(window):
     """DRAM_OUTSTANDING beyond any number of bursts: the window never fills. The core used to allocate
     window * 8 bytes (wrapping to 8 bytes for 2^61 + 1: a heap overflow), the Python solver a list of
@@ -304,10 +316,11 @@ def test_whole_runs_beyond_2_31_cycles(latency):
         assert auto == _run_outcome(program, "python") and auto[0].cycles > 10 * latency
 
 
-@pytest.mark.parametrize("latency", [1 << 40, (1 << 40) + 1, 1 << 61])
+@pytest.mark.parametrize("latency", [1 << 40, (1 << 40) + 1, 1 << 61, 1 << 62, (1 << 63) - 1, 1 << 70])
 def test_huge_latency_is_declined_or_exact(latency):
     """A DRAM latency near 2^63 overflowed the core's int64 cycles (it answered 6 cycles for a FINISH
-    alone, the Python solver 2^63 + 6): beyond 2^40 it now declines and the Python solver runs."""
+    alone, the Python solver 2^63 + 6): beyond 2^40 it now declines and the Python solver runs. From
+    2^62 on, the Python engines took present cycles for their "never" sentinel (a false deadlock)."""
     config = _config(dram_latency=latency)
     result = native_timing(Launch(config, [FinishInsn()], np.zeros(1 << 16, np.uint8), 0))
     assert result == "configuration" if latency > 1 << 40 else isinstance(result, tuple)
@@ -507,3 +520,29 @@ def test_token_mutants_fail_alike():
 def test_many_token_mutants_fail_alike():
     kinds = _mutant_campaign(list(AUDIT_CONFIGS), range(200))
     assert kinds.get("DeadlockError", 0) >= 200, kinds
+
+
+# ---------------------------------------------------------------------------- every 4 KiB offset
+@pytest.mark.parametrize("name", ["bus32_O2_L1", "bus512_O1", "big_elem", "tiny_elem512"])
+def test_bursts_at_every_page_offset(name, monkeypatch):
+    """LOADs starting at every element offset of a 4 KiB page (and of the last page below 2^32), rows of
+    1, 255, 256, 257 beats and of a page +- one element, two rows with strides that cross pages: the
+    core cuts and times the bursts as the Python solver does."""
+    config = _config(**AUDIT_CONFIGS[name])
+    dram = _big_dram()
+    for mem, elem in ((MemId.INP, config.inp_elem_bytes), (MemId.ACC, config.acc_elem_bytes)):
+        beat = min(elem, config.bus_bytes)
+        k = elem // beat
+        widths = sorted({max(1, w) for w in (1, 255 // k, 256 // k, 257 // k + 1, 4096 // elem - 1, 4096 // elem,
+                                              4096 // elem + 1)})
+        offsets = range(0, 4096, elem)
+        words = []
+        for n, offset in enumerate(offsets):
+            x = widths[n % len(widths)]
+            base = (offset if n % 2 else (1 << 32) - 4096 + offset) // elem
+            words.append(_word(config, Opcode.LOAD, memory_type=mem, x_size=x, y_size=2, x_stride=x + n % 3,
+                               dram_base=base, push_next=int(mem == MemId.INP)))
+            if mem == MemId.INP:
+                words.append(_word(config, Opcode.GEMM, pop_prev=1))
+        stream = b"".join(words) + _word(config, Opcode.FINISH)
+        assert _differential(config, stream, 0, dram, monkeypatch) == "timed"

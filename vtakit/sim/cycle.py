@@ -82,7 +82,7 @@ _BOUNDARY = 4096
 _LOAD, _COMPUTE, _STORE = range(3)
 _READ_PRIORITY = (_COMPUTE, _LOAD)      # after fetch (§5)
 _IDLE, _WAIT, _EXEC, _RETIRE = range(4)
-_NEVER = 1 << 62
+_NEVER = 1 << 126                 # after every cycle (any int: VTAConfig allows DRAM latencies past 2^62)
 _DISPATCH = 8                     # wake bits of the solver: 1 << module, and dispatch
 _ALL = 15
 _MICRO_CODED = (GemmInsn, AluInsn)
@@ -1120,9 +1120,12 @@ def _native_params(config: VTAConfig) -> tuple[bytes, tuple[int, ...]]:
     entry = _NATIVE_PARAMS.get(id(config))
     if entry is None or entry[0] is not config:
         elem, out = _element_bytes(config)
-        params = (config.cmd_queue_depth, config.token_queue_depth, config.dram_latency, config.dram_outstanding,
-                  config.bus_bytes, int(bool(config.alu_mul)), out, elem[MemId.UOP], elem[MemId.WGT],
-                  elem[MemId.INP], elem[MemId.ACC], elem[MemId.ACC_8BIT])
+        # (depths and the window beyond 2^62 act as infinite, exactly; such a latency the core declines)
+        huge = 1 << 62
+        params = (min(config.cmd_queue_depth, huge), min(config.token_queue_depth, huge),
+                  min(config.dram_latency, huge), min(config.dram_outstanding, huge), config.bus_bytes,
+                  int(bool(config.alu_mul)), out, elem[MemId.UOP], elem[MemId.WGT], elem[MemId.INP], elem[MemId.ACC],
+                  elem[MemId.ACC_8BIT])
         if len(_NATIVE_PARAMS) >= 64:
             _NATIVE_PARAMS.clear()
         entry = _NATIVE_PARAMS[id(config)] = (config, native.layout_table(config), params)

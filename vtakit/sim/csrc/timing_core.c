@@ -411,7 +411,7 @@ static int64_t start_dma(solver_t *s, int m, Py_ssize_t i, int64_t cycle)
 }
 
 /* Walk module m through its instructions until it needs a cycle not known yet; returns the
- * components its takes, pops and pushes unblock (-1: declined). */
+ * components its takes, pops and pushes unblock (s->why set: declined, a cycle beyond CYCLE_CAP). */
 static int advance(solver_t *s, int m)
 {
     const Py_ssize_t *lst = s->lists[m];
@@ -533,8 +533,9 @@ static void lasts_append(solver_t *s, int64_t last)
 /* Accept bursts, each in the earliest cycle in which a requester presents and the window is open,
  * to the highest-priority one (fetch > compute > load), until an acceptance may unblock someone:
  * returns whom (-1: nobody presents, ever: a deadlock; -2: a burst it cannot cut; -3: out of
- * memory; -4: a beat beyond CYCLE_CAP). Fewer than O bursts are in flight in cycle c iff the O-th latest accepted one has its
- * last beat before c (the DRAM serves bursts in order, so last beats grow with acceptance). */
+ * memory; -4: a beat beyond CYCLE_CAP). Fewer than O bursts are in flight in cycle c iff the O-th
+ * latest accepted one has its last beat before c (the DRAM serves bursts in order, so last beats
+ * grow with acceptance). */
 static int arbitrate(solver_t *s)
 {
     int64_t fetch_present = NEVER;
