@@ -623,3 +623,92 @@ def test_tensorized_cross_thread_reduction_rejected():
     with pytest.raises(ScheduleError, match="stage C: reduction axis k.outer is bound to threadIdx.x \\(a cross-thread "
                                             "reduction\\) and axis i.inner is tensorized"):
         vtakit.lower(s, args)
+
+
+# ---------------------------------------------------------------------------- random schedules
+_RANDOM_REDUCERS = {
+    "sum": (te.sum, lambda a, mask: np.where(mask, a, 0).sum(1, dtype=a.dtype)),
+    "max": (te.max, lambda a, mask: np.where(mask, a, np.iinfo(a.dtype).min).max(1)),
+    "min": (te.min, lambda a, mask: np.where(mask, a, np.iinfo(a.dtype).max).min(1)),
+}
+
+
+def _random_case(seed):
+    """A row reduction with a random shape (reduce minimum, tails), reducer, dtype, ``where``, thread
+    binding (inner/outer part of a split, whole axis, rfactor), row split and binding, leaf order,
+    cache level and store predicate; the output and numpy's, pre-filled with the sentinel."""
+    rng = np.random.default_rng(seed)
+    n, m = int(rng.integers(1, 10)), int(rng.integers(1, 70))
+    lo = min(int(rng.integers(0, 4)) if rng.random() < 0.3 else 0, m - 1)
+    red = str(rng.choice(list(_RANDOM_REDUCERS)))
+    dtype = str(rng.choice(["int32", "int8"])) if red != "sum" else "int32"
+    wkind, mod = str(rng.choice(["none", "k", "ik"])), int(rng.integers(2, 5))
+    reducer, ref = _RANDOM_REDUCERS[red]
+    A = te.placeholder((n, m), dtype, name="A")
+    k = te.reduce_axis((lo, m), "k")
+    if wkind == "none":
+        B = te.compute((n,), lambda i: reducer(A[i, k], axis=k), name="B")
+    else:
+        cond = (lambda i: k % mod != 1) if wkind == "k" else (lambda i: (k + i) % mod != 0)
+        B = te.compute((n,), lambda i: reducer(A[i, k], axis=k, where=cond(i)), name="B")
+    s = te.create_schedule(B.op)
+    mode = str(rng.choice(["inner", "outer", "rfactor", "whole"]))
+    tx = te.thread_axis(str(rng.choice(["threadIdx.x", "threadIdx.y"])))
+    threads = int(rng.choice([1, 2, 3, 4, 8, 16, 32]))
+    cache = str(rng.choice(["none", "local", "shared"])) if mode in ("inner", "outer") else "none"
+    AC = s.cache_read(A, cache, [B]) if cache != "none" else None
+    leaves = {}
+    if mode == "whole":
+        s[B].bind(k, tx)
+        threads = m - lo
+    elif mode == "inner":
+        leaves["ko"], leaves["ki"] = s[B].split(k, factor=threads)
+        s[B].bind(leaves["ki"], tx)
+    elif mode == "outer":
+        leaves["ko"], leaves["ki"] = s[B].split(k, nparts=threads)
+        s[B].bind(leaves["ko"], tx)
+    else:
+        _, ki = s[B].split(k, factor=threads)
+        BF = s.rfactor(B, ki, factor_axis=int(rng.integers(0, 2)))
+        s[B].bind(s[B].op.reduce_axis[0], tx)
+        if rng.random() < 0.7:
+            s[BF].compute_at(s[B], s[B].op.reduce_axis[0])
+    rows = s[B].op.axis[0]
+    if rng.random() < 0.5:
+        xo, leaves["xi"] = s[B].split(rows, factor=int(rng.integers(1, 5)))
+        s[B].bind(xo, te.thread_axis("blockIdx.x"))
+        if rng.random() < 0.5:
+            s[B].bind(leaves["xi"], te.thread_axis("threadIdx.y" if tx.thread_tag == "threadIdx.x" else "threadIdx.x"))
+    else:
+        s[B].bind(rows, te.thread_axis("blockIdx.x"))
+    if mode in ("inner", "outer") and rng.random() < 0.5:
+        order = list(leaves.values())
+        rng.shuffle(order)
+        s[B].reorder(*order)
+    if AC is not None:
+        s[AC].compute_at(s[B], list(leaves.values())[int(rng.integers(0, len(leaves)))])
+    if rng.random() < 0.6:
+        s[B].set_store_predicate(tx.var.equal(int(rng.integers(0, max(1, threads)))))
+    a = rng.integers(-100, 100, (n, m)).astype(dtype)
+    kk, ii = np.arange(m)[None], np.arange(n)[:, None]
+    mask = np.broadcast_to(kk >= lo, (n, m))
+    if wkind == "k":
+        mask = mask & (kk % mod != 1)
+    elif wkind == "ik":
+        mask = mask & ((kk + ii) % mod != 0)
+    (b,), _ = _run(s, [A, B], [a])
+    return b, ref(a, mask)
+
+
+@pytest.mark.parametrize("block", range(4))
+def test_random_schedules(block):
+    for seed in range(block * 60, (block + 1) * 60):
+        got, want = _random_case(seed)
+        np.testing.assert_array_equal(got, want, err_msg=f"seed {seed}")
+
+
+@pytest.mark.slow
+def test_random_schedules_campaign():
+    for seed in range(240, 5240):
+        got, want = _random_case(seed)
+        np.testing.assert_array_equal(got, want, err_msg=f"seed {seed}")
