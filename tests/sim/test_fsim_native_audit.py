@@ -485,6 +485,45 @@ def test_encoded_stream_is_trusted_as_the_program():
     assert fsim._native_run(SMALL, insns, dram.copy(), stream[:-16], True)[0] is not None
 
 
+# ---------------------------------------------------------------------------- the core's inputs
+@pytest.mark.parametrize("depth", [2**61 + 1, 2**64], ids=["wraps_size_t", "past_int64"])
+def test_huge_command_queue_depths(depth):
+    """VTAConfig bounds no CMD_QUEUE_DEPTH. Before: 2**61+1 sized the command ring as 8 bytes (a heap
+    overflow, glibc abort), 2**64 raised OverflowError out of simulate."""
+    config = VTAConfig.small(cmd_queue_depth=depth)
+    for seed in range(5):
+        program = random_program(config, seed)
+        assert compare(config, list(program.insns), program.initial_dram()) == Outcome("ok", "ok")
+
+
+def _core_args(config: VTAConfig, dram: np.ndarray, params: tuple | None = None, layout: bytes | None = None):
+    _, default_layout, default_params = fsim._native_config(config)
+    _, arrays = _machine_arrays(config, dram)
+    stream = isa.encode([FinishInsn()], config)
+    return (default_layout if layout is None else layout, stream, default_params if params is None else params,
+            dram, *arrays, True)
+
+
+@pytest.mark.parametrize("k, value", [(3, 10**6), (9, 5), (13, 1), (14, 3), (20, 40), (23, -1), (28, 3)],
+                         ids=["depth", "written_at", "uop_bytes", "inp_bytes", "uop_shift", "uop_mask", "granule"])
+def test_core_rejects_inconsistent_params(k, value):
+    """run()'s params index memory (mask offsets, element sizes, micro-op shifts): anything but what
+    fsim._native_params derives is a ValueError, not an out-of-bounds access."""
+    params = list(fsim._native_config(SMALL)[2])
+    params[k] = value
+    core = native.core("_fsim_core")
+    with pytest.raises(ValueError, match="params out of range or inconsistent|buffer"):
+        core.run(*_core_args(SMALL, np.zeros(64, dtype=np.uint8), tuple(params)))
+    assert core.run(*_core_args(SMALL, np.zeros(64, dtype=np.uint8))) == ((0,) * 7, (0,) * 3, (0,) * 4)
+
+
+def test_core_rejects_a_layout_reaching_past_the_word():
+    table = np.frombuffer(fsim._native_config(SMALL)[1], dtype=np.int32).reshape(8, -1, 3).copy()
+    table[int(Opcode.ALU), native.FIELDS.index("imm"), 0] = 1 << 20   # bit offset far past the 16 bytes
+    with pytest.raises(ValueError, match="layout table has a field outside its 64-bit word"):
+        native.core("_fsim_core").run(*_core_args(SMALL, np.zeros(64, dtype=np.uint8), layout=table.tobytes()))
+
+
 # ---------------------------------------------------------------------------- long campaigns
 @pytest.mark.slow
 @pytest.mark.parametrize("config_name", AUDIT_CONFIGS)

@@ -1053,11 +1053,39 @@ static int parse_config(PyObject *params, fs_config *c)
         if (fields[k] == -1 && PyErr_Occurred())
             return -1;
     }
-    if (c->cmd_depth < 1 || c->token_depth < 1 || c->granule < 1 || c->block_in > 4096) {
-        PyErr_SetString(PyExc_ValueError, "params out of range");
+    /* The core indexes memory with these, so they must be what fsim._native_params derives from a
+     * VTAConfig: element sizes that match the SRAM entry shapes, masks laid out one after the
+     * other, micro-op fields inside a 32-bit word, a granule dividing every element. */
+    int ok = c->batch >= 1 && c->block_in >= 1 && c->block_in <= 4096 && c->block_out >= 1 && c->block_out <= 4096
+          && c->batch <= 4096 && c->cmd_depth >= 1 && c->token_depth >= 1
+          && c->token_depth <= 255 && c->granule >= 1 && c->uop_bytes == 4 && c->inp_bytes == c->batch * c->block_in
+          && c->wgt_bytes == c->block_out * c->block_in && c->acc_bytes == 4 * c->batch * c->block_out
+          && c->acc8_bytes == c->batch * c->block_out && c->out_bytes == c->batch * c->block_out;
+    for (int s = 0; ok && s < NSRAMS; s++)
+        ok = c->depth[s] >= 0 && c->depth[s] <= ((int64_t)1 << 32)
+          && c->written_at[s] == (s ? c->written_at[s - 1] + c->depth[s - 1] : 0);
+    for (int f = 0; ok && f < 3; f++)
+        ok = c->uop_shift[f] >= 0 && c->uop_shift[f] < 32 && c->uop_mask[f] >= 0 && c->uop_mask[f] <= 0xFFFFFFFF;
+    const int64_t elems[] = {c->uop_bytes, c->inp_bytes, c->wgt_bytes, c->acc_bytes, c->acc8_bytes, c->out_bytes};
+    for (int e = 0; ok && e < 6; e++)
+        ok = elems[e] % c->granule == 0;
+    if (!ok) {
+        PyErr_SetString(PyExc_ValueError, "params out of range or inconsistent (see fsim._native_params)");
         return -1;
     }
     return 0;
+}
+
+/* Whether the layout table keeps every field inside one 64-bit word of the 128-bit instruction. */
+static int layout_ok(const vta_layout *layout)
+{
+    for (int op = 0; op < VTA_NOPCODES; op++)
+        for (int k = 0; k < VTA_NFIELDS; k++) {
+            const int32_t *f = layout->f[op][k];
+            if (f[1] < 0 || f[1] > 64 || (f[1] && (f[0] < 0 || f[0] >= 128 || (f[0] & 63) + f[1] > 64)))
+                return 0;
+        }
+    return 1;
 }
 
 enum { B_LAYOUT, B_STREAM, B_DRAM, B_UOP, B_INP, B_WGT, B_ACC, B_OUT, B_WRITTEN, NBUFFERS };
@@ -1106,6 +1134,10 @@ static PyObject *fsim_run(PyObject *self, PyObject *args)
             goto done;
         }
     }
+    if (views[B_LAYOUT].len == (Py_ssize_t)sizeof(vta_layout) && !layout_ok(views[B_LAYOUT].buf)) {
+        PyErr_SetString(PyExc_ValueError, "layout table has a field outside its 64-bit word");
+        goto done;
+    }
     /* every array must have exactly the size the configuration gives it */
     const int64_t expected[NBUFFERS] = {
         (int64_t)sizeof(vta_layout), views[B_STREAM].len - views[B_STREAM].len % VTA_INSN_BYTES, views[B_DRAM].len,
@@ -1128,6 +1160,10 @@ static PyObject *fsim_run(PyObject *self, PyObject *args)
     r->layout = views[B_LAYOUT].buf;
     r->stream = views[B_STREAM].buf;
     r->count = views[B_STREAM].len / VTA_INSN_BYTES;
+    /* a command queue never holds more than the program: deeper ones behave alike (and a huge
+     * CMD_QUEUE_DEPTH, which VTAConfig allows, must not size an allocation) */
+    if (cfg.cmd_depth > r->count)
+        cfg.cmd_depth = r->count > 0 ? r->count : 1;
     r->dram = views[B_DRAM].buf;
     r->dram_size = views[B_DRAM].len;
     r->uop = views[B_UOP].buf;
