@@ -712,3 +712,26 @@ def test_random_schedules_campaign():
     for seed in range(240, 5240):
         got, want = _random_case(seed)
         np.testing.assert_array_equal(got, want, err_msg=f"seed {seed}")
+
+
+def test_late_stage_goes_inside_the_last_per_thread_loop_before_its_leaf_only():
+    """Leaf order row, k.outer, k.inner.inner (threads), k.inner.outer: a cache at the thread axis is
+    bounded for one k.outer iteration and over all of k.inner.outer, so it is filled inside k.outer
+    and outside k.inner.outer (not once per k.inner.outer iteration)."""
+    n, m = 4, 60
+    A, k, B = _rows(n, m)
+    s = te.create_schedule(B.op)
+    AL = s.cache_read(A, "local", [B])
+    ko, kr = s[B].split(k, factor=15)
+    km, ki = s[B].split(kr, factor=5)
+    s[B].reorder(B.op.axis[0], ko, ki, km)
+    s[B].bind(ki, te.thread_axis("threadIdx.x"))
+    s[B].bind(B.op.axis[0], te.thread_axis("blockIdx.x"))
+    s[AL].compute_at(s[B], ki)
+    a = _inputs((n, m), "int32")
+    (b,), text = _run(s, [A, B], [a])
+    _close(b, a.sum(1))
+    lines = [line.strip() for line in text.splitlines()]
+    at = {key: next(i for i, line in enumerate(lines) if line.startswith(key))
+          for key in ("for (k.outer", "allocate A.local", "for (k.inner.outer")}
+    assert at["for (k.outer"] < at["allocate A.local"] < at["for (k.inner.outer"]

@@ -109,21 +109,23 @@ def make_cross_thread_reduction(builder: "_Builder", st: Stage, info: "StageInfo
                 f"thread runs before the all-reduce over {thread.thread_tag}; the result is stored once per "
                 "output element, so the predicate may use the data axes and the thread indices only")
     store = _guard(store_guard, ir.BufferStore(buf, lower(result), out_idx))
-    # stages attached at a leaf that follows a per-thread reduce loop in the leaf order were bounded
-    # for one iteration of that loop: they are computed inside it, before the update
-    first_normal = min((leaves.index(iv) for iv in normal), default=len(leaves))
-    late = [iv for iv in outer if leaves.index(iv) > first_normal]
+    # a stage attached at a leaf that follows a per-thread reduce loop in the leaf order was bounded
+    # for one iteration of that loop: it is computed inside the last such loop, before the update
+    host = {iv: max((n for n in normal if leaves.index(n) < leaves.index(iv)), key=leaves.index, default=None)
+            for iv in outer}
+    late = [iv for iv in outer if host[iv] is not None]
     if normal:
         # each thread first reduces its own share serially, then the threads combine their shares
         part = ir.Buffer(builder._unique("normal_reduce_temp"), (1,), dtype, "local")
         acc = ir.BufferLoad(part, zero)
         init = ir.BufferStore(part, lower(comb.identity_element), zero)
-        update = _guard(contrib, ir.BufferStore(part, lower(comb.combine(acc, body.source)), zero))
-        for iv in reversed(late):
-            update = builder.with_attached(st, iv, update)
+        loops: ir.Stmt = _guard(contrib, ir.BufferStore(part, lower(comb.combine(acc, body.source)), zero))
+        for nv in reversed(normal):
+            for iv in reversed([iv for iv in late if host[iv] is nv]):
+                loops = builder.with_attached(st, iv, loops)
+            loops = builder.loop(st, info, nv, builder.with_attached(st, nv, loops))
         allreduce = _combine_threads(builder, st, info, bound, acc, ir.IntImm("bool", 1), temp)
-        inner: ir.Stmt = ir.Allocate(part, ir.seq(init, builder.nest(st, normal, update),
-                                                  ir.Allocate(temp, ir.seq(allreduce, store))))
+        inner: ir.Stmt = ir.Allocate(part, ir.seq(init, loops, ir.Allocate(temp, ir.seq(allreduce, store))))
     else:
         allreduce = _combine_threads(builder, st, info, bound, lower(body.source), _all(contrib), temp)
         inner = ir.Allocate(temp, ir.seq(allreduce, store))
