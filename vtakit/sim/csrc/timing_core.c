@@ -156,6 +156,10 @@ static inline int64_t field(const uint64_t w[2], const int32_t (*row)[3], int k)
  * them overflows (isa.layout's are at most 16 bits; DRAM_BASE 32). */
 static int layout_ok(const vta_layout *layout)
 {
+    static vta_layout checked;          /* the last table found good (one per configuration in use) */
+    static int have_checked;
+    if (have_checked && !memcmp(layout, &checked, sizeof checked))
+        return 1;
     for (int op = 0; op < VTA_NOPCODES; op++)
         for (int k = 0; k < VTA_NFIELDS; k++) {
             const int32_t offset = layout->f[op][k][0], width = layout->f[op][k][1], sign = layout->f[op][k][2];
@@ -174,6 +178,8 @@ static int layout_ok(const vta_layout *layout)
                                                                                        || (offset & 63) + width > 64)))
                 return 0;
         }
+    memcpy(&checked, layout, sizeof checked);
+    have_checked = 1;
     return 1;
 }
 
