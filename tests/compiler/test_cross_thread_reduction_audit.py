@@ -735,3 +735,21 @@ def test_late_stage_goes_inside_the_last_per_thread_loop_before_its_leaf_only():
     at = {key: next(i for i, line in enumerate(lines) if line.startswith(key))
           for key in ("for (k.outer", "allocate A.local", "for (k.inner.outer")}
     assert at["for (k.outer"] < at["allocate A.local"] < at["for (k.inner.outer"]
+
+
+@pytest.mark.parametrize("scope", ["local", "shared"])
+def test_symbolic_shapes_with_a_cache_at_the_thread_axis(scope):
+    n, m = te.var("n"), te.var("m")
+    A = te.placeholder((n, m), "int32", name="A")
+    k = te.reduce_axis((0, m), "k")
+    B = te.compute((n,), lambda i: te.sum(A[i, k] * 2, axis=k), name="B")
+    s = te.create_schedule(B.op)
+    AC = s.cache_read(A, scope, [B])
+    _, ki, _ = _bind_inner(s, B, k, 8)
+    s[AC].compute_at(s[B], ki)
+    f = vtakit.lower(s, [A, B])
+    for rows, cols in ((3, 5), (2, 40), (1, 1), (4, 17)):
+        a = _inputs((rows, cols), "int32", seed=cols)
+        b = np.full(rows, SENTINEL, "int32")
+        run(f, a, b)
+        np.testing.assert_array_equal(b, (a * 2).sum(1))
