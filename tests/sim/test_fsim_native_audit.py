@@ -383,6 +383,14 @@ def test_opcode_must_match_the_instruction_class(insn, expected):
         fsim.check_program(insns, SMALL)
 
 
+def test_store_of_a_plain_int_memory_type_names_it():
+    """Before: AttributeError ('int' object has no attribute 'name') building the message."""
+    insns = [MemInsn(opcode=Opcode.STORE, memory_type=2), FinishInsn()]
+    assert compare(SMALL, insns, np.zeros(64, dtype=np.uint8)).python == "ProgramError"
+    with pytest.raises(ProgramError, match="STORE of memory type INP is illegal; stores take OUT only"):
+        fsim.simulate(SMALL, insns, np.zeros(64, dtype=np.uint8))
+
+
 def test_legal_enum_values_as_plain_ints_still_run():
     """The stricter check accepts plain ints and numpy ints naming members (they go the slow path)."""
     insns = [_ld(0), _ld(np.int64(3)), AluInsn(alu_opcode=2, use_imm=True, imm=1), AluInsn(alu_opcode=np.uint8(0),

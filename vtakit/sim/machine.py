@@ -191,7 +191,7 @@ def _validate(insn: Instruction, config: VTAConfig, index: int | None) -> None:
                                "or ACC_8BIT")
         if insn.opcode == Opcode.STORE:
             if insn.memory_type != MemId.OUT:
-                raise ProgramError(f"{describe(index, insn)}: STORE of memory type {insn.memory_type.name} is illegal; "
+                raise ProgramError(f"{describe(index, insn)}: STORE of memory type {MemId(insn.memory_type).name} is illegal; "
                                    "stores take OUT only")
             pads = (insn.y_pad_0, insn.y_pad_1, insn.x_pad_0, insn.x_pad_1)
             if any(pads):
