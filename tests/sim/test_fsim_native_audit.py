@@ -8,9 +8,13 @@ The inputs here are built to reach corners the author's tests do not: random pro
 fields pushed to their extremes (widths' maxima, SRAM depths, DRAM's end, overlapping strides,
 padding on every side), bit-flipped encoded streams, garbage instruction words fed to the core
 directly, DRAM images that are tiny or not a multiple of any element, and instruction objects of
-unusual types. The campaigns double as the sanitizer workload (see ``scripts``-free recipe in
-the module's ``__main__``: build the core with ``-fsanitize=address,undefined`` out of tree and
-run this file with it preloaded).
+unusual types, plus the core's own inputs (params, layout table) made inconsistent.
+
+The slow campaigns double as the sanitizer workload: build csrc/fsim_core.c out of tree with
+``gcc -shared -fPIC -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=undefined`` against
+``python3-config --includes``, put the built module in ``sys.modules["vtakit.sim._fsim_core"]``
+from a pytest plugin (importlib's ``spec_from_file_location``), and run this file with
+``LD_PRELOAD=$(gcc -print-file-name=libasan.so) ASAN_OPTIONS=detect_leaks=0 pytest -m "" -p plugin``.
 """
 
 from __future__ import annotations
