@@ -17,6 +17,7 @@ from dataclasses import fields
 from typing import Any, Mapping, Sequence
 
 from vtakit.compiler import ir
+from vtakit.compiler.arith.hashcons import HashCons
 
 __all__ = ["Analyzer", "simplify", "const_int_bound", "can_prove", "linear_coefficients", "structural_key"]
 
@@ -80,8 +81,8 @@ class _Lin:
     def copy(self) -> "_Lin":
         return _Lin({k: [a, c] for k, (a, c) in self.terms.items()}, self.const)
 
-    def add_term(self, atom: ir.PrimExpr, coef: int, key: Any = None) -> None:
-        key = structural_key(atom) if key is None else key
+    def add_term(self, atom: ir.PrimExpr, coef: int, key: Any) -> None:
+        """Add ``coef * atom``; ``key`` is the atom's like-term key (see ``Analyzer._key``)."""
         if key in self.terms:
             self.terms[key][1] += coef
             if self.terms[key][1] == 0:
@@ -108,6 +109,31 @@ class Analyzer:
 
     def __init__(self, bounds: Mapping[ir.Var, Bound] | None = None) -> None:
         self.bounds: dict[ir.Var, Bound] = dict(bounds or {})
+        self._memo: _Memo | None = None  # set for the span of one public query
+
+    def _key(self, e: ir.PrimExpr) -> Any:
+        """``e``'s like-term key: hash-consed inside a query, else :func:`structural_key`."""
+        return structural_key(e) if self._memo is None else self._memo.key(e)
+
+    def _reads_memory(self, e: ir.PrimExpr) -> bool:
+        memo = self._memo
+        if memo is None:
+            return ir.contains(e, (ir.BufferLoad, ir.ProducerLoad))
+        key = memo.key(e)
+        found = memo.reads_memory.get(key)
+        if found is None:
+            found = memo.reads_memory[key] = ir.contains(e, (ir.BufferLoad, ir.ProducerLoad))
+        return found
+
+    def _enter(self) -> bool:
+        """Open a memo for this query unless an enclosing one is open; True when this call owns it.
+
+        Results are memoised only within a query: the bounds cannot change during one, while
+        callers may rebind variables between queries."""
+        if self._memo is not None:
+            return False
+        self._memo = _Memo()
+        return True
 
     # ------------------------------------------------------------------ context
     def bind(self, var: ir.Var, lo: int | float, hi: int | float) -> None:
@@ -125,9 +151,14 @@ class Analyzer:
     def const_int_bound(self, e: Any) -> tuple[int | float, int | float]:
         """Inclusive constant bounds of an integer expression (``±inf`` when unknown)."""
         e = ir.convert(e)
-        if _is_int_scalar(e) and isinstance(e, (ir.Add, ir.Sub, ir.Mul)):
-            return self._lin_bound(self._to_lin(e))
-        return self._atom_bound(e)
+        owner = self._enter()
+        try:
+            if _is_int_scalar(e) and isinstance(e, (ir.Add, ir.Sub, ir.Mul)):
+                return self._lin_bound(self._to_lin(e))
+            return self._atom_bound(e)
+        finally:
+            if owner:
+                self._memo = None
 
     def _lin_bound(self, lin: _Lin) -> tuple[float, float]:
         lo = hi = lin.const
@@ -166,6 +197,16 @@ class Analyzer:
         return lo, hi, [t for k, t in enumerate(terms) if k not in used]
 
     def _atom_bound(self, e: ir.PrimExpr) -> tuple[float, float]:
+        memo = self._memo
+        if memo is None or isinstance(e, (ir.IntImm, ir.Var)):
+            return self._atom_bound_node(e)
+        key = memo.key(e)
+        found = memo.bounds.get(key)
+        if found is None:
+            found = memo.bounds[key] = self._atom_bound_node(e)
+        return found
+
+    def _atom_bound_node(self, e: ir.PrimExpr) -> tuple[float, float]:
         rng = _dtype_range(e.dtype)
         if isinstance(e, ir.IntImm):
             return e.value, e.value
@@ -227,6 +268,19 @@ class Analyzer:
 
     def prove_ge(self, a: ir.PrimExpr, b: ir.PrimExpr, depth: int = 4) -> bool:
         """Whether ``a >= b`` provably, using bounds and the monotonicity of min/max."""
+        owner = self._enter()
+        try:
+            memo = self._memo
+            key = (memo.key(a), memo.key(b), depth)
+            proved = memo.proofs.get(key)
+            if proved is None:
+                proved = memo.proofs[key] = self._prove_ge(a, b, depth)
+            return proved
+        finally:
+            if owner:
+                self._memo = None
+
+    def _prove_ge(self, a: ir.PrimExpr, b: ir.PrimExpr, depth: int) -> bool:
         if self._lin_bound(self._to_lin(self._linear_result(ir.Sub(a, b))))[0] >= 0:
             return True
         if depth == 0:
@@ -266,7 +320,7 @@ class Analyzer:
             if ca is not None:
                 return self._to_lin(e.b).scaled(ca)
         lin = _Lin()
-        lin.add_term(e, 1)
+        lin.add_term(e, 1, self._key(e))
         return lin
 
     def _from_lin(self, lin: _Lin, dtype: str) -> ir.PrimExpr:
@@ -299,7 +353,7 @@ class Analyzer:
                 if not isinstance(atom, ir.FloorMod) or _const_int(atom.b) is None:
                     continue
                 c = atom.b.value
-                div_key = structural_key(ir.FloorDiv(atom.a, atom.b))
+                div_key = self._key(ir.FloorDiv(atom.a, atom.b))
                 if div_key in lin.terms and lin.terms[div_key][1] == coef * c:
                     del lin.terms[key]
                     del lin.terms[div_key]
@@ -312,11 +366,26 @@ class Analyzer:
         """A simplified, canonical copy of the expression ``e``."""
         if not isinstance(e, ir.PrimExpr):
             return e
-        return self._simplify(e)
+        owner = self._enter()
+        try:
+            return self._simplify(e)
+        finally:
+            if owner:
+                self._memo = None
 
     def _simplify(self, e: ir.PrimExpr) -> ir.PrimExpr:
         if isinstance(e, (ir.IntImm, ir.FloatImm)):
             return e
+        memo = self._memo
+        if memo is None:
+            return self._simplify_node(e)
+        key = memo.key(e)
+        out = memo.simplified.get(key)
+        if out is None:
+            out = memo.simplified[key] = self._simplify_node(e)
+        return out
+
+    def _simplify_node(self, e: ir.PrimExpr) -> ir.PrimExpr:
         if isinstance(e, ir.Var):
             b = self.bounds.get(e)
             if b is not None and b[0] == b[1] and _is_int_scalar(e):
@@ -336,7 +405,7 @@ class Analyzer:
         rest_terms = {k: v for k, v in lin.terms.items() if not minmax or k != minmax[0][0]}
         # Only index arithmetic gains from distributing: a loaded value never cancels, and pushing it
         # into both arms turns a clip-then-add data expression into one no ALU sequence computes.
-        reads_memory = any(ir.contains(atom, (ir.BufferLoad, ir.ProducerLoad)) for atom, _ in rest_terms.values())
+        reads_memory = any(self._reads_memory(atom) for atom, _ in rest_terms.values())
         if len(minmax) == 1 and (lin.const or len(lin.terms) > 1) and not reads_memory:
             # min(a, b) + r -> min(a + r, b + r);  r - min(a, b) -> max(r - a, r - b): lets terms cancel
             key, atom, coef = minmax[0]
@@ -397,7 +466,7 @@ class Analyzer:
                     atom = ir.FloorDiv(inner.a, ir.IntImm(dtype, inner.b.value * c), dtype)
                 else:
                     atom = ir.FloorDiv(inner, ir.IntImm(dtype, c), dtype)
-                quot.add_term(atom, 1)
+                quot.add_term(atom, 1, self._key(atom))
         return self._from_lin(quot, dtype)
 
     def _s_FloorMod(self, e: ir.FloorMod) -> ir.PrimExpr:
@@ -430,7 +499,8 @@ class Analyzer:
         if g > 1:  # floormod(g*y + r, c) = g*floormod(y + r//g, c/g) + r%g
             inner = _Lin({k: [a_, cf // g] for k, (a_, cf) in rest.terms.items()}, rest.const // g)
             out = _Lin(const=rest.const % g)
-            out.add_term(self._floormod(self._from_lin(inner, dtype), ir.IntImm(dtype, c // g), dtype), g)
+            mod = self._floormod(self._from_lin(inner, dtype), ir.IntImm(dtype, c // g), dtype)
+            out.add_term(mod, g, self._key(mod))
             return self._from_lin(out, dtype)
         inner = self._from_lin(rest, dtype)
         if (isinstance(inner, ir.FloorMod) and _const_int(inner.b) is not None
@@ -537,6 +607,21 @@ class Analyzer:
         if isinstance(value, (ir.IntImm, ir.FloatImm, ir.Var)):
             return self._simplify(ir.substitute(e.body, {e.var: value}))
         return ir.Let(e.var, value, self._simplify(e.body), e.dtype)
+
+
+class _Memo:
+    """Simplified forms and min/max proofs of one query, keyed by hash-consed structure: the
+    min/max case split re-simplifies the arms it distributes sums into, and without sharing,
+    nested clipped extents (bound inference's tiles) cost exponential time in their depth."""
+
+    __slots__ = ("key", "simplified", "proofs", "bounds", "reads_memory")
+
+    def __init__(self) -> None:
+        self.key = HashCons().key
+        self.simplified: dict[int, ir.PrimExpr] = {}
+        self.proofs: dict[tuple[int, int, int], bool] = {}
+        self.bounds: dict[int, tuple[float, float]] = {}
+        self.reads_memory: dict[int, bool] = {}
 
 
 class _ChildSimplifier(ir.IRMutator):
