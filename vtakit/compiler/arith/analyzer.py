@@ -7,7 +7,9 @@ atoms are variables or non-linear terms (``floordiv``, ``floormod``, products, l
 like terms merge, ``floordiv``/``floormod`` by constants split off their divisible parts, and
 bounds (``var -> (lo, hi)``, inclusive) decide comparisons, ``min``/``max`` and divisions.
 As in TVM, simplification assumes index arithmetic does not overflow. Float expressions are only
-constant-folded, never reassociated.
+constant-folded, never reassociated. Within one query (a public call) simplified forms, bounds and
+min/max proofs are memoised by hash-consed structure (:mod:`.hashcons`): the min/max case split
+re-simplifies what it distributes, which is exponential in the nesting depth without sharing.
 """
 
 from __future__ import annotations
