@@ -205,19 +205,12 @@ static inline int route_pushes(uint8_t route, int queues[2])
 /* ------------------------------------------------------------------------------------------ */
 /* Static checks (fsim.check_program, machine.checked_stage)                                    */
 
-/* One field of the instruction at p (0 where its opcode has none). The static checks read a few
- * fields of every instruction, so they do not decode all of them. */
+/* One field of the instruction at p; the static checks read a few fields of every instruction, so
+ * they do not decode all of them. */
 static inline int64_t insn_field(const uint8_t *p, const vta_layout *layout, int opcode, int k)
 {
-    const int32_t *field = layout->f[opcode][k];
-    const int width = field[1];
-    if (!width)
-        return 0;
-    const uint64_t mask = width >= 64 ? ~(uint64_t)0 : (((uint64_t)1 << width) - 1);
-    int64_t value = (int64_t)((vta_word(p + 8 * (field[0] >> 6)) >> (field[0] & 63)) & mask);
-    if (field[2] && width < 64 && (value >> (width - 1)) & 1)
-        value -= (int64_t)1 << width;
-    return value;
+    const uint64_t w[2] = {vta_word(p), vta_word(p + 8)};
+    return vta_field(w, layout->f[opcode], k);
 }
 
 static int check_program(fs_run *r)
@@ -1076,18 +1069,6 @@ static int parse_config(PyObject *params, fs_config *c)
     return 0;
 }
 
-/* Whether the layout table keeps every field inside one 64-bit word of the 128-bit instruction. */
-static int layout_ok(const vta_layout *layout)
-{
-    for (int op = 0; op < VTA_NOPCODES; op++)
-        for (int k = 0; k < VTA_NFIELDS; k++) {
-            const int32_t *f = layout->f[op][k];
-            if (f[1] < 0 || f[1] > 64 || (f[1] && (f[0] < 0 || f[0] >= 128 || (f[0] & 63) + f[1] > 64)))
-                return 0;
-        }
-    return 1;
-}
-
 enum { B_LAYOUT, B_STREAM, B_DRAM, B_UOP, B_INP, B_WGT, B_ACC, B_OUT, B_WRITTEN, NBUFFERS };
 
 PyDoc_STRVAR(run_doc,
@@ -1134,7 +1115,7 @@ static PyObject *fsim_run(PyObject *self, PyObject *args)
             goto done;
         }
     }
-    if (views[B_LAYOUT].len == (Py_ssize_t)sizeof(vta_layout) && !layout_ok(views[B_LAYOUT].buf)) {
+    if (views[B_LAYOUT].len == (Py_ssize_t)sizeof(vta_layout) && !vta_layout_ok(views[B_LAYOUT].buf)) {
         PyErr_SetString(PyExc_ValueError, "layout table has a field outside its 64-bit word");
         goto done;
     }

@@ -136,24 +136,12 @@ static Py_ssize_t fetch_burst(const solver_t *s)
 
 /* ------------------------------------------------------------------ reading a program */
 
-/* Field k of an instruction (words w, its opcode's layout row): vta_decode's value of that one field
- * (decoding only the fields used is most of this core's per-instruction cost saved). */
-static inline int64_t field(const uint64_t w[2], const int32_t (*row)[3], int k)
-{
-    const int offset = row[k][0], width = row[k][1];
-    if (!width)
-        return 0;
-    const uint64_t mask = width >= 64 ? ~(uint64_t)0 : (((uint64_t)1 << width) - 1);
-    int64_t value = (int64_t)((w[offset >> 6] >> (offset & 63)) & mask);
-    if (row[k][2] && width < 64 && (value >> (width - 1)) & 1)
-        value -= (int64_t)1 << width;
-    return value;
-}
-#define F(name) field(w, row, VTA_F_##name)
+/* Only the fields used are decoded (most of this core's per-instruction cost saved). */
+#define F(name) vta_field(w, row, VTA_F_##name)
 
-/* Whether a layout table is one this core can decode safely: every field inside the 128-bit word and
- * within one 64-bit half, and the fields the solver multiplies narrow enough that no product of
- * them overflows (isa.layout's are at most 16 bits; DRAM_BASE 32). */
+/* Whether a layout table is one this core can decode safely: vta_layout_ok's, and the fields the
+ * solver multiplies narrow enough that no product of them overflows (isa.layout's are at most 16
+ * bits; DRAM_BASE 32). */
 static int layout_ok(const vta_layout *layout)
 {
     static vta_layout checked;          /* the last table found good (one per configuration in use) */
@@ -162,7 +150,7 @@ static int layout_ok(const vta_layout *layout)
         return 1;
     for (int op = 0; op < VTA_NOPCODES; op++)
         for (int k = 0; k < VTA_NFIELDS; k++) {
-            const int32_t offset = layout->f[op][k][0], width = layout->f[op][k][1], sign = layout->f[op][k][2];
+            const int32_t width = layout->f[op][k][1], sign = layout->f[op][k][2];
             int limit = 64;
             switch (k) {
             case VTA_F_DRAM_BASE:
@@ -174,10 +162,11 @@ static int layout_ok(const vta_layout *layout)
                 limit = 20;
                 break;
             }
-            if (width < 0 || width > limit || (sign != 0 && sign != 1) || (width && (offset < 0 || offset > 127
-                                                                                       || (offset & 63) + width > 64)))
+            if (width > limit || (sign != 0 && sign != 1))
                 return 0;
         }
+    if (!vta_layout_ok(layout))
+        return 0;
     memcpy(&checked, layout, sizeof checked);
     have_checked = 1;
     return 1;

@@ -47,6 +47,33 @@ static inline uint64_t vta_word(const uint8_t *p)
     return w;
 }
 
+/* Field k of the instruction whose two words are w, from its opcode's layout row (0 where the opcode
+ * has none). The cores read single fields where they need only a few of an instruction's. */
+static inline int64_t vta_field(const uint64_t w[2], const int32_t (*row)[3], int k)
+{
+    const int offset = row[k][0], width = row[k][1];
+    if (!width)
+        return 0;
+    const uint64_t mask = width >= 64 ? ~(uint64_t)0 : (((uint64_t)1 << width) - 1);
+    int64_t value = (int64_t)((w[offset >> 6] >> (offset & 63)) & mask);
+    if (row[k][2] && width < 64 && (value >> (width - 1)) & 1)
+        value -= (int64_t)1 << width;
+    return value;
+}
+
+/* Whether every field of a layout table lies inside one 64-bit half of the 128-bit word, as the
+ * decoding above assumes (a table from Python always does; the cores check what they are given). */
+static inline int vta_layout_ok(const vta_layout *layout)
+{
+    for (int op = 0; op < VTA_NOPCODES; op++)
+        for (int k = 0; k < VTA_NFIELDS; k++) {
+            const int32_t *f = layout->f[op][k];
+            if (f[1] < 0 || f[1] > 64 || (f[1] && (f[0] < 0 || f[0] >= 128 || (f[0] & 63) + f[1] > 64)))
+                return 0;
+        }
+    return 1;
+}
+
 /* Decode the 16 bytes at p. Returns the opcode, or -1 if the opcode has no layout. */
 static inline int vta_decode(const uint8_t *p, const vta_layout *layout, vta_insn *out)
 {
@@ -55,18 +82,8 @@ static inline int vta_decode(const uint8_t *p, const vta_layout *layout, vta_ins
     memset(out, 0, sizeof *out);
     if (layout->f[opcode][VTA_F_OPCODE][1] == 0)
         return -1;
-    for (int k = 0; k < VTA_NFIELDS; k++) {
-        const int32_t *field = layout->f[opcode][k];
-        const int width = field[1];
-        if (!width)
-            continue;
-        const int offset = field[0];
-        const uint64_t mask = width >= 64 ? ~(uint64_t)0 : (((uint64_t)1 << width) - 1);
-        int64_t value = (int64_t)((w[offset >> 6] >> (offset & 63)) & mask);
-        if (field[2] && width < 64 && (value >> (width - 1)) & 1)
-            value -= (int64_t)1 << width;
-        out->v[k] = value;
-    }
+    for (int k = 0; k < VTA_NFIELDS; k++)
+        out->v[k] = vta_field(w, layout->f[opcode], k);
     return opcode;
 }
 
