@@ -30,7 +30,7 @@ __all__ = [
     "Field", "layout", "uop_layout",
     "encode", "decode", "encode_uops", "decode_uops",
     "stage_of", "disasm", "isa_table_markdown",
-    "INSN_BYTES", "UOP_BYTES",
+    "INSN_BYTES", "UOP_BYTES", "CLASS_OPCODES",
 ]
 
 INSN_BYTES = 16
@@ -272,8 +272,9 @@ def _unpack(words: np.ndarray, field: Field) -> np.ndarray:
 # range or not a plain int, a subclass, a mismatched opcode) makes it return ``None``, and
 # ``encode`` falls back to the vectorised reference path, which produces the exact error (or the
 # same words, for exotic ints such as numpy scalars).
-_CLASS_OPCODES = {MemInsn: (Opcode.LOAD, Opcode.STORE), GemmInsn: (Opcode.GEMM,), AluInsn: (Opcode.ALU,),
-                  FinishInsn: (Opcode.FINISH,)}
+#: The opcodes each instruction class may carry (the encoder's branches; fsim's legality check).
+CLASS_OPCODES = {MemInsn: (Opcode.LOAD, Opcode.STORE), GemmInsn: (Opcode.GEMM,), AluInsn: (Opcode.ALU,),
+                 FinishInsn: (Opcode.FINISH,)}
 
 
 def _fast_encoder_source(config: VTAConfig) -> str:
@@ -284,7 +285,7 @@ def _fast_encoder_source(config: VTAConfig) -> str:
              "    try:",
              "        for insn in insns:",
              "            cls = type(insn)"]
-    for n, (cls, opcodes) in enumerate(_CLASS_OPCODES.items()):   # MemInsn first: the most frequent
+    for n, (cls, opcodes) in enumerate(CLASS_OPCODES.items()):   # MemInsn first: the most frequent
         table = layout(opcodes[0], config)   # LOAD and STORE share one layout
         assert not {f.name for f in table} & {"insns", "words", "append", "insn", "cls", "w0", "w1"}
         checks, terms = [], ([], [])
@@ -321,7 +322,7 @@ def _fast_encoder_source(config: VTAConfig) -> str:
 @lru_cache(maxsize=None)
 def _fast_encoder(config: VTAConfig) -> Callable[[list[Instruction]], list[int] | None]:
     """The generated ``encode_words`` for ``config`` (compiled once per configuration)."""
-    namespace: dict = {cls.__name__: cls for cls in _CLASS_OPCODES}
+    namespace: dict = {cls.__name__: cls for cls in CLASS_OPCODES}
     exec(_fast_encoder_source(config), namespace)   # noqa: S102 - source built from the field table
     return namespace["encode_words"]
 
@@ -346,7 +347,7 @@ def _encode_vectorised(insns: list[Instruction], config: VTAConfig) -> bytes:
     words = np.zeros((len(insns), 2), dtype=np.uint64)
     by_kind: dict[Opcode, list[int]] = {}
     for index, insn in enumerate(insns):
-        legal = next((ops for cls, ops in _CLASS_OPCODES.items() if isinstance(insn, cls)), None)
+        legal = next((ops for cls, ops in CLASS_OPCODES.items() if isinstance(insn, cls)), None)
         if legal is None:
             raise ISAError(f"instruction {index}: {insn!r} is not a VTA instruction")
         if insn.opcode not in legal:
