@@ -168,7 +168,7 @@ def _validate(insn: Instruction, config: VTAConfig, index: int | None) -> None:
         raise ProgramError(f"instruction {index}: {insn!r} is not a VTA instruction")
     # the opcode and enum fields must hold values the ISA has (isa.encode/decode reject the rest, and
     # the hardware gives them no meaning: its ALU yields 0 for opcodes 5-7)
-    expected = _CLASS_OPCODES[next(cls for cls in _CLASS_OPCODES if isinstance(insn, cls))]
+    expected = isa.CLASS_OPCODES[next(cls for cls in isa.CLASS_OPCODES if isinstance(insn, cls))]
     if insn.opcode not in expected:
         raise ProgramError(f"instruction {index}: a {type(insn).__name__} with opcode {insn.opcode!r}; expected "
                            f"{' or '.join(f'{op.name}={op.value}' for op in expected)}")
@@ -200,10 +200,6 @@ def _validate(insn: Instruction, config: VTAConfig, index: int | None) -> None:
     elif isinstance(insn, AluInsn) and insn.alu_opcode == AluOp.MUL and not config.alu_mul:
         raise ProgramError(f"{describe(index, insn)}: ALU MUL needs a configuration with ALU_MUL enabled "
                            f"({config.model} has ALU_MUL=false)")
-
-
-_CLASS_OPCODES = {MemInsn: (Opcode.LOAD, Opcode.STORE), GemmInsn: (Opcode.GEMM,), AluInsn: (Opcode.ALU,),
-                  FinishInsn: (Opcode.FINISH,)}
 
 
 def _enum_value(value: object, enum_type: type) -> bool:
@@ -954,19 +950,22 @@ class Machine:
         if self.observer is not None:
             self.observer.sram("out", True, dst)
         if plan.independent:   # one vectorised step, as _alu_chunk takes for independent micro-ops
-            acc = self.acc
-            target = plan.target
-            a = acc[target]
-            b = int(insn.imm) if src is None else acc.take(src, axis=0)
-            result = _alu_op_int32(insn.alu_opcode, a, b)
-            if result is None:
-                result = alu_op(insn.alu_opcode, a.astype(np.int64), np.int64(b) if src is None else b.astype(np.int64))
-            acc[target] = result
-            self.out[target] = result                                     # low 8 bits (assignment wraps)
-            self.written["out"][target] = True
+            self._alu_independent(insn, plan.target, self.acc[plan.target], src)
         else:
             self._alu_chunk(insn, dst, src)
         self.counters["alu_counter"] += len(dst)
+
+    def _alu_independent(self, insn: AluInsn, target: slice | np.ndarray, a: np.ndarray, src: np.ndarray | None) -> None:
+        """Independent micro-ops (distinct destinations ``target``, none read by another; ``a`` = their
+        ACC rows) in one vectorised step."""
+        acc = self.acc
+        b = int(insn.imm) if src is None else acc.take(src, axis=0)
+        result = _alu_op_int32(insn.alu_opcode, a, b)
+        if result is None:
+            result = alu_op(insn.alu_opcode, a.astype(np.int64), np.int64(b) if src is None else b.astype(np.int64))
+        acc[target] = result
+        self.out[target] = result                                         # low 8 bits (assignment wraps)
+        self.written["out"][target] = True
 
     def _alu_chunk(self, insn: AluInsn, dst: np.ndarray, src: np.ndarray | None) -> None:
         acc = self.acc
@@ -976,15 +975,7 @@ class Machine:
             if len(targets) < len(dsts) or (src is not None and not targets.isdisjoint(src.tolist())):
                 self._alu_chunk_scalar(insn, dst, src, dsts)   # micro-ops depend on each other: one at a time
                 return
-            # independent micro-ops (distinct destinations, none read by another): one vectorised step
-            a = acc.take(dst, axis=0)
-            b = int(insn.imm) if src is None else acc.take(src, axis=0)
-            result = _alu_op_int32(insn.alu_opcode, a, b)
-            if result is None:
-                result = alu_op(insn.alu_opcode, a.astype(np.int64), np.int64(b) if src is None else b.astype(np.int64))
-            acc[dst] = result
-            self.out[dst] = result                                        # low 8 bits (assignment wraps)
-            self.written["out"][dst] = True
+            self._alu_independent(insn, dst, acc.take(dst, axis=0), src)
             return
         levels = _alu_levels(dst, src, len(acc))
         groups = [slice(None)] if levels is None else _split_by_level(levels)
