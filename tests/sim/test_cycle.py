@@ -203,6 +203,17 @@ SOLVER_CONFIGS = {**JUMP_CONFIGS, "Q2_O3": SMALL.replace(cmd_queue_depth=2, toke
                   "bus32": SMALL.replace(bus_width=32), "bus512_L3": DEFAULT.replace(bus_width=512, dram_latency=3)}
 
 
+def _corpus_and_edges(config: VTAConfig) -> list[Program]:
+    """The DMA edge program and every corpus program that fits ``config``."""
+    programs = [_edge_program(config)]
+    for name in CASES:
+        try:
+            programs.append(CASES[name](config).program)
+        except Unsupported:
+            pass
+    return programs
+
+
 def _outcome(program, tmp_path, **engine):
     """Everything a run reports, including its timeline, or the error it raises."""
     trace = tmp_path / f"{'stepping' if engine else 'solver'}.json"
@@ -243,14 +254,7 @@ def test_solver_equals_stepping_model(config_name, seed, tmp_path):
 
 @pytest.mark.parametrize("config_name", SOLVER_CONFIGS)
 def test_solver_equals_stepping_model_on_corpus_and_dma_edges(config_name, tmp_path):
-    config = SOLVER_CONFIGS[config_name]
-    programs = [_edge_program(config)]
-    for name in CASES:
-        try:
-            programs.append(CASES[name](config).program)
-        except Unsupported:
-            pass
-    for program in programs:
+    for program in _corpus_and_edges(SOLVER_CONFIGS[config_name]):
         assert _outcome(program, tmp_path) == _outcome(program, tmp_path, stepping=True), program.name
 
 

@@ -18,8 +18,8 @@ import os
 import numpy as np
 import pytest
 
-from tests.programs import CASES, Unsupported, run_program
-from tests.sim.test_cycle import (SMALL, SOLVER_CONFIGS, _deadlocks, _edge_program, _gemm_program, _launch,
+from tests.programs import run_program
+from tests.sim.test_cycle import (SMALL, SOLVER_CONFIGS, _corpus_and_edges, _deadlocks, _gemm_program, _launch,
                                   _launch_program, _load, _nop)
 from vtakit.errors import DeadlockError, ProgramError, SimError
 from vtakit.hw import isa
@@ -112,14 +112,7 @@ def test_traces_equal_the_python_solvers(config_name, tmp_path):
 
 @pytest.mark.parametrize("config_name", SOLVER_CONFIGS)
 def test_corpus_and_dma_edges_equal_the_python_solver(config_name, tmp_path):
-    config = SOLVER_CONFIGS[config_name]
-    programs = [_edge_program(config)]
-    for name in CASES:
-        try:
-            programs.append(CASES[name](config).program)
-        except Unsupported:
-            pass
-    for program in programs:
+    for program in _corpus_and_edges(SOLVER_CONFIGS[config_name]):
         assert _outcome(program, tmp_path, "auto") == _outcome(program, tmp_path, "python"), program.name
 
 
