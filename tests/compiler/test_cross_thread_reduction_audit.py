@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import vtakit
+from tests.compiler.test_cross_thread_reduction import _assert_equal as _close
 from vtakit import te
 from vtakit.compiler import ir
 from vtakit.compiler.interpreter import run
@@ -36,13 +37,6 @@ def _run(s, args, inputs):
     outs = [np.full(tuple(int(x) for x in t.shape), SENTINEL, t.dtype) for t in args[len(inputs):]]
     run(f, *inputs, *outs)
     return outs, text
-
-
-def _close(got, want):
-    if got.dtype.kind == "f":
-        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
-    else:
-        np.testing.assert_array_equal(got, want)
 
 
 def _rows(n, m, dtype="int32", lo=0, reducer=te.sum, where=None, cast=None):

@@ -26,6 +26,7 @@ import numpy as np
 import pytest
 
 from tests.sim.test_fsim_corpus import CONFIGS
+from tests.sim.test_fsim_native import _both, _reason_kind
 from vtakit.errors import DeadlockError, MemoryAccessError, ProgramError, RaceError, SimError
 from vtakit.hw import isa
 from vtakit.hw.config import VTAConfig
@@ -56,10 +57,6 @@ _FLAGS = ("pop_prev", "pop_next", "push_prev", "push_next")
 _LOOP_LIMIT = 1 << 18   # micro-op executions a fuzzed program may ask for (keeps both engines fast)
 
 
-def _reason_kind(reason: str) -> str:
-    return reason.split(": ", 1)[1] if reason.startswith("instruction ") else reason
-
-
 @dataclasses.dataclass
 class Outcome:
     """One program on both engines: what each did, compared."""
@@ -73,12 +70,8 @@ def compare(config: VTAConfig, insns: list, dram: np.ndarray, encoded: bytes | N
     """Run ``insns`` on both engines (each on its own copy of ``dram``) and assert the contract:
     accepted by Python -> completed natively with the very same state; rejected with a SimError ->
     declined natively, DRAM untouched. Any other exception from Python is a bug of its own."""
-    py_dram, native_dram = dram.copy(), dram.copy()
-    try:
-        py = fsim.simulate(config, insns, py_dram, engine="python")
-    except SimError as exc:
-        py = exc
-    run, reason = fsim._native_run(config, insns, native_dram, encoded, True)
+    py, nat, py_dram, native_dram = _both(config, insns, dram, encoded)
+    run, reason = (None, nat) if isinstance(nat, str) else (nat, "")
     if isinstance(py, SimError):
         assert run is None, f"the core completed a program the Python engine rejects: {py!r}"
         assert np.array_equal(native_dram, dram), f"a declined run changed DRAM ({reason})"
