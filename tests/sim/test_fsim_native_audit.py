@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 
 from tests.sim.test_fsim_corpus import CONFIGS
-from tests.sim.test_fsim_native import _both, _reason_kind
+from tests.sim.test_fsim_native import _both
 from vtakit.errors import DeadlockError, MemoryAccessError, ProgramError, RaceError, SimError
 from vtakit.hw import isa
 from vtakit.hw.config import VTAConfig
