@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from vtakit.cli import build_parser, main
@@ -123,7 +124,12 @@ def _bad_inputs(tmp_path, program_file):
     garbage.write_bytes(b"not a zip at all")
     bad_config = tmp_path / "bad.json"
     bad_config.write_text('{"LOG_BLOCK": 4, "NOT_A_KEY": 1}')
+    npy = tmp_path / "array.npy"
+    with open(npy, "wb") as f:
+        np.save(f, np.arange(3))
     return [
+        (["disasm", str(npy)], "not a vtakit program file .*: it does not start with a zip archive's header$"),
+        (["run-program", str(npy)], "not a vtakit program file .*: it does not start with a zip archive's header$"),
         (["disasm", str(tmp_path / "missing.vtaprog")], "cannot read program file"),
         (["disasm", str(garbage)], "is not a vtakit program file"),
         (["info", "--config", str(bad_config)], r"unknown configuration key\(s\) \['NOT_A_KEY'\]"),

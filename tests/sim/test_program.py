@@ -144,6 +144,43 @@ def test_not_a_program_file(tmp_path):
         Program.load(junk)
 
 
+def _npy(path):
+    with open(path, "wb") as f:
+        np.save(f, np.arange(3))
+
+
+def _pickled_npz(path):
+    with open(path, "wb") as f:
+        np.savez(f, meta=np.array([{"format": "vtakit-program"}], dtype=object))
+
+
+def _npz_without_meta(path):
+    with open(path, "wb") as f:
+        np.savez(f, insns=np.zeros(16, np.uint8))
+
+
+def _npz_bad_meta(path):
+    with open(path, "wb") as f:
+        np.savez(f, meta=np.frombuffer(b"{not json", dtype=np.uint8))
+
+
+@pytest.mark.parametrize("write, match", [
+    (_npy, "does not start with a zip archive's header"),
+    (lambda path: path.write_bytes(b"\x80\x04pickle"), "does not start with a zip archive's header"),
+    (_pickled_npz, r"an entry is not a plain numpy array"),
+    (_npz_without_meta, r"has no 'meta' entry, only \['insns'\]"),
+    (_npz_bad_meta, "its 'meta' entry is not JSON text"),
+])
+def test_other_files_are_named_without_numpy_advice(tmp_path, write, match):
+    """Other numpy files and pickles are not programs; the message never suggests allow_pickle."""
+    path = tmp_path / "other.npz"
+    write(path)
+    with pytest.raises(ProgramError, match="is not a vtakit program file") as info:
+        Program.load(path)
+    assert re.search(match, str(info.value))
+    assert "allow_pickle" not in str(info.value)
+
+
 @pytest.mark.parametrize("key, value", [("insns", np.zeros(32, np.int64)), ("uops", np.zeros((2, 4), np.uint8))])
 def test_arrays_must_be_bytes(tmp_path, key, value):
     good = tmp_path / "good.vtaprog"

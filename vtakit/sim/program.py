@@ -32,6 +32,7 @@ __all__ = ["Program", "Segment", "FORMAT_NAME", "FORMAT_VERSION", "MAX_DRAM_SIZE
 
 FORMAT_NAME = "vtakit-program"
 FORMAT_VERSION = 1
+_ZIP_MAGIC = b"PK\x03\x04"   # a .npz is a zip archive; its first bytes say so
 MAX_DRAM_SIZE = 1 << 32      # the accelerator's 32-bit physical address space
 
 
@@ -181,12 +182,22 @@ class Program:
             raw = Path(path).read_bytes()
         except OSError as exc:
             raise ProgramError(f"cannot read program file {str(path)!r}: {exc.strerror}") from exc
+        not_a_program = f"{str(path)!r} is not a vtakit program file (a {FORMAT_NAME} .npz archive, as Program.save writes)"
+        if not raw.startswith(_ZIP_MAGIC):   # (numpy's own message for other files advises allow_pickle)
+            raise ProgramError(f"{not_a_program}: it does not start with a zip archive's header")
         try:
             with np.load(io.BytesIO(raw), allow_pickle=False) as npz:
                 arrays = {k: npz[k] for k in npz.files}
+        except ValueError as exc:    # numpy's message here advises allow_pickle, which is never the fix
+            raise ProgramError(f"{not_a_program}: an entry is not a plain numpy array (Python objects or a broken header)") from exc
+        except (zipfile.BadZipFile, OSError, EOFError) as exc:
+            raise ProgramError(f"{not_a_program}: {exc}") from exc
+        if "meta" not in arrays:
+            raise ProgramError(f"{not_a_program}: it has no 'meta' entry, only {sorted(arrays)}")
+        try:
             meta = json.loads(bytes(arrays["meta"]).decode())
-        except (zipfile.BadZipFile, ValueError, KeyError, UnicodeDecodeError, OSError, EOFError) as exc:
-            raise ProgramError(f"{str(path)!r} is not a vtakit program file ({FORMAT_NAME} .npz): {exc}") from exc
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise ProgramError(f"{not_a_program}: its 'meta' entry is not JSON text ({exc})") from exc
         for key, value in arrays.items():
             if value.dtype != np.uint8 or value.ndim != 1:
                 raise ProgramError(f"{str(path)!r} is malformed: array {key!r} is {value.dtype} with shape "
