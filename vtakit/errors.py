@@ -19,6 +19,8 @@ __all__ = [
     "ScheduleError",
     "CompileError",
     "ArgumentError",
+    "GraphError",
+    "UnsupportedOperatorError",
 ]
 
 
@@ -68,3 +70,11 @@ class CompileError(VtakitError):
 
 class ArgumentError(VtakitError, ValueError):
     """A built module was called with arguments that do not match its parameters."""
+
+
+class GraphError(VtakitError):
+    """A network graph (or the model it was imported from) is malformed or cannot be compiled."""
+
+
+class UnsupportedOperatorError(GraphError):
+    """A model uses operators vtakit does not support; the message lists every one of them at once."""
