@@ -140,6 +140,8 @@ def test_annotation_conflicts():
         s[C].vectorize(C.op.axis[0])
     with pytest.raises(ScheduleError, match="cannot parallelize the reduction axis k"):
         s[C].parallel(C.op.reduce_axis[0])
+    with pytest.raises(ScheduleError, match="stage C: cannot vectorize the reduction axis k"):
+        s[C].vectorize(C.op.reduce_axis[0])
     with pytest.raises(ScheduleError, match="already parallel"):
         s[C].bind(C.op.axis[0], te.thread_axis("blockIdx.x"))
     with pytest.raises(ScheduleError, match="pragma key"):
@@ -679,3 +681,11 @@ def test_rfactor_errors():
     ko, ki = s[C].split(C.op.reduce_axis[0], factor=2)
     with pytest.raises(ScheduleError, match="stage C: axis k was already split"):
         s.rfactor(C, C.op.reduce_axis[0])
+
+
+@pytest.mark.parametrize("target", ["llvm", "interpreter", "vta"])
+def test_build_without_the_output_tensor_names_it(target):
+    A, B, C = matmul()
+    s = te.create_schedule(C.op)
+    with pytest.raises(CompileError, match=r"output tensor\(s\) \['C'\] are not among the arguments \['A', 'B'\]"):
+        vtakit.build(s, [A, B], target=target)

@@ -14,6 +14,7 @@ import importlib
 from typing import Any, Callable, Sequence
 
 from vtakit.compiler import ir
+from vtakit.compiler.te.schedule import Schedule
 from vtakit.errors import CompileError
 
 __all__ = ["register_target", "registered_targets", "build", "InterpreterModule", "register_lowering",
@@ -92,8 +93,23 @@ def _lookup(target: str) -> TargetBuilder:
 
 def build(s: Any, args: Sequence[Any] | None = None, target: str = "llvm", name: str = "main",
           config: Any = None) -> Any:
-    """Compile schedule ``s`` (or a lowered PrimFunc) with parameters ``args`` for ``target``."""
-    return _lookup(target)(s, list(args) if args is not None else [], name, config, target)
+    """Compile schedule ``s`` (or a lowered PrimFunc) with parameters ``args`` for ``target``.
+
+    As in TVM, ``args`` lists every tensor the module reads or writes: the schedule's outputs
+    must be among them, or the module would compute into memory the caller never sees.
+    """
+    args = list(args) if args is not None else []
+    if isinstance(s, Schedule):
+        _check_outputs_passed(s, args)
+    return _lookup(target)(s, args, name, config, target)
+
+
+def _check_outputs_passed(s: Schedule, args: Sequence[Any]) -> None:
+    passed = {id(getattr(a, "op", None)) for a in args}
+    missing = [op.name for op in s.outputs if id(op) not in passed]
+    if missing:
+        raise CompileError(f"build: the schedule's output tensor(s) {missing} are not among the arguments "
+                           f"{[getattr(a, 'name', a) for a in args]}; pass every input and output, outputs included")
 
 
 class InterpreterModule:

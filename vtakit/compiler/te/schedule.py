@@ -310,8 +310,10 @@ class Stage:
         attr = self._attr(iv)
         if attr.kind not in (ir.ForKind.SERIAL, kind):
             raise ScheduleError(f"stage {self.name}: axis {iv.name} is already {attr.kind.value}, cannot {what} it")
-        if kind is ir.ForKind.PARALLEL and iv.iter_type == "comm_reduce":
-            raise ScheduleError(f"stage {self.name}: cannot parallelize the reduction axis {iv.name}")
+        verb = {ir.ForKind.PARALLEL: "parallelize", ir.ForKind.VECTORIZED: "vectorize"}.get(kind)
+        if verb is not None and iv.iter_type == "comm_reduce":
+            raise ScheduleError(f"stage {self.name}: cannot {verb} the reduction axis {iv.name} (its iterations "
+                                "accumulate into the same element); rfactor it or unroll it instead")
         attr.kind = kind
 
     def vectorize(self, iv: IterVar) -> None:
