@@ -177,7 +177,8 @@ def test_builder_errors():
         b.alu(AluOp.MUL, [Uop(0)], imm=2)
     with pytest.raises(ProgramError, match="FINISH is appended by finish"):
         b.append(FinishInsn())
-    with pytest.raises(ProgramError, match="differs from the device"):
+    with pytest.raises(ProgramError, match=r"this builder was built for 1x16_i8w8a32_15_15_18_17, its device is "
+                                           r"1x4_i8w8a32_10_9_10_11: LOG_BLOCK_IN=4 vs 2"):
         ProgramBuilder(VTAConfig(), dev)
     with pytest.raises(AllocationError, match="dtype object cannot live in device DRAM"):
         b.array(np.array([object()]))

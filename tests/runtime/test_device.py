@@ -135,7 +135,8 @@ def test_run_rejects_bad_programs():
     with pytest.raises(ISAError, match="not a multiple of 16"):
         dev.run(b"\x00" * 10)
     other = gemm_program(VTAConfig.small(log_acc_buff_size=10), 4, 4, 4)
-    with pytest.raises(ProgramError, match="was built for"):
+    with pytest.raises(ProgramError, match=r"was built for 1x4_i8w8a32_10_9_10_10, this device is "
+                                           r"1x4_i8w8a32_10_9_10_11: LOG_ACC_BUFF_SIZE=10 vs 11$"):
         dev.run(other)
 
 

@@ -84,9 +84,12 @@ def test_save_load_round_trip(tmp_path):
         (p.config, p.insns, p.uops, p.uop_addr, p.dram_size, p.name)
     assert [(s.addr, s.data, s.name) for s in q.segments] == [(s.addr, s.data, s.name) for s in p.segments]
     assert Program.load(path, VTAConfig.small()).insns == p.insns
-    with pytest.raises(ProgramError, match=r"was built for 1x4_i8w8a32_10_9_10_11, not the requested "
-                                           r"1x16_i8w8a32_15_15_18_17 \(LOG_BLOCK_IN=2 vs 4, LOG_BLOCK_OUT=2 vs 4"):
+    with pytest.raises(ProgramError, match=r"was built for 1x4_i8w8a32_10_9_10_11, the requested configuration is "
+                                           r"1x16_i8w8a32_15_15_18_17: LOG_BLOCK_IN=2 vs 4, LOG_BLOCK_OUT=2 vs 4"):
         Program.load(path, VTAConfig())
+    with pytest.raises(ProgramError, match=r"was built for 1x4_i8w8a32_10_9_10_11 with other system keys than the "
+                                           r"requested configuration: DRAM_LATENCY=32 vs 40$"):
+        Program.load(path, VTAConfig.small(dram_latency=40))
 
 
 def test_disasm_lists_instructions_and_uops():

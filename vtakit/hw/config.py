@@ -10,6 +10,7 @@ never disagree about a size.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 from dataclasses import dataclass, fields
@@ -64,8 +65,7 @@ class VTAConfig:
         """The fast-test configuration: 1x4x4 with small buffers."""
         params = dict(log_batch=0, log_block_in=2, log_block_out=2, log_uop_buff_size=10,
                       log_inp_buff_size=9, log_wgt_buff_size=10, log_acc_buff_size=11)
-        params.update(overrides)
-        _check_field_names(overrides)
+        params.update(_keyword_fields(overrides))
         return cls(**params)
 
     @classmethod
@@ -73,24 +73,7 @@ class VTAConfig:
         """Build from VTA's JSON keys (upper case) plus vtakit's keys; unknown keys are errors."""
         if not isinstance(raw, dict):
             raise ConfigError(f"a VTA configuration must be a JSON object, got {type(raw).__name__}")
-        known = {f.name.upper(): f for f in fields(cls)}
-        unknown = sorted(k for k in raw if k not in known and k != _LOG_BLOCK)
-        if unknown:
-            raise ConfigError(f"unknown configuration key(s) {unknown}; expected some of "
-                              f"{sorted([*known, _LOG_BLOCK])}")
-        params: dict[str, Any] = {}
-        if _LOG_BLOCK in raw:
-            block = raw[_LOG_BLOCK]
-            if not isinstance(block, int) or isinstance(block, bool):
-                raise ConfigError(f"{_LOG_BLOCK}={block!r} must be of type int")
-            for key in ("LOG_BLOCK_IN", "LOG_BLOCK_OUT"):
-                if key in raw and raw[key] != raw[_LOG_BLOCK]:
-                    raise ConfigError(f"{key}={raw[key]!r} disagrees with LOG_BLOCK={raw[_LOG_BLOCK]!r}")
-            params["log_block_in"] = params["log_block_out"] = raw[_LOG_BLOCK]
-        for key, value in raw.items():
-            if key != _LOG_BLOCK:
-                params[known[key].name] = value
-        return cls(**params)
+        return cls(**_json_fields(raw))
 
     @classmethod
     def from_json(cls, path: str | Path) -> "VTAConfig":
@@ -125,14 +108,21 @@ class VTAConfig:
         return text
 
     def replace(self, **changes: Any) -> "VTAConfig":
-        """A copy with some fields (snake_case names) changed, validated like any configuration."""
-        _check_field_names(changes)
-        return dataclasses.replace(self, **changes)
+        """A copy with some fields changed (snake_case names or JSON keys), validated like any configuration."""
+        return dataclasses.replace(self, **_keyword_fields(changes))
 
     def differences(self, other: "VTAConfig") -> str:
         """The keys on which ``other`` differs, as ``KEY=mine vs theirs`` (for error messages)."""
         return ", ".join(f"{f.name.upper()}={getattr(self, f.name)!r} vs {getattr(other, f.name)!r}"
                          for f in fields(self) if getattr(self, f.name) != getattr(other, f.name))
+
+    def mismatch(self, other: "VTAConfig", built: str, there: str) -> str:
+        """An error message for ``built`` (made for this configuration) meeting ``there`` (which has
+        ``other``): both model strings when they differ (system keys such as BUS_WIDTH are not in
+        them), and always every differing key with both values."""
+        head = (f"{built} was built for {self.model}, {there} is {other.model}" if self.model != other.model
+                else f"{built} was built for {self.model} with other system keys than {there}")
+        return f"{head}: {self.differences(other)}"
 
     # ------------------------------------------------------------------ validation
     def _validate(self) -> None:
@@ -348,3 +338,52 @@ def _check_field_names(names: Any) -> None:
     if unknown:
         raise ConfigError(f"unknown configuration field(s) {unknown}; expected some of "
                           f"{[f.name for f in fields(VTAConfig)]}")
+
+
+def _json_fields(raw: dict[str, Any]) -> dict[str, Any]:
+    """VTA's JSON keys (upper case; LOG_BLOCK sets both block sizes) renamed to the dataclass fields."""
+    known = {f.name.upper(): f for f in fields(VTAConfig)}
+    unknown = sorted(k for k in raw if k not in known and k != _LOG_BLOCK)
+    if unknown:
+        raise ConfigError(f"unknown configuration key(s) {unknown}; expected some of "
+                          f"{sorted([*known, _LOG_BLOCK])}")
+    params: dict[str, Any] = {}
+    if _LOG_BLOCK in raw:
+        block = raw[_LOG_BLOCK]
+        if not isinstance(block, int) or isinstance(block, bool):
+            raise ConfigError(f"{_LOG_BLOCK}={block!r} must be of type int")
+        for key in ("LOG_BLOCK_IN", "LOG_BLOCK_OUT"):
+            if key in raw and raw[key] != raw[_LOG_BLOCK]:
+                raise ConfigError(f"{key}={raw[key]!r} disagrees with LOG_BLOCK={raw[_LOG_BLOCK]!r}")
+        params["log_block_in"] = params["log_block_out"] = raw[_LOG_BLOCK]
+    for key, value in raw.items():
+        if key != _LOG_BLOCK:
+            params[known[key].name] = value
+    return params
+
+
+def _keyword_fields(keys: dict[str, Any]) -> dict[str, Any]:
+    """Keyword arguments that may mix field names and VTA's JSON keys (``VTAConfig(LOG_BLOCK=3)``),
+    as field names; a field given under both spellings is an error."""
+    upper = {k: v for k, v in keys.items() if k.isupper()}
+    params = {k: v for k, v in keys.items() if not k.isupper()}
+    _check_field_names(params)
+    for name, value in _json_fields(upper).items():
+        if name in params:
+            raise ConfigError(f"{name.upper()} is given twice, as {name}={params[name]!r} and as a JSON key "
+                              f"({value!r}); give it once")
+        params[name] = value
+    return params
+
+
+_dataclass_init = VTAConfig.__init__
+
+
+@functools.wraps(_dataclass_init)
+def _init(self: VTAConfig, *args: Any, **keys: Any) -> None:
+    _dataclass_init(self, *args, **_keyword_fields(keys))
+
+
+# VTAConfig(LOG_BLOCK=3, BUS_WIDTH=128) as well as VTAConfig(log_block_in=3, ...): the JSON keys
+# VTA users know work as keywords; the generated __init__ does the rest.
+VTAConfig.__init__ = _init  # type: ignore[method-assign]

@@ -127,7 +127,7 @@ class ProgramBuilder:
         if config is None:
             config = VTAConfig() if device is None else device.config
         if device is not None and device.config != config:
-            raise ProgramError(f"builder config {config.model} differs from the device's {device.config.model}")
+            raise ProgramError(config.mismatch(device.config, "this builder", "its device"))
         self.config = config
         self.device = device
         self.name = name
@@ -197,11 +197,12 @@ class ProgramBuilder:
 
     # ------------------------------------------------------------------ DMA
     def load_2d(self, mem: MemId, sram_base: int, src: DramArray | int, y_size: int, x_size: int, x_stride: int | None = None,
-                *, offset: int = 0, y_pad_0: int = 0, y_pad_1: int = 0, x_pad_0: int = 0, x_pad_1: int = 0) -> None:
+                *, offset: int = 0, y_pad_0: int = 0, y_pad_1: int = 0, x_pad_0: int = 0, x_pad_1: int = 0) -> int:
         """``LoadBuffer2D``: y_size rows of x_size elements (stride x_stride) into SRAM, zero padded.
 
         ``src`` is a DRAM array (offset counted in ``mem`` elements) or an absolute element index.
-        INP/WGT loads run on the load stage, ACC/ACC_8BIT loads on compute.
+        INP/WGT loads run on the load stage, ACC/ACC_8BIT loads on compute. Returns the index of
+        the LOAD instruction.
         """
         mem = MemId(mem)
         if mem not in _LOADABLE:
@@ -212,18 +213,19 @@ class ProgramBuilder:
         self._note_access(mem, base, y_size, x_size, stride)
         if not isinstance(src, (int, np.integer)) and self.device is not None:
             self._sources[id(src)] = src
-        self.append(MemInsn(opcode=Opcode.LOAD, memory_type=mem, sram_base=sram_base, dram_base=base,
-                            y_size=y_size, x_size=x_size, x_stride=stride, y_pad_0=y_pad_0, y_pad_1=y_pad_1,
-                            x_pad_0=x_pad_0, x_pad_1=x_pad_1))
+        return self.append(MemInsn(opcode=Opcode.LOAD, memory_type=mem, sram_base=sram_base, dram_base=base,
+                                   y_size=y_size, x_size=x_size, x_stride=stride, y_pad_0=y_pad_0, y_pad_1=y_pad_1,
+                                   x_pad_0=x_pad_0, x_pad_1=x_pad_1))
 
     def store_2d(self, sram_base: int, dst: DramArray | int, y_size: int, x_size: int, x_stride: int | None = None,
-                 *, offset: int = 0) -> None:
-        """``StoreBuffer2D``: y_size rows of x_size OUT entries from SRAM to DRAM (stride x_stride)."""
+                 *, offset: int = 0) -> int:
+        """``StoreBuffer2D``: y_size rows of x_size OUT entries from SRAM to DRAM (stride x_stride).
+        Returns the index of the STORE instruction."""
         stride = x_size if x_stride is None else x_stride
         base = self._dram_base(MemId.OUT, dst, offset)
         self._note_access(MemId.OUT, base, y_size, x_size, stride)
-        self.append(MemInsn(opcode=Opcode.STORE, memory_type=MemId.OUT, sram_base=sram_base, dram_base=base,
-                            y_size=y_size, x_size=x_size, x_stride=stride))
+        return self.append(MemInsn(opcode=Opcode.STORE, memory_type=MemId.OUT, sram_base=sram_base, dram_base=base,
+                                   y_size=y_size, x_size=x_size, x_stride=stride))
 
     # ------------------------------------------------------------------ compute
     def _load_kernel(self, kernel: tuple[Uop, ...]) -> int:

@@ -182,8 +182,7 @@ class Device:
     def _as_program(self, program: Program | Sequence[isa.Instruction] | bytes) -> Program:
         if isinstance(program, Program):
             if program.config is not self.config and program.config != self.config:
-                raise ProgramError(f"program {program.name!r} was built for {program.config.model}, this device "
-                                   f"is {self.config.model} ({program.config.differences(self.config)})")
+                raise ProgramError(program.config.mismatch(self.config, f"program {program.name!r}", "this device"))
             return program
         if isinstance(program, (bytes, bytearray, memoryview)):
             data = bytes(program)

@@ -217,6 +217,5 @@ class Program:
         except (KeyError, TypeError, ValueError, ISAError, ConfigError, ProgramError) as exc:
             raise ProgramError(f"{str(path)!r} is malformed: {type(exc).__name__}: {exc}") from exc
         if config is not None and config != file_config:
-            raise ProgramError(f"{str(path)!r} was built for {file_config.model}, not the requested "
-                               f"{config.model} ({file_config.differences(config)})")
+            raise ProgramError(file_config.mismatch(config, repr(str(path)), "the requested configuration"))
         return program

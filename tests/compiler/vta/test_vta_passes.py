@@ -8,7 +8,7 @@ import vtakit
 from vtakit.compiler import te
 from vtakit.compiler.topi_vta import Conv2dKnobs, Conv2dWorkload, DenseKnobs, conv2d, dense
 from vtakit.compiler.vta import build_config, get_env
-from vtakit.errors import CompileError
+from vtakit.errors import ArgumentError, CompileError
 from vtakit.hw.config import VTAConfig
 from vtakit.runtime import Device
 
@@ -207,17 +207,21 @@ def test_module_call_errors():
     dev = Device(CFG)
     arrays = [dev.empty(tuple(int(x) for x in t.shape), t.dtype) for t in args]
     mod(*arrays)
-    with pytest.raises(CompileError, match="takes 4 arrays"):
+    with pytest.raises(ArgumentError, match="takes 4 arrays"):
         mod(*arrays[:3])
-    with pytest.raises(CompileError, match="expected a device array"):
+    with pytest.raises(ArgumentError, match="expected a device array"):
         mod(np.zeros(arrays[0].shape, np.int8), *arrays[1:])
-    with pytest.raises(CompileError, match="expected shape"):
+    with pytest.raises(ArgumentError, match="expected shape"):
         mod(dev.empty((9,), np.int8), *arrays[1:])
-    with pytest.raises(CompileError, match="lives on another device"):
+    with pytest.raises(ArgumentError, match="lives on another device"):
         mod(Device(CFG).empty(arrays[0].shape, np.int8), *arrays[1:])
     other = Device(VTAConfig.small(log_inp_buff_size=10))
-    with pytest.raises(CompileError, match="was built for"):
+    with pytest.raises(ArgumentError, match=r"was built for 1x4_i8w8a32_10_9_10_11, the device is 1x4_i8w8a32_10_10_10_11: LOG_INP_BUFF_SIZE=9 vs 10"):
         mod(*[other.empty(a.shape, a.dtype) for a in arrays])
+    wider_bus = Device(CFG.replace(bus_width=128))    # the same model string: the message names the key
+    with pytest.raises(ValueError, match=r"was built for 1x4_i8w8a32_10_9_10_11 with other system keys than the "
+                                         r"device: BUS_WIDTH=64 vs 128$"):
+        mod(*[wider_bus.empty(a.shape, a.dtype) for a in arrays])
     with pytest.raises(CompileError, match="config must be a VTAConfig"):
         vtakit.build(s, args, target="vta", config="small")
 

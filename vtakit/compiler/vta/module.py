@@ -33,7 +33,7 @@ from vtakit.compiler.vta.dma import inject_dma_intrin
 from vtakit.compiler.vta.env import VTAEnv, get_env
 from vtakit.compiler.vta.lift import lift_coproc_scopes
 from vtakit.compiler.vta.uop_fold import fold_uop_loops
-from vtakit.errors import CompileError
+from vtakit.errors import ArgumentError, CompileError
 from vtakit.hw import isa
 from vtakit.hw.config import VTAConfig
 from vtakit.runtime.builder import elem_bytes
@@ -87,26 +87,26 @@ class VTAModule:
         return f"{self.func}\n\n; program template\n{self.template.disasm()}"
 
     def _check(self, arrays: Sequence[Any]) -> Any:
+        """The device of ``arrays`` when they fit this module's parameters; ArgumentError otherwise."""
         params = self.func.params
         if len(arrays) != len(params):
-            raise CompileError(f"{self.func.name} takes {len(params)} arrays ({', '.join(p.name for p in params)}), "
-                               f"got {len(arrays)}")
+            raise ArgumentError(f"{self.func.name} takes {len(params)} arrays ({', '.join(p.name for p in params)}), "
+                                f"got {len(arrays)}")
         device = None
         for k, (buf, arr) in enumerate(zip(params, arrays)):
             if not isinstance(arr, DeviceArray):
-                raise CompileError(f"argument {k} ({buf.name}): expected a device array (Device.array), got "
-                                   f"{type(arr).__name__}")
+                raise ArgumentError(f"argument {k} ({buf.name}): expected a device array (Device.array), got "
+                                    f"{type(arr).__name__}")
             device = device or arr.device
             if arr.device is not device:
-                raise CompileError(f"argument {k} ({buf.name}) lives on another device than argument 0")
+                raise ArgumentError(f"argument {k} ({buf.name}) lives on another device than argument 0")
             shape = tuple(int(s.value) for s in buf.shape)
             if tuple(arr.shape) != shape or arr.dtype != np.dtype(buf.dtype):
-                raise CompileError(f"argument {k} ({buf.name}): expected shape {shape} and dtype {buf.dtype}, got "
-                                   f"{tuple(arr.shape)} {arr.dtype}")
+                raise ArgumentError(f"argument {k} ({buf.name}): expected shape {shape} and dtype {buf.dtype}, got "
+                                    f"{tuple(arr.shape)} {arr.dtype}")
             arr._check_live()
         if device.config != self.config:
-            raise CompileError(f"{self.func.name} was built for {self.config.model}, the device is "
-                               f"{device.config.model}")
+            raise ArgumentError(self.config.mismatch(device.config, self.func.name, "the device"))
         return device
 
     def program_for(self, *arrays: DeviceArray) -> Program:
@@ -118,8 +118,8 @@ class VTAModule:
             addr = arrays[r.param].phys_addr
             size = elem_bytes(self.config, r.mem)
             if addr % size:
-                raise CompileError(f"argument {r.param} ({self.func.params[r.param].name}) at {addr:#x} is not "
-                                   f"aligned to its {size}-byte DMA element")
+                raise ArgumentError(f"argument {r.param} ({self.func.params[r.param].name}) at {addr:#x} is not "
+                                    f"aligned to its {size}-byte DMA element")
             insns[r.insn] = _rebase(insns[r.insn], addr // size)
         uop_bytes = isa.encode_uops(t.uops, self.config)
         region = device.allocator.alloc(len(uop_bytes)) if t.uops else None
