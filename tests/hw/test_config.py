@@ -98,3 +98,24 @@ def test_field_names_checked_and_differences_named():
     assert VTAConfig.small().differences(VTAConfig.small()) == ""
     assert VTAConfig.small().differences(VTAConfig.small(alu_mul=True, bus_width=128)) == \
         "BUS_WIDTH=64 vs 128, ALU_MUL=False vs True"
+
+
+def test_json_keys_as_keywords():
+    small = dict(LOG_UOP_BUFF_SIZE=10, LOG_INP_BUFF_SIZE=9, LOG_WGT_BUFF_SIZE=12, LOG_ACC_BUFF_SIZE=11)
+    c = VTAConfig(LOG_BLOCK=3, BUS_WIDTH=128, **small)
+    assert (c.block_in, c.block_out, c.bus_width, c.model) == (8, 8, 128, "1x8_i8w8a32_10_9_12_11")
+    assert c == VTAConfig.from_dict({"LOG_BLOCK": 3, "BUS_WIDTH": 128, **small})
+    assert VTAConfig(LOG_BATCH=1, log_block_in=2, log_block_out=2, **small).model == "2x4_i8w8a32_10_9_12_11"
+    assert VTAConfig.small(LOG_BLOCK=3, LOG_WGT_BUFF_SIZE=12) == c.replace(BUS_WIDTH=64)
+    assert VTAConfig.small().replace(ALU_MUL=True).alu_mul
+
+
+@pytest.mark.parametrize("keys, match", [
+    (dict(LOG_BLOCK=3, log_block_in=4), r"LOG_BLOCK_IN is given twice, as log_block_in=4 and as a JSON key \(3\)"),
+    (dict(LOG_BLOK=3), r"unknown configuration key\(s\) \['LOG_BLOK'\]"),
+    (dict(log_blok=3), r"unknown configuration field\(s\) \['log_blok'\]"),
+    (dict(LOG_BLOCK="3"), r"LOG_BLOCK='3' must be of type int"),
+])
+def test_json_keywords_rejected(keys, match):
+    with pytest.raises(ConfigError, match=match):
+        VTAConfig(**keys)

@@ -62,7 +62,7 @@ class VTAConfig:
     # ------------------------------------------------------------------ construction
     @classmethod
     def small(cls, **overrides: Any) -> "VTAConfig":
-        """The fast-test configuration: 1x4x4 with small buffers."""
+        """The fast-test configuration: 1x4x4 with small buffers; ``overrides`` as for the constructor."""
         params = dict(log_batch=0, log_block_in=2, log_block_out=2, log_uop_buff_size=10,
                       log_inp_buff_size=9, log_wgt_buff_size=10, log_acc_buff_size=11)
         params.update(_keyword_fields(overrides))
