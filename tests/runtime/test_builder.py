@@ -40,6 +40,15 @@ def test_repeated_pop_commits_the_pending_one_on_a_noop():
     assert flags(b.insns[1]) == {"pop_next"}
 
 
+def test_dma_helpers_return_the_index_of_their_instruction():
+    b = ProgramBuilder(SMALL)
+    b.dep_pop(C, L)
+    b.dep_pop(C, L)                                   # commits a no-op first: the load is not at 0
+    assert b.load_2d(MemId.INP, 0, 0, 1, 1) == 1 and b.insns[1].memory_type == MemId.INP
+    b.gemm([Uop(0)], reset=True)
+    assert b.store_2d(0, 0, 1, 1) == 4 and b.insns[4].opcode == Opcode.STORE
+
+
 def test_push_sets_the_flag_on_the_last_instruction_only_if_it_is_the_stage_s():
     b = ProgramBuilder(SMALL)
     b.load_2d(MemId.INP, 0, 0, 1, 1)

@@ -200,16 +200,15 @@ class _CodeGen(Interpreter):
         scope = _SCOPE_OF_MEM[mem]
         base = self._sram_index(sram, scope, what)
         k, offset = self._dram(dram, self.env.lanes(scope), (y - 1) * stride + x, what)
-        self.builder.load_2d(mem, base, offset, y, x, stride, y_pad_0=y0, y_pad_1=y1, x_pad_0=x0, x_pad_1=x1)
-        self.relocations.append(Relocation(len(self.builder.insns) - 1, k, mem))
+        index = self.builder.load_2d(mem, base, offset, y, x, stride, y_pad_0=y0, y_pad_1=y1, x_pad_0=x0, x_pad_1=x1)
+        self.relocations.append(Relocation(index, k, mem))
         return 0
 
     def _store(self, sram: Pointer, dram: Pointer, y: int, x: int, stride: int) -> int:
         what = f"store of {sram.data.name} to {dram.data.name}"
         base = self._sram_index(sram, ACC_SCOPE, what)
         k, offset = self._dram(dram, self.env.lanes(ACC_SCOPE), (y - 1) * stride + x, what)
-        self.builder.store_2d(base, offset, y, x, stride)
-        self.relocations.append(Relocation(len(self.builder.insns) - 1, k, MemId.OUT))
+        self.relocations.append(Relocation(self.builder.store_2d(base, offset, y, x, stride), k, MemId.OUT))
         return 0
 
     def _dep_push(self, src: int, dst: int) -> int:
