@@ -135,12 +135,10 @@ def infer_types(node: Node, types: Sequence[TensorType | None],
         out = [TensorType(r.shape, r.dtype.name) for r in folded]
     elif opdef.infer is not None:
         out = opdef.infer(list(types), list(consts), node.attrs)
-    elif all(c is not None for c, n in zip(consts, node.inputs) if n) or opdef.compute is None:
+    elif opdef.compute is None:
         missing = [n for c, n in zip(consts, node.inputs) if n and c is None]
-        if missing:
-            raise GraphError(f"{node.op} node {node.name!r} needs constant inputs {missing} (shapes are static "
-                             "in vtakit graphs)")
-        out = [TensorType(r.shape, r.dtype.name) for r in run_reference(node, consts)]
+        raise GraphError(f"{node.op} node {node.name!r} can only be computed at compile time, but inputs {missing} "
+                         "are not constants")
     else:
         args: list[Any] = []
         for i, (name, ty, value) in enumerate(zip(node.inputs, types, consts)):
