@@ -61,8 +61,19 @@ def test_info(capsys, small_config):
     assert code == 0 and "1x16_i8w8a32_15_15_18_17" in out and "fsim" in out
     code, out, _ = run(capsys, "info", "--config", str(small_config), "--json")
     info = json.loads(out)
-    assert code == 0 and info["model"] == VTAConfig.small().model and info["block_in"] == 4
-    assert "fsim" in info["backends"]
+    assert code == 0 and info["model"] == VTAConfig.small().model and info["derived"]["block_in"] == 4
+    assert info["config"] == VTAConfig.small().to_dict() and "fsim" in info["backends"]
+
+
+def test_info_json_is_a_config_file(capsys, tmp_path):
+    """`vtakit info --json > c.json && vtakit info --config c.json` gives the same configuration."""
+    wide = tmp_path / "wide.json"
+    VTAConfig.small(bus_width=128).to_json(wide)
+    code, first, _ = run(capsys, "info", "--config", str(wide), "--json")
+    saved = tmp_path / "c.json"
+    saved.write_text(first)
+    code2, second, _ = run(capsys, "info", "--config", str(saved), "--json")
+    assert (code, code2) == (0, 0) and second == first and json.loads(second)["config"]["BUS_WIDTH"] == 128
 
 
 def test_disasm(capsys, program_file, small_config):
@@ -124,6 +135,8 @@ def _bad_inputs(tmp_path, program_file):
     garbage.write_bytes(b"not a zip at all")
     bad_config = tmp_path / "bad.json"
     bad_config.write_text('{"LOG_BLOCK": 4, "NOT_A_KEY": 1}')
+    log_block_3 = tmp_path / "log_block_3.json"
+    log_block_3.write_text('{"LOG_BLOCK": 3}')
     npy = tmp_path / "array.npy"
     with open(npy, "wb") as f:
         np.save(f, np.arange(3))
@@ -137,6 +150,7 @@ def _bad_inputs(tmp_path, program_file):
         (["run-program", str(program_file), "--backend", "quantum"], "unknown backend 'quantum'"),
         (["run-program", str(program_file), "--config", str(tmp_path / "default.json")], "was built for"),
         (["bench", "gemm", "--k", "100"], "K=100 is not a multiple of BLOCK_IN=16"),
+        (["info", "--config", str(log_block_3)], r"micro-op needs 36 bits of 32 .*; shrink LOG_ACC_BUFF_SIZE to 13$"),
         (["bench", "gemm", "--vthreads", "0"], "vthreads=0 must be a positive integer"),
         (["random-program", "-o", str(tmp_path / "no" / "such" / "dir.vtaprog")], "No such file or directory"),
     ]

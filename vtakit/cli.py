@@ -63,13 +63,14 @@ def _load_config(args: argparse.Namespace) -> VTAConfig | None:
 def _print_table(rows: Sequence[tuple[str, Any]]) -> None:
     width = max(len(k) for k, _ in rows)
     for key, value in rows:
-        print(f"{key:<{width}}  {value}")
+        print(f"{key:<{width}}  {value}".rstrip())
 
 
 # ---------------------------------------------------------------------------- info
 def _add_info(verbs: argparse._SubParsersAction) -> None:
     p = verbs.add_parser("info", help="show the accelerator configuration and the available backends",
-                         description="Print the VTA configuration (keys and derived sizes) and the backends.")
+                         description="Print the VTA configuration (keys and derived sizes) and the backends. "
+                                     "The `config` object of --json output is a configuration file for --config.")
     _config_option(p)
     _json_option(p)
     p.set_defaults(func=cmd_info)
@@ -77,11 +78,13 @@ def _add_info(verbs: argparse._SubParsersAction) -> None:
 
 def cmd_info(args: argparse.Namespace) -> int:
     config = _load_config(args) or VTAConfig()
-    info = {"version": __version__, **config.summary(), "backends": sorted(BACKENDS)}
-    if args.json:
-        print(json.dumps(info, indent=2))
+    summary = config.summary()
+    if args.json:   # (its "config" object is what --config reads back)
+        print(json.dumps({"version": __version__, **summary, "backends": sorted(BACKENDS)}, indent=2))
     else:
-        _print_table([(k, ", ".join(v) if isinstance(v, list) else v) for k, v in info.items()])
+        _print_table([("version", __version__), ("model", summary["model"]), *summary["config"].items(),
+                      ("derived:", ""), *((f"  {k}", v) for k, v in summary["derived"].items()),
+                      ("backends", ", ".join(sorted(BACKENDS)))])
     return 0
 
 

@@ -1,6 +1,7 @@
 """VTAConfig: defaults, derived quantities, JSON round trip, and every rejection path."""
 
 import json
+import re
 
 import pytest
 
@@ -73,6 +74,42 @@ def test_unencodable_alu_word():
     # ACC depth 4096 with small INP/WGT: GEMM word 1 fits but ALU's 4 x 12 + 20 bits do not.
     with pytest.raises(ConfigError, match="ALU word 1 needs 68 bits"):
         VTAConfig(log_acc_buff_size=18, log_inp_buff_size=12, log_wgt_buff_size=14)
+
+
+@pytest.mark.parametrize("keys, advice", [
+    ({"LOG_BLOCK": 3}, "shrink LOG_ACC_BUFF_SIZE to 13"),
+    ({"LOG_UOP_BUFF_SIZE": 30}, "shrink LOG_UOP_BUFF_SIZE to 15"),
+    ({"LOG_INP_BUFF_SIZE": 16}, "shrink one of LOG_INP_BUFF_SIZE to 15, LOG_WGT_BUFF_SIZE to 17 or LOG_ACC_BUFF_SIZE to 16"),
+    ({"LOG_BLOCK": 0}, "shrink LOG_INP_BUFF_SIZE to 11, LOG_WGT_BUFF_SIZE to 10, LOG_ACC_BUFF_SIZE to 13"),
+])
+def test_unencodable_says_which_keys_to_shrink(keys, advice):
+    """The advice is exact: each key it names, set to the value it gives (or all of them when it names
+    no alternatives), makes the configuration valid, and one step less shrinking does not."""
+    with pytest.raises(ConfigError, match="cannot be encoded") as info:
+        VTAConfig.from_dict(keys)
+    assert str(info.value).endswith("; " + advice)
+    fixes = {f"LOG_{name}_BUFF_SIZE": int(value) for name, value in re.findall(r"LOG_(\w+?)_BUFF_SIZE to (\d+)", advice)}
+    groups = [{k: v} for k, v in fixes.items()] if "one of" in advice or len(fixes) == 1 else [fixes]
+    for group in groups:
+        VTAConfig.from_dict({**keys, **group})
+        for name in group:
+            with pytest.raises(ConfigError, match="cannot be encoded"):
+                VTAConfig.from_dict({**keys, **group, name: group[name] + 1})
+
+
+def test_reads_what_vtakit_info_writes(tmp_path):
+    """``vtakit info --json`` holds the keys apart, as a ``config`` object this reads back; the model
+    string and derived sizes beside it are reports."""
+    config = VTAConfig.small(bus_width=128, alu_mul=True)
+    summary = config.summary()
+    assert summary["config"] == config.to_dict() and summary["derived"]["block_in"] == 4
+    assert not set(summary["derived"]) & {k.lower() for k in summary["config"]}
+    path = tmp_path / "info.json"
+    path.write_text(json.dumps({"version": "0", **summary, "backends": ["fsim"]}))
+    assert VTAConfig.from_json(path) == config
+    path.write_text(json.dumps({"model": "1x4", "config": {"LOG_BLOK": 2}}))
+    with pytest.raises(ConfigError, match=r"unknown configuration key\(s\) \['LOG_BLOK'\]"):
+        VTAConfig.from_json(path)
 
 
 def test_bad_files(tmp_path):

@@ -29,6 +29,8 @@ _WORD_BITS = 64
 
 # VTA's JSON keys map onto the dataclass fields by lower-casing; LOG_BLOCK is the one alias.
 _LOG_BLOCK = "LOG_BLOCK"
+# The key of the configuration object in ``vtakit info --json`` (never a VTA key).
+_INFO_CONFIG = "config"
 
 
 @dataclass(frozen=True)
@@ -77,7 +79,8 @@ class VTAConfig:
 
     @classmethod
     def from_json(cls, path: str | Path) -> "VTAConfig":
-        """Read a ``vta_config.json`` file."""
+        """Read a ``vta_config.json`` file, or what ``vtakit info --json`` wrote (its ``config`` object;
+        the model string and derived quantities beside it are reports, not inputs)."""
         try:
             text = Path(path).read_text(encoding="utf-8")
         except OSError as exc:
@@ -88,16 +91,20 @@ class VTAConfig:
             raw = json.loads(text)
         except json.JSONDecodeError as exc:
             raise ConfigError(f"configuration file {str(path)!r} is not valid JSON: {exc}") from exc
+        if isinstance(raw, dict) and _INFO_CONFIG in raw:
+            raw = raw[_INFO_CONFIG]
         return cls.from_dict(raw)
 
     def to_dict(self) -> dict[str, Any]:
         """VTA's JSON keys (LOG_BLOCK when in and out agree) plus vtakit's keys."""
+        same_block = self.log_block_in == self.log_block_out
         out: dict[str, Any] = {}
         for f in fields(self):
-            out[f.name.upper()] = getattr(self, f.name)
-        if self.log_block_in == self.log_block_out:
-            out[_LOG_BLOCK] = out.pop("LOG_BLOCK_IN")
-            del out["LOG_BLOCK_OUT"]
+            key = f.name.upper()
+            if same_block and key in ("LOG_BLOCK_IN", "LOG_BLOCK_OUT"):
+                out[_LOG_BLOCK] = self.log_block_in     # (in the place of the pair)
+            else:
+                out[key] = getattr(self, f.name)
         return out
 
     def to_json(self, path: str | Path | None = None) -> str:
@@ -159,16 +166,43 @@ class VTAConfig:
         self._validate_encodable()
 
     def _validate_encodable(self) -> None:
-        gemm_lo = 7 + 1 + self.log_uop_depth + (self.log_uop_depth + 1) + 2 * ITER_BITS
-        gemm_hi = 2 * (self.log_acc_depth + self.log_inp_depth + self.log_wgt_depth)
-        alu_hi = 4 * self.log_acc_depth + 3 + 1 + 16
-        uop = self.log_acc_depth + self.uop_src_bits + self.log_wgt_depth
-        for what, used, limit in (("GEMM/ALU word 0", gemm_lo, _WORD_BITS), ("GEMM word 1", gemm_hi, _WORD_BITS),
-                                  ("ALU word 1", alu_hi, _WORD_BITS), ("micro-op", uop, UOP_BITS)):
-            if used > limit:
-                raise ConfigError(f"configuration {self.model} cannot be encoded: {what} needs {used} bits, "
-                                  f"only {limit} available (depths uop={self.uop_depth} inp={self.inp_depth} "
-                                  f"wgt={self.wgt_depth} acc={self.acc_depth})")
+        depths = self._log_depths()
+        overflows = _encoding_overflows(depths)
+        if overflows:
+            needs = ", ".join(f"{what} needs {used} bits of {limit}" for what, used, limit in overflows)
+            raise ConfigError(f"configuration {self.model} cannot be encoded: {needs} (depths uop={self.uop_depth} "
+                              f"inp={self.inp_depth} wgt={self.wgt_depth} acc={self.acc_depth}); "
+                              f"{self._shrink_advice(depths)}")
+
+    def _log_depths(self) -> dict[str, int]:
+        """log2 of each SRAM's depth, by buffer name (uop, inp, wgt, acc)."""
+        return {"uop": self.log_uop_depth, "inp": self.log_inp_depth, "wgt": self.log_wgt_depth,
+                "acc": self.log_acc_depth}
+
+    def _shrink_advice(self, depths: dict[str, int]) -> str:
+        """Which LOG_*_BUFF_SIZE keys to shrink, and to what, so the instructions fit: each key that
+        alone suffices, else all of them together (the deepest buffer first)."""
+        def excess(changed: dict[str, int]) -> int:
+            return sum(used - limit for _, used, limit in _encoding_overflows({**depths, **changed}))
+
+        def key(name: str, log_depth: int) -> str:
+            return f"LOG_{name.upper()}_BUFF_SIZE to {getattr(self, f'log_{name}_buff_size') - depths[name] + log_depth}"
+
+        single = []
+        for name, log_depth in depths.items():
+            fit = next((d for d in range(log_depth - 1, -1, -1) if not excess({name: d})), None)
+            if fit is not None:
+                single.append(key(name, fit))
+        if single:
+            return "shrink " + (single[0] if len(single) == 1 else f"one of {', '.join(single[:-1])} or {single[-1]}")
+        # Greedily halve the buffer that removes the most excess bits (the deeper one on a tie); depth 1
+        # everywhere always fits, so this ends.
+        shrunk = dict(depths)
+        while excess(shrunk):
+            name = min((n for n in shrunk if shrunk[n] > 0),
+                       key=lambda n: (excess({**shrunk, n: shrunk[n] - 1}), -shrunk[n]))
+            shrunk[name] -= 1
+        return "shrink " + ", ".join(key(name, shrunk[name]) for name in depths if shrunk[name] != depths[name])
 
     # ------------------------------------------------------------------ derived quantities
     @property
@@ -323,14 +357,25 @@ class VTAConfig:
                 f"{self.log_wgt_buff_size}_{self.log_acc_buff_size}")
 
     def summary(self) -> dict[str, Any]:
-        """Every key and derived quantity, for ``vtakit info``."""
+        """For ``vtakit info``: the model string, the keys (``config``: what :meth:`from_dict` takes
+        back) and, apart, the quantities derived from them."""
         derived = ("batch", "block_in", "block_out", "inp_elem_bytes", "wgt_elem_bytes", "acc_elem_bytes",
                    "out_elem_bytes", "uop_depth", "inp_depth", "wgt_depth", "acc_depth", "out_depth",
                    "macs_per_cycle")
-        info = {"model": self.model, **self.to_dict()}
-        info.update({name: getattr(self, name) for name in derived})
-        info["peak_gops"] = 2 * self.macs_per_cycle * self.clock_mhz / 1000
-        return info
+        values = {name: getattr(self, name) for name in derived}
+        values["peak_gops"] = 2 * self.macs_per_cycle * self.clock_mhz / 1000
+        return {"model": self.model, "config": self.to_dict(), "derived": values}
+
+
+def _encoding_overflows(log_depths: dict[str, int]) -> list[tuple[str, int, int]]:
+    """The instruction words and micro-op fields that SRAMs of these depths (log2, by buffer name)
+    overflow: (what, bits needed, bits available)."""
+    uop, inp, wgt, acc = (log_depths[name] for name in ("uop", "inp", "wgt", "acc"))
+    needs = (("GEMM/ALU word 0", 7 + 1 + uop + (uop + 1) + 2 * ITER_BITS, _WORD_BITS),
+             ("GEMM word 1", 2 * (acc + inp + wgt), _WORD_BITS),
+             ("ALU word 1", 4 * acc + 3 + 1 + 16, _WORD_BITS),
+             ("micro-op", acc + max(acc, inp) + wgt, UOP_BITS))
+    return [(what, used, limit) for what, used, limit in needs if used > limit]
 
 
 def _check_field_names(names: Any) -> None:
