@@ -1,27 +1,39 @@
 """The accelerator as the compiler sees it: scopes, dtypes, queue ids and intrinsic names.
 
-``get_env(config)`` gives the :class:`VTAEnv` of a :class:`~vtakit.hw.config.VTAConfig` (VTA's
-``Environment``): tile shapes, the three SRAM scopes with their capacities (registered per
-compilation through ``PassContext(memory_scopes=...)``), the pragma names schedules use
-(``dma_copy``, ``alu``) and the GEMM tensor intrinsic. The names of the intrinsic calls that the
+``get_env(config)`` gives the :class:`VTAEnv` of a :class:`~vtakit.hw.config.VTAConfig` or of a
+``vta_config.json`` file (VTA's ``Environment``, with its upper-case names too): tile shapes, the
+three SRAM scopes with their capacities (registered per compilation through
+``PassContext(memory_scopes=...)``), the pragma names schedules use (``dma_copy``, ``alu``) and
+the GEMM tensor intrinsic. The names of the intrinsic calls that the
 VTA passes put in the loop IR are collected here so every pass and the code generator agree.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from typing import Any
 
 from vtakit.compiler import ir
 from vtakit.compiler.scope import MemoryInfo
+from vtakit.errors import ConfigError
 from vtakit.hw.config import VTAConfig
 from vtakit.hw.isa import MemId
 
-__all__ = ["VTAEnv", "get_env", "VTA_AXIS", "QID_LOAD", "QID_COMPUTE", "QID_STORE", "INP_SCOPE", "WGT_SCOPE",
+__all__ = ["VTAEnv", "get_env", "TVM_NAMES", "VTA_AXIS", "QID_LOAD", "QID_COMPUTE", "QID_STORE", "INP_SCOPE", "WGT_SCOPE",
            "ACC_SCOPE", "UOP_SCOPE", "DMA_COPY", "ALU", "LOAD_2D", "STORE_2D", "UOP_PUSH", "DEP_PUSH",
            "DEP_POP", "UOP_LOOP_BEGIN", "UOP_LOOP_END", "PUSH_GEMM", "PUSH_ALU", "coproc_scope_of",
            "SCOPE_MEM"]
+
+# TVM's ``vta.Environment`` attributes that are VTAConfig's keys or derived sizes, upper-cased
+TVM_NAMES = frozenset({
+    "TARGET", "HW_VER", "LOG_INP_WIDTH", "LOG_WGT_WIDTH", "LOG_ACC_WIDTH", "LOG_BATCH", "LOG_BLOCK_IN",
+    "LOG_BLOCK_OUT", "LOG_UOP_BUFF_SIZE", "LOG_INP_BUFF_SIZE", "LOG_WGT_BUFF_SIZE", "LOG_ACC_BUFF_SIZE",
+    "INP_WIDTH", "WGT_WIDTH", "ACC_WIDTH", "OUT_WIDTH", "BATCH", "BLOCK_IN", "BLOCK_OUT",
+    "UOP_BUFF_SIZE", "INP_BUFF_SIZE", "WGT_BUFF_SIZE", "ACC_BUFF_SIZE", "OUT_BUFF_SIZE",
+    "INP_ELEM_BITS", "WGT_ELEM_BITS", "ACC_ELEM_BITS", "OUT_ELEM_BITS",
+    "INP_ELEM_BYTES", "WGT_ELEM_BYTES", "ACC_ELEM_BYTES", "OUT_ELEM_BYTES"})
 
 # the node of every coproc_scope / coproc_uop_scope attribute (TVM's ``vta`` IterVar)
 VTA_AXIS = ir.Var("vta")
@@ -61,14 +73,61 @@ class VTAEnv:
 
     config: VTAConfig
 
-    inp_dtype = "int8"
-    wgt_dtype = "int8"
-    acc_dtype = "int32"
     inp_scope = INP_SCOPE
     wgt_scope = WGT_SCOPE
     acc_scope = ACC_SCOPE
     dma_copy = DMA_COPY
     alu = ALU
+    target = "vta"          # vtakit.build(s, args, target=env.target, config=env)
+    target_host = "llvm"    # where host-side stages run
+
+    @property
+    def inp_dtype(self) -> str:
+        return f"int{self.config.inp_width}"
+
+    @property
+    def wgt_dtype(self) -> str:
+        return f"int{self.config.wgt_width}"
+
+    @property
+    def acc_dtype(self) -> str:
+        return f"int{self.config.acc_width}"
+
+    @property
+    def out_dtype(self) -> str:
+        return f"int{self.config.out_width}"
+
+    # ------------------------------------------------------------ TVM's upper-case names
+    def __getattr__(self, name: str) -> Any:
+        """TVM's ``vta.Environment`` names (``env.BATCH``, ``env.LOG_BLOCK_IN``, ``env.INP_ELEM_BYTES``
+        ...): the configuration's keys and derived sizes in upper case (:data:`TVM_NAMES`)."""
+        if name in TVM_NAMES:
+            return getattr(self.config, name.lower())
+        raise AttributeError(f"{type(self).__name__} has no attribute {name!r}")
+
+    def __dir__(self) -> list[str]:
+        return sorted({*super().__dir__(), *TVM_NAMES})
+
+    @property
+    def LOG_BLOCK(self) -> int:  # noqa: N802 (TVM's name)
+        """TVM's single block size; only defined when BLOCK_IN equals BLOCK_OUT."""
+        if self.config.log_block_in != self.config.log_block_out:
+            raise ConfigError(f"LOG_BLOCK is undefined for {self.config.model}: LOG_BLOCK_IN="
+                              f"{self.config.log_block_in} differs from LOG_BLOCK_OUT={self.config.log_block_out}")
+        return self.config.log_block_in
+
+    @property
+    def LOG_OUT_WIDTH(self) -> int:  # noqa: N802 (TVM's name)
+        return self.config.log_inp_width
+
+    @property
+    def LOG_OUT_BUFF_SIZE(self) -> int:  # noqa: N802 (TVM's name)
+        return self.config.log_acc_buff_size + self.LOG_OUT_WIDTH - self.config.log_acc_width
+
+    @property
+    def MODEL(self) -> str:  # noqa: N802 (TVM's name)
+        """TVM's ``TARGET_BITSTREAM`` string, e.g. ``sim_1x16_i8w8a32_15_15_18_17``."""
+        return f"{self.config.target}_{self.config.model}"
 
     @property
     def batch(self) -> int:
@@ -112,7 +171,19 @@ class VTAEnv:
         return gemm_intrin(self)
 
 
+def get_env(config: VTAConfig | str | os.PathLike[str] | None = None) -> VTAEnv:
+    """The environment of ``config``: a :class:`VTAConfig`, the path of a ``vta_config.json``
+    file, or None for ``VTAConfig()``."""
+    if config is None:
+        config = VTAConfig()
+    elif isinstance(config, (str, os.PathLike)):
+        config = VTAConfig.from_json(config)
+    elif not isinstance(config, VTAConfig):
+        raise ConfigError(f"get_env expects a VTAConfig, the path of a vta_config.json file or None, "
+                          f"got {type(config).__name__} {config!r}")
+    return _env_of(config)
+
+
 @lru_cache(maxsize=None)
-def get_env(config: VTAConfig | None = None) -> VTAEnv:
-    """The environment of ``config`` (default: ``VTAConfig()``)."""
-    return VTAEnv(VTAConfig() if config is None else config)
+def _env_of(config: VTAConfig) -> VTAEnv:
+    return VTAEnv(config)
