@@ -1,0 +1,79 @@
+"""``vtakit.graph.build`` and ``NetModule``: a small graph compiled for the CPU runs like the reference."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from vtakit import graph as vg
+from vtakit.compiler.graph.ir import Graph, Node, TensorType
+from vtakit.errors import ArgumentError
+
+
+def _graph() -> Graph:
+    c = np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4)
+    g = Graph([Node("Add", ["x", "c"], ["a"], name="add0"), Node("Relu", ["a"], ["r"], name="relu0"),
+               Node("Add", ["r", "y"], ["out/0"], name="add1")],
+              ["x", "y"], ["out/0", "r"], constants={"c": c})
+    g.types = {"x": TensorType((2, 3, 4), "float32"), "y": TensorType((4,), "float32"),
+               "c": TensorType((3, 4), "float32"), "a": TensorType((2, 3, 4), "float32"),
+               "r": TensorType((2, 3, 4), "float32"), "out/0": TensorType((2, 3, 4), "float32")}
+    return g
+
+
+def _inputs(seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {"x": rng.standard_normal((2, 3, 4)).astype(np.float32), "y": rng.standard_normal(4).astype(np.float32)}
+
+
+def test_build_runs_like_the_reference_by_name_and_by_position():
+    g = _graph()
+    mod = vg.build(g, "llvm")
+    assert mod.input_names == ["x", "y"] and mod.output_names == ["out/0", "r"]
+    assert [(i.name, i.shape, i.dtype) for i in mod.input_info] == [("x", (2, 3, 4), "float32"), ("y", (4,), "float32")]
+    for seed in range(3):
+        inputs = _inputs(seed)
+        want = vg.evaluate(g, inputs)
+        by_name = mod.run(inputs)
+        by_position = mod.run([inputs["x"], inputs["y"]])
+        for k, name in enumerate(g.outputs):
+            np.testing.assert_allclose(by_name[k], want[name], rtol=1e-6)
+            np.testing.assert_array_equal(by_position[k], by_name[k])
+
+
+def test_outputs_are_not_overwritten_by_the_next_run():
+    mod = vg.build(_graph())
+    first = mod.run(_inputs(0))
+    kept = [o.copy() for o in first]
+    mod.run(_inputs(1))
+    for a, b in zip(first, kept):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("inputs, message", [
+    (lambda i: {**i, "z": i["x"]}, "unknown input 'z'"),
+    (lambda i: {"x": i["x"]}, "input 'y' is missing"),
+    (lambda i: {**i, "x": i["x"][:1]}, r"input 'x' has shape \(1, 3, 4\), expected \(2, 3, 4\)"),
+    (lambda i: {**i, "y": i["y"].astype(np.float64)}, "input 'y' has dtype float64, expected float32"),
+    (lambda i: [i["x"]], "takes 2 inputs"),
+])
+def test_bad_inputs_name_the_input_the_expected_and_the_actual(inputs, message):
+    mod = vg.build(_graph())
+    with pytest.raises(ArgumentError, match=message):
+        mod.run(inputs(_inputs()))
+
+
+def test_debug_run_and_profile():
+    g = _graph()
+    mod = vg.build(g)
+    inputs = _inputs(2)
+    every = vg.evaluate(g, inputs, keep_all=True)
+    dumped = mod.debug_run(inputs)
+    for name in ("x", "y", "a", "r", "out/0"):
+        np.testing.assert_allclose(dumped[name], every[name], rtol=1e-6)
+    profile = mod.profile(inputs)
+    np.testing.assert_allclose(profile.outputs[0], every["out/0"], rtol=1e-6)
+    assert profile.layers and all(row.seconds >= 0 and row.target == "llvm" for row in profile.layers)
+    text = str(profile)
+    assert "layer" in text and "kernels" in text
+    assert profile.to_json()["layers"][0]["name"] == profile.layers[0].name
