@@ -144,6 +144,7 @@ class ProgramBuilder:
         self._dram_end = 0
         self._finished = False
         self._alignment = default_alignment(config) if device is None else device.alignment
+        self._elem_bytes = {mem: elem_bytes(config, mem) for mem in MemId}
 
     # ------------------------------------------------------------------ inspection
     @property
@@ -182,7 +183,7 @@ class ProgramBuilder:
         return self.array(zeros, name=name)
 
     def _dram_base(self, mem: MemId, operand: DramArray | int, offset: int) -> int:
-        size = elem_bytes(self.config, mem)
+        size = self._elem_bytes[mem]
         if isinstance(operand, (int, np.integer)):
             return int(operand) + offset
         if operand.phys_addr % size:
@@ -193,7 +194,7 @@ class ProgramBuilder:
     def _note_access(self, mem: MemId, dram_base: int, y_size: int, x_size: int, x_stride: int) -> None:
         if x_size and y_size:
             last = dram_base + (y_size - 1) * x_stride + x_size
-            self._dram_end = max(self._dram_end, last * elem_bytes(self.config, mem))
+            self._dram_end = max(self._dram_end, last * self._elem_bytes[mem])
 
     # ------------------------------------------------------------------ DMA
     def load_2d(self, mem: MemId, sram_base: int, src: DramArray | int, y_size: int, x_size: int, x_stride: int | None = None,

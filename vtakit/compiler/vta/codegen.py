@@ -82,6 +82,7 @@ class _CodeGen(Interpreter):
         self.sram_scope: dict[ir.Var, str] = {}
         self.sram_top = dict.fromkeys(SCOPE_MEM, 0)
         self.params = {p.data: k for k, p in enumerate(func.params)}
+        self.lanes = {scope: env.lanes(scope) for scope in SCOPE_MEM}
         self.kernel: list[isa.Uop] | None = None
         self.kernel_sig: tuple | None = None
         self.kernel_loops: list[tuple[int, int, int, int]] = []
@@ -125,6 +126,7 @@ class _CodeGen(Interpreter):
         size = _const_size(buf)
         entries = -(-size // lanes)
         body = self.stmt(s.body)
+        dummy = _dummy(size, buf.dtype)
 
         def alloc(e: dict) -> None:
             base = self.sram_top[buf.scope]
@@ -133,7 +135,7 @@ class _CodeGen(Interpreter):
                                    f"its capacity of {depth} entries")
             self.sram_top[buf.scope] = base + entries
             self.sram_base[buf.data], self.sram_scope[buf.data] = base, buf.scope
-            e[buf.data] = _dummy(size, buf.dtype)
+            e[buf.data] = dummy
             body(e)
             del e[buf.data]
             self.sram_top[buf.scope] = base
@@ -150,16 +152,39 @@ class _CodeGen(Interpreter):
         if s.key != "coproc_uop_scope":
             return body
         kind = s.value
+        signature = _kernel_signature(s.body)
+        built: dict[tuple, _KernelCall | None] = {}
 
         def kernel(e: dict) -> None:
             if self.kernel is not None:
                 raise CompileError("nested coproc_uop_scope")
-            self.kernel, self.kernel_sig, self.kernel_loops = [], None, []
-            body(e)
-            self._emit_kernel(kind)
-            self.kernel = None
+            key = self._signature_values(signature, e) if signature is not None else None
+            call = built.get(key, _UNBUILT) if key is not None else _UNBUILT
+            if call is _UNBUILT:
+                self.kernel, self.kernel_sig, self.kernel_loops = [], None, []
+                body(e)
+                call = self._plan_kernel(kind)
+                self.kernel = None
+                if key is not None:
+                    built[key] = call
+            if call is not None:
+                self._emit_kernel(call)
 
         return kernel
+
+    def _signature_values(self, signature: tuple[ir.Var, ...], e: dict) -> tuple | None:
+        """The values that decide a micro-op kernel: its free variables' values and the SRAM
+        placement of the buffers it addresses (None when one of them is not a plain integer)."""
+        key = []
+        for v in signature:
+            if v in self.sram_base:
+                key.append((self.sram_base[v], self.sram_scope[v]))
+                continue
+            value = e.get(v)
+            if not isinstance(value, int):
+                return None
+            key.append(value)
+        return tuple(key)
 
     # ------------------------------------------------------------------ helpers
     def _sram_index(self, ptr: Pointer, scope: str, what: str) -> int:
@@ -168,7 +193,7 @@ class _CodeGen(Interpreter):
         have = self.sram_scope[ptr.data]
         if have != scope:
             raise CompileError(f"{what}: {ptr.data.name} is in {have}, expected {scope}")
-        lanes = self.env.lanes(scope)
+        lanes = self.lanes[scope]
         if ptr.offset % lanes:
             raise CompileError(f"{what}: offset {ptr.offset} in {ptr.data.name} is not a whole {scope} entry "
                                f"({lanes} scalars)")
@@ -199,7 +224,7 @@ class _CodeGen(Interpreter):
                 raise CompileError(f"{what}: {name}={v} exceeds the DMA's maximum padding of {_PAD_MAX}")
         scope = _SCOPE_OF_MEM[mem]
         base = self._sram_index(sram, scope, what)
-        k, offset = self._dram(dram, self.env.lanes(scope), (y - 1) * stride + x, what)
+        k, offset = self._dram(dram, self.lanes[scope], (y - 1) * stride + x, what)
         index = self.builder.load_2d(mem, base, offset, y, x, stride, y_pad_0=y0, y_pad_1=y1, x_pad_0=x0, x_pad_1=x1)
         self.relocations.append(Relocation(index, k, mem))
         return 0
@@ -207,7 +232,7 @@ class _CodeGen(Interpreter):
     def _store(self, sram: Pointer, dram: Pointer, y: int, x: int, stride: int) -> int:
         what = f"store of {sram.data.name} to {dram.data.name}"
         base = self._sram_index(sram, ACC_SCOPE, what)
-        k, offset = self._dram(dram, self.env.lanes(ACC_SCOPE), (y - 1) * stride + x, what)
+        k, offset = self._dram(dram, self.lanes[ACC_SCOPE], (y - 1) * stride + x, what)
         self.relocations.append(Relocation(self.builder.store_2d(base, offset, y, x, stride), k, MemId.OUT))
         return 0
 
@@ -245,9 +270,10 @@ class _CodeGen(Interpreter):
         self.kernel.append(isa.Uop(d, s, w))
         return 0
 
-    def _emit_kernel(self, kind: str) -> None:
+    def _plan_kernel(self, kind: str) -> _KernelCall | None:
+        """The GEMM/ALU push of the micro-ops and loops just collected (None for an empty kernel)."""
         if not self.kernel:
-            return
+            return None
         mode, reset, alu_op, use_imm, imm = self.kernel_sig
         if (mode == 0) != (kind == PUSH_GEMM) or (mode == 1) != (kind == PUSH_ALU):
             raise CompileError(f"a {kind} scope holds micro-ops of mode {mode}")
@@ -264,15 +290,64 @@ class _CodeGen(Interpreter):
         while len(loops) < 2:
             loops.append((1, 0, 0, 0))
         (eo, do, so, wo), (ei, di, si, wi) = loops
+        return _KernelCall(mode, tuple(self.kernel), eo, ei, (do, di), (so, si), (wo, wi), bool(reset),
+                           AluOp(alu_op) if mode else None, imm if use_imm else None)
+
+    def _emit_kernel(self, c: _KernelCall) -> None:
         try:
-            if mode == 0:
-                self.builder.gemm(self.kernel, iter_out=eo, iter_in=ei, dst_factor=(do, di), src_factor=(so, si),
-                                  wgt_factor=(wo, wi), reset=bool(reset))
+            if c.mode == 0:
+                self.builder.gemm(c.uops, iter_out=c.iter_out, iter_in=c.iter_in, dst_factor=c.dst_factor,
+                                  src_factor=c.src_factor, wgt_factor=c.wgt_factor, reset=c.reset)
             else:
-                self.builder.alu(AluOp(alu_op), self.kernel, iter_out=eo, iter_in=ei, dst_factor=(do, di),
-                                 src_factor=(so, si), imm=imm if use_imm else None)
+                self.builder.alu(c.alu_op, c.uops, iter_out=c.iter_out, iter_in=c.iter_in, dst_factor=c.dst_factor,
+                                 src_factor=c.src_factor, imm=c.imm)
         except ProgramError as exc:
             raise CompileError(f"{self.func.name}: {exc}") from exc
+
+
+@dataclass(frozen=True)
+class _KernelCall:
+    """One ``VTAPushGEMMOp``/``VTAPushALUOp``: the micro-op kernel and its two-level loop."""
+
+    mode: int                          # 0 GEMM, 1 ALU
+    uops: tuple[isa.Uop, ...]
+    iter_out: int
+    iter_in: int
+    dst_factor: tuple[int, int]
+    src_factor: tuple[int, int]
+    wgt_factor: tuple[int, int]
+    reset: bool
+    alu_op: AluOp | None
+    imm: int | None
+
+
+_UNBUILT = object()
+_KERNEL_INTRINSICS = {UOP_PUSH, UOP_LOOP_BEGIN, UOP_LOOP_END}
+
+
+def _kernel_signature(body: ir.Stmt) -> tuple[ir.Var, ...] | None:
+    """The free variables of a ``coproc_uop_scope`` body, in a fixed order, when the body only
+    computes micro-ops (so equal values give the same kernel, as VTA's runtime caches kernels by
+    their signature); None when it does anything else, and it then runs every time."""
+    bound: set[ir.Var] = set()
+    used: dict[ir.Var, None] = {}
+    pure = True
+
+    def visit(n: Any) -> None:
+        nonlocal pure
+        if isinstance(n, (ir.Allocate, ir.BufferStore, ir.AllReduce)):
+            pure = False
+        elif isinstance(n, ir.Call) and n.op.startswith("vta.") and n.op not in _KERNEL_INTRINSICS:
+            pure = False
+        elif isinstance(n, ir.For):
+            bound.add(n.loop_var)
+        elif isinstance(n, (ir.LetStmt, ir.Let)):
+            bound.add(n.var)
+        elif isinstance(n, ir.Var):
+            used[n] = None
+
+    ir.walk(body, visit)
+    return tuple(v for v in used if v not in bound) if pure else None
 
 
 def generate(func: ir.PrimFunc, env: VTAEnv) -> ProgramTemplate:
