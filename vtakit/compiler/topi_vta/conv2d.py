@@ -11,53 +11,18 @@ output-channel and row tiles. :func:`default_conv2d_knobs` picks a tiling that f
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from vtakit.compiler import te
 from vtakit.compiler.te import Schedule, Tensor
 from vtakit.compiler.topi_vta.common import bind_cthreads, schedule_gemm_core
 from vtakit.compiler.topi_vta.epilogue import declare_requant, schedule_requant
+from vtakit.compiler.topi_vta.knobs import Conv2dKnobs, check_conv2d_shape
 from vtakit.compiler.topi_vta.tiling import choose_conv2d_tiles
 from vtakit.compiler.topi_vta.workloads import Conv2dWorkload
 from vtakit.compiler.vta.env import VTAEnv
-from vtakit.errors import CompileError
 
 __all__ = ["Conv2dKnobs", "conv2d_packed", "schedule_conv2d_packed", "default_conv2d_knobs", "conv2d"]
-
-
-@dataclass(frozen=True)
-class Conv2dKnobs:
-    """Schedule knobs: output tile (pixels, channel blocks), input channel blocks per load, threads."""
-
-    tile_h: int
-    tile_w: int
-    tile_co: int
-    tile_ci: int
-    oc_nthread: int = 1
-    h_nthread: int = 1
-
-    def check(self, wl: Conv2dWorkload, env: VTAEnv) -> None:
-        co_blocks, ci_blocks = wl.co // env.block_out, wl.ci // env.block_in
-        for name, value, total, per_thread in (("tile_h", self.tile_h, wl.oh, self.h_nthread),
-                                               ("tile_w", self.tile_w, wl.ow, 1),
-                                               ("tile_co", self.tile_co, co_blocks, self.oc_nthread),
-                                               ("tile_ci", self.tile_ci, ci_blocks, 1)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise CompileError(f"conv2d knob {name}={value!r} must be a positive integer")
-            # a tile that does not divide leaves a smaller tail tile (lowered by LoopPartition); the
-            # tiles of an axis split over virtual threads must divide evenly among them
-            if per_thread > 1 and total % (value * per_thread):
-                raise CompileError(f"conv2d knob {name}={value!r} must divide {total} into {per_thread} "
-                                   "virtual threads")
-
-
-def check_conv2d_shape(env: VTAEnv, wl: Conv2dWorkload) -> None:
-    """Batch and channels must be whole accelerator blocks (a :class:`CompileError` otherwise)."""
-    for what, n, block in (("batch", wl.batch, env.batch), ("input channels", wl.ci, env.block_in),
-                           ("output channels", wl.co, env.block_out)):
-        if n % block:
-            raise CompileError(f"conv2d: {what} = {n} is not a multiple of the accelerator's block of {block}")
 
 
 def conv2d_packed(env: VTAEnv, wl: Conv2dWorkload, shift: int = 8, clip: tuple[int, int] = (0, 127),

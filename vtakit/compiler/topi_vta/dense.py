@@ -6,46 +6,17 @@ of :mod:`.pack`. Knobs: ``tile_b`` row blocks and ``tile_co`` column blocks per 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from vtakit.compiler import te
 from vtakit.compiler.te import Schedule, Tensor
 from vtakit.compiler.topi_vta.common import bind_cthreads, schedule_gemm_core
 from vtakit.compiler.topi_vta.epilogue import declare_requant, schedule_requant
+from vtakit.compiler.topi_vta.knobs import DenseKnobs, check_dense_shape
 from vtakit.compiler.topi_vta.tiling import choose_dense_tiles
 from vtakit.compiler.vta.env import VTAEnv
-from vtakit.errors import CompileError
 
 __all__ = ["DenseKnobs", "dense_packed", "schedule_dense_packed", "dense"]
-
-
-@dataclass(frozen=True)
-class DenseKnobs:
-    """Schedule knobs: output tile (row and column blocks), reduction blocks per load, threads."""
-
-    tile_b: int
-    tile_co: int
-    tile_ci: int
-    oc_nthread: int = 1
-
-    def check(self, mb: int, nb: int, kb: int) -> None:
-        for name, value, total, per in (("tile_b", self.tile_b, mb, 1), ("tile_co", self.tile_co, nb, self.oc_nthread),
-                                        ("tile_ci", self.tile_ci, kb, 1)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise CompileError(f"dense knob {name}={value!r} must be a positive integer")
-            # a tile that does not divide leaves a smaller tail tile (lowered by LoopPartition); the
-            # tiles of an axis split over virtual threads must divide evenly among them
-            if per > 1 and total % (value * per):
-                raise CompileError(f"dense knob {name}={value!r} must divide {total} into {per} "
-                                   "virtual threads")
-
-
-def check_dense_shape(env: VTAEnv, m: int, n: int, k: int) -> None:
-    """m, k and n must be positive whole accelerator blocks (a :class:`CompileError` otherwise)."""
-    for what, v, block in (("m", m, env.batch), ("k", k, env.block_in), ("n", n, env.block_out)):
-        if not isinstance(v, int) or v < 1 or v % block:
-            raise CompileError(f"dense: {what} = {v!r} must be a positive multiple of the accelerator's block of {block}")
 
 
 def dense_packed(env: VTAEnv, m: int, n: int, k: int, shift: int = 8, clip: tuple[int, int] = (0, 127),

@@ -10,16 +10,12 @@ measures.
 from __future__ import annotations
 
 import itertools
-from typing import TYPE_CHECKING
 
+from vtakit.compiler.topi_vta.knobs import Conv2dKnobs, DenseKnobs, check_conv2d_shape, check_dense_shape
+from vtakit.compiler.topi_vta.workloads import Conv2dWorkload
 from vtakit.compiler.vta.env import VTAEnv
 from vtakit.errors import CompileError
 from vtakit.hw.config import ITER_BITS
-
-if TYPE_CHECKING:
-    from vtakit.compiler.topi_vta.conv2d import Conv2dKnobs
-    from vtakit.compiler.topi_vta.dense import DenseKnobs
-    from vtakit.compiler.topi_vta.workloads import Conv2dWorkload
 
 __all__ = ["choose_conv2d_tiles", "choose_dense_tiles", "divisors"]
 
@@ -48,15 +44,13 @@ def _cost(env: VTAEnv, threads: int, n_tiles: int, n_k: int, gemm: int, load_byt
     return n_tiles * per_tile + load + store
 
 
-def choose_conv2d_tiles(env: VTAEnv, wl: "Conv2dWorkload", vthreads: int = 2) -> "Conv2dKnobs":
+def choose_conv2d_tiles(env: VTAEnv, wl: Conv2dWorkload, vthreads: int = 2) -> Conv2dKnobs:
     """The cheapest conv2d tiling with at most ``vthreads`` virtual threads.
 
     Threads split output channels or rows; when neither divides ``vthreads`` ways (a 7x7 output
     with one channel block and 2 threads), the most threads that do are used, as the knobs say;
     never more than TOKEN_QUEUE_DEPTH.
     """
-    from vtakit.compiler.topi_vta.conv2d import check_conv2d_shape  # noqa: PLC0415
-
     check_conv2d_shape(env, wl)
     _check_vthreads(vthreads)
     for threads in range(_thread_bound(env, vthreads), 0, -1):
@@ -67,9 +61,7 @@ def choose_conv2d_tiles(env: VTAEnv, wl: "Conv2dWorkload", vthreads: int = 2) ->
                        "must fit the SRAMs and each must read input that is not all padding)")
 
 
-def _best_conv2d_tiles(env: VTAEnv, wl: "Conv2dWorkload", vthreads: int) -> "Conv2dKnobs | None":
-    from vtakit.compiler.topi_vta.conv2d import Conv2dKnobs  # noqa: PLC0415
-
+def _best_conv2d_tiles(env: VTAEnv, wl: Conv2dWorkload, vthreads: int) -> Conv2dKnobs | None:
     c = env.config
     co_blocks, ci_blocks, k = wl.co // env.block_out, wl.ci // env.block_in, wl.kernel
     best: tuple[float, Conv2dKnobs] | None = None
@@ -98,12 +90,10 @@ def _best_conv2d_tiles(env: VTAEnv, wl: "Conv2dWorkload", vthreads: int) -> "Con
     return None if best is None else best[1]
 
 
-def choose_dense_tiles(env: VTAEnv, m: int, n: int, k: int, vthreads: int = 2) -> "DenseKnobs":
+def choose_dense_tiles(env: VTAEnv, m: int, n: int, k: int, vthreads: int = 2) -> DenseKnobs:
     """The cheapest dense tiling with at most ``vthreads`` virtual threads over output column
     blocks (fewer when the columns do not split ``vthreads`` ways or TOKEN_QUEUE_DEPTH is smaller,
     as the knobs say)."""
-    from vtakit.compiler.topi_vta.dense import check_dense_shape  # noqa: PLC0415
-
     check_dense_shape(env, m, n, k)
     _check_vthreads(vthreads)
     for threads in range(_thread_bound(env, vthreads), 0, -1):
@@ -113,9 +103,7 @@ def choose_dense_tiles(env: VTAEnv, m: int, n: int, k: int, vthreads: int = 2) -
     raise CompileError(f"no dense tiling of {m}x{n}x{k} fits {env.config.model}, even with one virtual thread")
 
 
-def _best_dense_tiles(env: VTAEnv, m: int, n: int, k: int, vthreads: int) -> "DenseKnobs | None":
-    from vtakit.compiler.topi_vta.dense import DenseKnobs  # noqa: PLC0415
-
+def _best_dense_tiles(env: VTAEnv, m: int, n: int, k: int, vthreads: int) -> DenseKnobs | None:
     c = env.config
     mb, nb, kb = m // env.batch, n // env.block_out, k // env.block_in
     best: tuple[float, DenseKnobs] | None = None
@@ -137,7 +125,7 @@ def _best_dense_tiles(env: VTAEnv, m: int, n: int, k: int, vthreads: int) -> "De
     return None if best is None else best[1]
 
 
-def _tiles_read_data(wl: "Conv2dWorkload", th: int, tw: int) -> bool:
+def _tiles_read_data(wl: Conv2dWorkload, th: int, tw: int) -> bool:
     """Whether every output tile reads at least one input row and column that is not padding
     (the DMA cannot load a tile that lies entirely in the padding)."""
     for out_size, tile, size in ((wl.oh, th, wl.h), (wl.ow, tw, wl.w)):
