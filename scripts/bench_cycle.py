@@ -62,7 +62,8 @@ from vtakit.compiler.vta.env import get_env  # noqa: E402
 from vtakit.hw.config import VTAConfig  # noqa: E402
 from vtakit.hw.isa import FinishInsn, GemmInsn, MemId, MemInsn, Opcode, Uop  # noqa: E402
 from vtakit.runtime import Device  # noqa: E402
-from vtakit.runtime.blocked_gemm import bench_gemm, gemm_program, reference_gemm, requant_shift, unpack_out  # noqa: E402
+from vtakit.runtime.blocked_gemm import bench_gemm, gemm_program, reference_gemm, requant_shift  # noqa: E402
+from vtakit.runtime.packing import unpack_matrix  # noqa: E402
 from vtakit.runtime.random_program import random_program  # noqa: E402
 from vtakit.sim.backend import Launch  # noqa: E402
 from vtakit.sim import native  # noqa: E402
@@ -133,7 +134,7 @@ def _blocked_gemm(config: VTAConfig, m: int, n: int, k: int, vthreads: int = 2) 
 
     def check(dram: np.ndarray) -> bool:
         got = dram[out.addr:out.addr + len(out.data)].view(np.int8).reshape(shape)
-        return bool(np.array_equal(unpack_out(got, config), expect))
+        return bool(np.array_equal(unpack_matrix(got), expect))
 
     tag = "small" if config == SMALL else "default"
     return Bench(f"{tag}/gemm_{m}x{n}x{k}_vt{vthreads}", "gemm" if config == SMALL else "default/gemm",

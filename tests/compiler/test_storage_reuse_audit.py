@@ -260,7 +260,7 @@ def _np_stage(f, *args):
 def test_gemm_followed_by_alu_stages_on_fsim(name, shape, knobs, batch):
     """A tensorized GEMM, then ALU stages that read the GEMM or an earlier stage again, read a
     stage twice, put the bias first: fsim equals numpy, with and without the pass."""
-    from vtakit.compiler.topi_vta.pack import pack_bias, pack_matrix
+    from vtakit.runtime.packing import pack_bias, pack_matrix
     from vtakit.compiler.vta import get_env
     from vtakit.hw.config import VTAConfig
     from vtakit.runtime import Device

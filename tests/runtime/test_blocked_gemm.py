@@ -7,8 +7,9 @@ from vtakit.errors import AllocationError, ConfigError
 from vtakit.hw.config import VTAConfig
 from vtakit.hw.isa import GemmInsn
 from vtakit.runtime import Device, ProgramBuilder
-from vtakit.runtime.blocked_gemm import (GemmTiling, bench_gemm, build_gemm, gemm_program, pack_inp, pack_wgt,
-                                         plan_gemm, plan_gemm_threads, reference_gemm, requant_shift, unpack_out)
+from vtakit.runtime.blocked_gemm import (GemmTiling, bench_gemm, build_gemm, gemm_program, plan_gemm,
+                                         plan_gemm_threads, reference_gemm, requant_shift)
+from vtakit.runtime.packing import pack_matrix, unpack_matrix
 from vtakit.runtime.random_program import coverage
 from vtakit.runtime.replay import run_fresh
 
@@ -24,8 +25,20 @@ def test_bench_gemm_is_correct(config, m, n, k, vthreads):
     assert result.correct
     assert result.ideal_cycles == m * n * k // config.macs_per_cycle
     assert result.cycles is None and result.utilization is None and result.sim_seconds > 0
-    assert set(result.to_dict()) == {"correct", "cycles", "ideal_cycles", "utilization", "sim_seconds", "vthreads"}
+    assert set(result.to_dict()) == {"correct", "cycles", "ideal_cycles", "utilization", "sim_seconds",
+                                     "useful_macs", "ideal_macs", "vthreads"}
     assert result.vthreads == vthreads
+    assert result.useful_macs == result.ideal_macs == m * n * k
+
+
+@pytest.mark.parametrize("config, m, n, k", [(SMALL, 6, 10, 7), (VTAConfig(), 24, 40, 24), (VTAConfig(), 1, 16, 100)])
+def test_sizes_that_are_not_whole_blocks_are_zero_padded(config, m, n, k):
+    result = bench_gemm(m, n, k, config=config, backend="cycle")
+    assert result.correct
+    pad = [-(-size // block) * block for size, block in ((m, config.batch), (n, config.block_out),
+                                                          (k, config.block_in))]
+    assert result.useful_macs == m * n * k < result.ideal_macs == pad[0] * pad[1] * pad[2]
+    assert result.ideal_cycles * config.macs_per_cycle == result.ideal_macs
 
 
 @pytest.mark.parametrize("depth, vthreads", [(1, 1), (2, 2), (3, 3)])
@@ -68,14 +81,14 @@ def test_explicit_small_tiles_many_chunks_and_three_threads():
     a_host = rng.integers(-128, 128, size=(m, k), dtype=np.int8)
     w_host = rng.integers(-128, 128, size=(n, k), dtype=np.int8)
     dev = Device(cfg, dram_size=1 << 16)
-    a, w = dev.array(pack_inp(a_host, cfg)), dev.array(pack_wgt(w_host, cfg))
+    a, w = dev.array(pack_matrix(a_host, cfg.batch, cfg.block_in)), dev.array(pack_matrix(w_host, 4, 4))
     c = dev.empty((m, n // 4, 1, 4), np.int8)
     b = ProgramBuilder(cfg, dev)
     build_gemm(b, a, w, c, m, n, k, vthreads=3, shift=5, tiling=GemmTiling(1, 1, 1))
     program = b.finish()
     assert "token_queue_overflow" not in coverage(program)
     dev.run(program)
-    np.testing.assert_array_equal(unpack_out(c.numpy(), cfg), reference_gemm(a_host, w_host, 5))
+    np.testing.assert_array_equal(unpack_matrix(c.numpy()), reference_gemm(a_host, w_host, 5))
     gemms = [i for i in program.insns if isinstance(i, GemmInsn) and not i.reset_reg]
     assert len(gemms) == (m * n // 4) * (k // 4)
 
@@ -94,25 +107,13 @@ def test_self_contained_program_runs_anywhere_and_matches_numpy():
     program = gemm_program(SMALL, 8, 8, 16, vthreads=2, seed=4)
     _, dram = run_fresh(program)
     seg = {s.name: s for s in program.segments}
-    a = unpack_inp(np.frombuffer(seg["A"].data, np.int8).reshape(8, 4, 1, 4))
-    w = unpack_wgt(np.frombuffer(seg["W"].data, np.int8).reshape(2, 4, 4, 4))
+    a = unpack_matrix(np.frombuffer(seg["A"].data, np.int8).reshape(8, 4, 1, 4))
+    w = unpack_matrix(np.frombuffer(seg["W"].data, np.int8).reshape(2, 4, 4, 4))
     c = dram[seg["C"].addr:seg["C"].end].view(np.int8).reshape(8, 2, 1, 4)
-    np.testing.assert_array_equal(unpack_out(c, SMALL), reference_gemm(a, w, requant_shift(16)))
-
-
-def unpack_inp(packed):
-    mb, kb, b, bi = packed.shape
-    return packed.transpose(0, 2, 1, 3).reshape(mb * b, kb * bi)
-
-
-def unpack_wgt(packed):
-    nb, kb, bo, bi = packed.shape
-    return packed.transpose(0, 2, 1, 3).reshape(nb * bo, kb * bi)
+    np.testing.assert_array_equal(unpack_matrix(c), reference_gemm(a, w, requant_shift(16)))
 
 
 @pytest.mark.parametrize("m, n, k, vthreads, error, message", [
-    (16, 16, 100, 1, ConfigError, "K=100 is not a multiple of BLOCK_IN=16"),
-    (16, 24, 16, 1, ConfigError, "N=24 is not a multiple of BLOCK_OUT=16"),
     (0, 16, 16, 1, ConfigError, "M=0 must be a positive integer"),
     (16, 16, 16, 0, ConfigError, "vthreads=0 must be a positive integer"),
     (16, 16, 16 << 20, 1, ConfigError, "K/BLOCK_IN=1048576 and N/BLOCK_OUT=1 must be at most 65535"),

@@ -3,7 +3,8 @@
 This is the hand-scheduled workload behind ``vtakit bench gemm`` and the simulator benchmarks,
 in the spirit of VTA's ``blocked_gemm_test``: ``C = clip((A . W^T) >> shift, -128, 127)`` with A of
 shape (M, K) (M = batch rows), W of shape (N, K) (N output channels, stored [out][in] as VTA's
-weights) and int8 C. Output tiles of ``tm x tn`` tensor blocks accumulate over K in chunks of ``tk``
+weights) and int8 C; sizes that are not whole blocks are zero-padded (:mod:`vtakit.runtime.packing`),
+and ``ideal_macs`` vs ``useful_macs`` says what the padding costs. Output tiles of ``tm x tn`` tensor blocks accumulate over K in chunks of ``tk``
 blocks; ``vthreads`` copies of every SRAM buffer are used round-robin with the double-buffer token
 protocol (:class:`BufferChannel`), so the loads of one virtual thread overlap the GEMMs of another
 and stores overlap the next tile's compute. The requantisation (SHR, MAX, MIN by immediates) runs
@@ -23,12 +24,12 @@ from vtakit.hw.config import ITER_BITS, VTAConfig
 from vtakit.hw.isa import AluOp, MemId, Stage, Uop
 from vtakit.runtime.builder import ProgramBuilder
 from vtakit.runtime.device import Device
+from vtakit.runtime.packing import blocks, dense_reference, pack_matrix, requantize, unpack_matrix
 from vtakit.runtime.pipeline import BufferChannel
 from vtakit.sim.program import Program
 
 __all__ = ["GemmTiling", "GemmBenchResult", "plan_gemm", "plan_gemm_threads", "MAX_VTHREADS", "requant_shift",
-           "pack_inp", "pack_wgt", "unpack_out", "reference_gemm", "build_gemm", "gemm_program", "bench_gemm",
-           "MAX_BENCH_DRAM"]
+           "reference_gemm", "build_gemm", "gemm_program", "bench_gemm", "MAX_BENCH_DRAM"]
 
 MAX_BENCH_DRAM = 1 << 30
 MAX_VTHREADS = 8                    # SRAM buffer copies the planner splits the buffers into, at most
@@ -54,6 +55,8 @@ class GemmBenchResult:
     ideal_cycles: int
     utilization: float | None
     sim_seconds: float
+    useful_macs: int           # M * N * K: the multiply-accumulates the GEMM asks for
+    ideal_macs: int            # what the accelerator does, channels zero-padded to whole blocks
     vthreads: int = 1          # virtual threads the program uses (at most the number asked for)
 
     def to_dict(self) -> dict[str, Any]:
@@ -69,13 +72,10 @@ def _largest_divisor(n: int, limit: int) -> int:
 
 
 def _blocks(config: VTAConfig, m: int, n: int, k: int) -> tuple[int, int, int]:
-    for name, value, block, what in (("M", m, config.batch, "BATCH"), ("N", n, config.block_out, "BLOCK_OUT"),
-                                     ("K", k, config.block_in, "BLOCK_IN")):
+    for name, value in (("M", m), ("N", n), ("K", k)):
         if not isinstance(value, (int, np.integer)) or value <= 0:
             raise ConfigError(f"GEMM size {name}={value!r} must be a positive integer")
-        if value % block:
-            raise ConfigError(f"GEMM size {name}={value} is not a multiple of {what}={block} of {config.model}")
-    mb, nb, kb = m // config.batch, n // config.block_out, k // config.block_in
+    mb, nb, kb = blocks(m, config.batch), blocks(n, config.block_out), blocks(k, config.block_in)
     if kb > _FIELD_MAX or nb > _FIELD_MAX:
         raise ConfigError(f"GEMM too large: K/BLOCK_IN={kb} and N/BLOCK_OUT={nb} must be at most {_FIELD_MAX} "
                           "(16-bit DMA stride field)")
@@ -141,36 +141,16 @@ def requant_shift(k: int) -> int:
     return 6 + math.ceil(math.log2(k) / 2)
 
 
-# ---------------------------------------------------------------------------- layouts
-def pack_inp(a: np.ndarray, config: VTAConfig) -> np.ndarray:
-    """(M, K) -> (M/BATCH, K/BLOCK_IN, BATCH, BLOCK_IN): one INP element per [mo, ko]."""
-    m, k = a.shape
-    return a.reshape(m // config.batch, config.batch, k // config.block_in, config.block_in).transpose(0, 2, 1, 3)
-
-
-def pack_wgt(w: np.ndarray, config: VTAConfig) -> np.ndarray:
-    """(N, K) -> (N/BLOCK_OUT, K/BLOCK_IN, BLOCK_OUT, BLOCK_IN): one WGT element per [no, ko]."""
-    n, k = w.shape
-    return w.reshape(n // config.block_out, config.block_out, k // config.block_in,
-                     config.block_in).transpose(0, 2, 1, 3)
-
-
-def unpack_out(c: np.ndarray, config: VTAConfig) -> np.ndarray:
-    """(M/BATCH, N/BLOCK_OUT, BATCH, BLOCK_OUT) -> (M, N)."""
-    mb, nb, b, bo = c.shape
-    return c.transpose(0, 2, 1, 3).reshape(mb * b, nb * bo)
-
-
 def reference_gemm(a: np.ndarray, w: np.ndarray, shift: int) -> np.ndarray:
-    """numpy golden model: int32 GEMM (wrapping), arithmetic shift, clip, int8."""
-    acc = a.astype(np.int32) @ w.astype(np.int32).T
-    return np.clip(acc >> shift, -128, 127).astype(np.int8)
+    """numpy golden model: int32 GEMM (wrapping), arithmetic shift, clip to int8."""
+    return requantize(dense_reference(a, w), shift, None, (-128, 127))
 
 
 # ---------------------------------------------------------------------------- program
 def build_gemm(builder: ProgramBuilder, a: Any, w: Any, c: Any, m: int, n: int, k: int, *,
                vthreads: int = 1, shift: int | None = None, tiling: GemmTiling | None = None) -> None:
-    """Emit the blocked GEMM into ``builder``; ``a``/``w``/``c`` are packed DRAM arrays."""
+    """Emit the blocked GEMM into ``builder``; ``a``/``w``/``c`` are packed DRAM arrays
+    (:func:`~vtakit.runtime.packing.pack_matrix`, sizes padded to whole blocks)."""
     config = builder.config
     mb, nb, kb = _blocks(config, m, n, k)
     t = tiling or plan_gemm(config, m, n, k, vthreads)
@@ -224,7 +204,9 @@ def bench_gemm(m: int = 256, n: int = 256, k: int = 256, *, config: VTAConfig | 
     the most virtual threads to use (:func:`plan_gemm_threads`); the result says how many were."""
     config = VTAConfig() if config is None else config
     vthreads, tiling = plan_gemm_threads(config, m, n, k, vthreads)
-    need = m * k + n * k + m * n + 4 * config.uop_depth
+    mb, nb, kb = _blocks(config, m, n, k)
+    pm, pn, pk = mb * config.batch, nb * config.block_out, kb * config.block_in   # zero-padded to blocks
+    need = pm * pk + pn * pk + pm * pn + 4 * config.uop_depth
     if need > MAX_BENCH_DRAM:
         raise AllocationError(f"GEMM {m}x{n}x{k} needs about {need} bytes of device DRAM, more than the "
                               f"{MAX_BENCH_DRAM} byte limit of the benchmark")
@@ -232,24 +214,29 @@ def bench_gemm(m: int = 256, n: int = 256, k: int = 256, *, config: VTAConfig | 
     rng = np.random.default_rng(seed)
     a_host = rng.integers(-128, 128, size=(m, k), dtype=np.int8)
     w_host = rng.integers(-128, 128, size=(n, k), dtype=np.int8)
-    a = device.array(pack_inp(a_host, config), name="A")
-    w = device.array(pack_wgt(w_host, config), name="W")
-    c = device.empty((m // config.batch, n // config.block_out, config.batch, config.block_out), np.int8, name="C")
+    a = device.array(pack_matrix(a_host, config.batch, config.block_in), name="A")
+    w = device.array(pack_matrix(w_host, config.block_out, config.block_in), name="W")
+    c = device.empty((mb, nb, config.batch, config.block_out), np.int8, name="C")
     builder = ProgramBuilder(config, device, name=f"gemm_{m}x{n}x{k}_vt{vthreads}")
     build_gemm(builder, a, w, c, m, n, k, vthreads=vthreads, tiling=tiling)
     program = builder.finish()
     stats = device.run(program)
-    correct = bool(np.array_equal(unpack_out(c.numpy(), config), reference_gemm(a_host, w_host, requant_shift(k))))
-    return GemmBenchResult(correct, stats.cycles, stats.ideal_cycles, stats.utilization, stats.sim_seconds, vthreads)
+    got = unpack_matrix(c.numpy(), (m, n))
+    correct = bool(np.array_equal(got, reference_gemm(a_host, w_host, requant_shift(k))))
+    return GemmBenchResult(correct, stats.cycles, stats.ideal_cycles, stats.utilization, stats.sim_seconds,
+                           m * n * k, stats.ideal_cycles * config.macs_per_cycle, vthreads)
 
 
 def gemm_program(config: VTAConfig, m: int, n: int, k: int, *, vthreads: int = 1, seed: int = 0) -> Program:
     """A self-contained GEMM program (random A and W as segments) for corpora and differential tests."""
     builder = ProgramBuilder(config, name=f"gemm_{m}x{n}x{k}_vt{vthreads}")
     rng = np.random.default_rng(seed)
-    a = builder.array(pack_inp(rng.integers(-128, 128, size=(m, k), dtype=np.int8), config), name="A")
-    w = builder.array(pack_wgt(rng.integers(-128, 128, size=(n, k), dtype=np.int8), config), name="W")
-    c = builder.empty((m // config.batch, n // config.block_out, config.batch, config.block_out), np.int8, name="C")
+    mb, nb, _ = _blocks(config, m, n, k)
+    a = builder.array(pack_matrix(rng.integers(-128, 128, size=(m, k), dtype=np.int8), config.batch,
+                                  config.block_in), name="A")
+    w = builder.array(pack_matrix(rng.integers(-128, 128, size=(n, k), dtype=np.int8), config.block_out,
+                                  config.block_in), name="W")
+    c = builder.empty((mb, nb, config.batch, config.block_out), np.int8, name="C")
     build_gemm(builder, a, w, c, m, n, k, vthreads=vthreads)
     return builder.finish()
 

@@ -8,9 +8,8 @@ backend runs are ``slow``.
 import numpy as np
 import pytest
 
-from vtakit.compiler.topi_vta import (RESNET18, Conv2dKnobs, Conv2dWorkload, DenseKnobs, conv2d, conv2d_reference,
-                                      default_conv2d_knobs, dense, get_workload, pack_matrix, pack_nchw, pack_oihw,
-                                      unpack_matrix, unpack_nchw)
+from vtakit.compiler.topi_vta import (RESNET18, Conv2dKnobs, Conv2dWorkload, DenseKnobs, conv2d,
+                                      default_conv2d_knobs, dense, get_workload)
 from vtakit.compiler.topi_vta.bench import run_conv2d, run_dense
 from vtakit.errors import CompileError
 from vtakit.hw.config import VTAConfig
@@ -117,33 +116,6 @@ def test_dense_1024_cubed(backend):
 
 
 # ---------------------------------------------------------------------------- helpers and errors
-def test_pack_roundtrips_and_layouts():
-    rng = np.random.default_rng(1)
-    x = rng.integers(-128, 128, (2, 32, 3, 5), dtype=np.int8)
-    px = pack_nchw(x, 2, 16)
-    assert px.shape == (1, 2, 3, 5, 2, 16) and px[0, 1, 2, 4, 1, 3] == x[1, 19, 2, 4]
-    np.testing.assert_array_equal(unpack_nchw(px), x)
-    w = rng.integers(-128, 128, (32, 16, 3, 3), dtype=np.int8)
-    pw = pack_oihw(w, 16, 16)
-    assert pw.shape == (2, 1, 3, 3, 16, 16) and pw[1, 0, 2, 1, 5, 7] == w[21, 7, 2, 1]
-    a = rng.integers(-128, 128, (8, 32), dtype=np.int8)
-    np.testing.assert_array_equal(unpack_matrix(pack_matrix(a, 4, 16)), a)
-    with pytest.raises(CompileError, match="channels = 32 is not a multiple"):
-        pack_nchw(x, 2, 12)
-
-
-def test_conv2d_reference_matches_direct_loops():
-    rng = np.random.default_rng(2)
-    x = rng.integers(-128, 128, (1, 3, 5, 6), dtype=np.int8)
-    w = rng.integers(-128, 128, (2, 3, 3, 3), dtype=np.int8)
-    got = conv2d_reference(x, w, stride=2, pad=1)
-    xp = np.pad(x.astype(np.int64), ((0, 0), (0, 0), (1, 1), (1, 1)))
-    for o in range(2):
-        for i in range(got.shape[2]):
-            for j in range(got.shape[3]):
-                assert got[0, o, i, j] == (xp[0, :, 2 * i:2 * i + 3, 2 * j:2 * j + 3] * w[o]).sum()
-
-
 def test_workload_and_knob_errors(small_env):
     assert get_workload("resnet18.C5") is RESNET18["C5"] and get_workload("C5") is RESNET18["C5"]
     with pytest.raises(CompileError, match="unknown workload 'resnet18.C1'"):

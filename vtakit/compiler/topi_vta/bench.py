@@ -13,16 +13,16 @@ from typing import Any
 
 import numpy as np
 
-import vtakit
+from vtakit.compiler.build import build
 from vtakit.compiler.topi_vta.conv2d import Conv2dKnobs, conv2d
 from vtakit.compiler.topi_vta.dense import DenseKnobs, dense
-from vtakit.compiler.topi_vta.pack import (conv2d_reference, dense_reference, pack_bias, pack_matrix, pack_nchw,
-                                           pack_oihw, requantize)
 from vtakit.compiler.topi_vta.tiling import choose_conv2d_tiles, choose_dense_tiles
 from vtakit.compiler.topi_vta.workloads import Conv2dWorkload
 from vtakit.compiler.vta.env import VTAEnv, get_env
 from vtakit.hw.config import VTAConfig
-from vtakit.runtime import Device
+from vtakit.runtime.device import Device
+from vtakit.runtime.packing import (conv2d_reference, dense_reference, pack_bias, pack_matrix, pack_nchw, pack_oihw,
+                                    requantize)
 
 __all__ = ["BenchResult", "run_conv2d", "run_dense", "conv2d_operands", "dense_operands", "SHIFT"]
 
@@ -51,7 +51,7 @@ class BenchResult:
 def _run(config: VTAConfig, backend: str, s: Any, tensors: list, host: list[np.ndarray], expect: np.ndarray,
          knobs: Any, threads: int, compile_start: float) -> BenchResult:
     """Build ``s``, run it on a fresh device holding ``host`` and compare the output with ``expect``."""
-    mod = vtakit.build(s, tensors, target="vta", config=config)
+    mod = build(s, tensors, target="vta", config=config)
     compile_seconds = time.perf_counter() - compile_start
     dev = Device(config, backend=backend, dram_size=max(32 << 20, 4 * sum(h.nbytes for h in host)
                                                         + 2 * expect.nbytes + (1 << 20)))
