@@ -2,9 +2,11 @@
 
 RTL simulation is slow, and the same corpus and random programs are checked by several tests
 (rtl == fsim here, cycle model == rtl in the cycle-model tests). :func:`rtl_run` keys a result by
-the program's bytes and the RTL's own source, and keeps it in a directory shared by all pytest-xdist
-workers of the session (or in ``$VTAKIT_RTL_CACHE`` to keep results across sessions; the key
-changes whenever a file under vtakit/hw or vtakit/sim/rtl.py changes).
+everything that decides it: the program's bytes, the address its instructions are placed at, and
+the source of the code that runs it (the RTL and its harness under vtakit/hw and vtakit/sim, the
+program format, the corpus runner and this cache). It keeps results in a directory shared by all
+pytest-xdist workers of the session (or in ``$VTAKIT_RTL_CACHE`` to keep them across sessions; the
+key changes whenever one of those files changes).
 """
 
 from __future__ import annotations
@@ -20,11 +22,13 @@ from pathlib import Path
 import numpy as np
 
 from tests.programs import run_program
+from tests.programs.runner import insn_address
 from vtakit.sim.program import Program
 
-__all__ = ["RtlResult", "rtl_run", "program_key", "session_cache_dir"]
+__all__ = ["RtlResult", "rtl_run", "program_key", "session_cache_dir", "source_files"]
 
 _REPO = Path(__file__).resolve().parents[2]
+_RUNNER = _REPO / "tests" / "programs" / "runner.py"
 
 
 @dataclass
@@ -35,11 +39,19 @@ class RtlResult:
     busy_cycles: dict[str, int]
 
 
+def source_files() -> list[Path]:
+    """The files whose code decides an RTL run: the hardware, the simulators and harness (the rtl
+    backend checks programs with fsim first), the program format, the runner and this cache."""
+    vtakit = _REPO / "vtakit"
+    return sorted(vtakit.joinpath("hw").glob("*.py")) + sorted(vtakit.joinpath("sim").glob("*.py")) + [
+        _RUNNER, Path(__file__).resolve()]
+
+
 @lru_cache(maxsize=1)
 def _rtl_source_hash() -> str:
     digest = hashlib.sha256()
-    for path in sorted((_REPO / "vtakit" / "hw").glob("*.py")) + [_REPO / "vtakit" / "sim" / "rtl.py"]:
-        digest.update(path.name.encode() + path.read_bytes())
+    for path in source_files():
+        digest.update(str(path.relative_to(_REPO)).encode() + path.read_bytes())
     return digest.hexdigest()[:16]
 
 
@@ -50,7 +62,7 @@ def program_key(program: Program) -> str:
     digest.update(program.config.to_json().encode())
     digest.update(program.encoded_insns())
     digest.update(program.uop_segment.data + program.uop_addr.to_bytes(8, "little"))
-    digest.update(program.dram_size.to_bytes(8, "little"))
+    digest.update(program.dram_size.to_bytes(8, "little") + insn_address(program).to_bytes(8, "little"))
     for segment in program.segments:
         digest.update(segment.addr.to_bytes(8, "little") + segment.data)
     return digest.hexdigest()[:32]
