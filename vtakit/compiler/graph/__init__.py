@@ -5,7 +5,8 @@ compiles it for a target into a module the runtime's graph executor runs.
 """
 
 from vtakit.compiler.graph import ops  # noqa: F401  (registers the graph operators)
-from vtakit.compiler.graph.build import build
+from vtakit.compiler.graph import passes  # noqa: F401  (registers the graph passes)
+from vtakit.compiler.graph.build import extract_tasks, build
 from vtakit.compiler.graph.evaluate import evaluate
 from vtakit.compiler.graph.frontend import from_onnx
 from vtakit.compiler.graph.ir import Graph, Node, TensorType
@@ -13,4 +14,4 @@ from vtakit.compiler.graph.module import InputInfo, NetModule, Profile
 from vtakit.compiler.graph.op import Pattern, get_op, register_op, registered_ops
 
 __all__ = ["from_onnx", "Graph", "Node", "TensorType", "evaluate", "Pattern", "get_op", "register_op",
-           "registered_ops", "build", "NetModule", "Profile", "InputInfo"]
+           "registered_ops", "build", "extract_tasks", "NetModule", "Profile", "InputInfo"]

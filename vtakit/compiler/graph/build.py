@@ -1,73 +1,180 @@
-"""``build(graph, target)``: compile a graph into a :class:`NetModule`.
+"""``build(graph, target)``: compile a graph into a :class:`NetModule`; ``extract_tasks`` lists its kernels.
 
-The build runs the target's graph passes, lowers each kernel group to compiled code, places every
-value in one arena and hands the runtime's graph executor a plan of kernel calls.
+The build runs the target's graph passes (:mod:`.targets`), turns every remaining node into a
+step (a kernel from the persistent cache, or, for view-only ops, an alias of its input's bytes),
+plans the arena (:mod:`.passes.plan_memory`) and hands the runtime's graph executor the plan.
+Nothing is compiled after ``build`` returns.
 """
 
 from __future__ import annotations
 
+import os
+import time
+from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+import numpy as np
+
+from vtakit.compiler.graph.fused import FUSED
 from vtakit.compiler.graph.ir import Graph, Node
-from vtakit.compiler.graph.lowering import lower_group
+from vtakit.compiler.graph.kernel_cache import KernelCache, Workload
 from vtakit.compiler.graph.module import NetModule
-from vtakit.compiler.graph.op import fold_node
+from vtakit.compiler.graph.passes import run_passes
+from vtakit.compiler.graph.passes.fuse_ops import VIEW_OPS
+from vtakit.compiler.graph.passes.plan_memory import plan_memory
+from vtakit.compiler.graph.targets import CompiledKernel, GraphTarget, get_graph_target
 from vtakit.errors import GraphError
 from vtakit.runtime.graph_executor import Plan, Step, ValueInfo
 
-__all__ = ["build"]
-
-_ALIGN = 64
+__all__ = ["build", "optimize", "extract_tasks", "Task", "BuildStats"]
 
 
-def _fold_constants(graph: Graph) -> Graph:
-    g = graph.copy()
-    kept: list[Node] = []
+@dataclass
+class BuildStats:
+    """What a build did and how long it took."""
+
+    pass_seconds: float = 0.0
+    kernel_seconds: float = 0.0
+    kernels: int = 0
+    unique_kernels: int = 0
+    compiled: int = 0
+    loaded_from_disk: int = 0
+    arena_bytes: int = 0
+    lower_bound_bytes: int = 0
+    seconds: float = 0.0
+    fused_ops: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Task:
+    """A unique kernel of a build (AutoTVM's task): its template, workload and how many steps use it."""
+
+    template: str
+    workload: tuple[Any, ...]
+    count: int
+
+    def __iter__(self):
+        return iter((self.template, self.workload, self.count))
+
+
+def optimize(graph: Graph, target: str = "llvm", *, opt_level: int = 3, disabled_passes: Sequence[str] = (),
+             dump_dir: str | os.PathLike | None = None) -> Graph:
+    """``graph`` after ``target``'s graph passes (what ``build`` compiles)."""
+    if not isinstance(graph, Graph):
+        raise GraphError(f"expected a vtakit.graph.Graph, got {type(graph).__name__}")
+    return run_passes(graph.verify(), get_graph_target(target).passes, disabled=disabled_passes,
+                      opt_level=opt_level, dump_dir=dump_dir)
+
+
+def _is_view(g: Graph, node: Node) -> bool:
+    return (node.op in VIEW_OPS and bool(node.inputs) and node.inputs[0] not in g.constants
+            and g.type_of(node.inputs[0]).dtype == g.type_of(node.outputs[0]).dtype
+            and g.type_of(node.inputs[0]).size == g.type_of(node.outputs[0]).size)
+
+
+def _external(g: Graph, node: Node, consumers: dict[str, list[Node]]) -> set[str]:
+    return {o for o in node.outputs if o in g.outputs or consumers.get(o)}
+
+
+def _ops(node: Node) -> tuple[str, ...]:
+    return node.attrs["body"].ops if node.op == FUSED else (node.op,)
+
+
+def extract_tasks(graph: Graph, target: str = "llvm", config: Any = None, *, opt_level: int = 3,
+                  disabled_passes: Sequence[str] = ()) -> list[Task]:
+    """The unique kernels a build of ``graph`` compiles: (template, workload, count) per kernel."""
+    tgt = get_graph_target(target)
+    g = optimize(graph, target, opt_level=opt_level, disabled_passes=disabled_passes)
+    consumers = g.consumers()
+    counts: dict[tuple[str, str], int] = {}
     for node in g.nodes:
-        values = fold_node(node, [g.types.get(i) if i else None for i in node.inputs],
-                           [g.constants.get(i) if i else None for i in node.inputs])
-        if values is None:
-            kept.append(node)
+        if _is_view(g, node) or not _external(g, node, consumers):
             continue
-        for name, value in zip(node.outputs, values):
-            g.constants[name] = value
-    g.nodes = kept
-    return g
+        workload, _, _ = tgt.workload(g, node, _external(g, node, consumers))
+        counts[(workload.template, workload.description)] = counts.get((workload.template, workload.description), 0) + 1
+    return [Task(t, Workload(t, d).args, n) for (t, d), n in counts.items()]
 
 
 def build(graph: Graph, target: str = "llvm", *, config: Any = None, opt_level: int = 3,
-          disabled_passes: Sequence[str] = (), tuning_log: Any = None, cache_dir: Any = None) -> NetModule:
+          disabled_passes: Sequence[str] = (), tuning_log: Any = None,
+          cache_dir: str | os.PathLike | None = None) -> NetModule:
     """Compile ``graph`` for ``target`` into a module whose ``run`` executes the whole network."""
-    if not isinstance(graph, Graph):
-        raise GraphError(f"build expects a vtakit.graph.Graph, got {type(graph).__name__}")
-    g = _fold_constants(graph.verify())
-    values: dict[str, ValueInfo] = {}
-    offset = 0
+    start = time.perf_counter()
+    tgt = get_graph_target(target)
+    if tuning_log is not None:
+        raise GraphError(f"tuning_log={tuning_log!r}: the {tgt.name} target has no tunable schedule templates yet, so "
+                         "a tuning log cannot select anything; build without it")
+    stats = BuildStats()
+    g = optimize(graph, target, opt_level=opt_level, disabled_passes=disabled_passes)
+    stats.pass_seconds = time.perf_counter() - start
+    compiled, views, constants = _compile_steps(g, tgt, KernelCache(cache_dir), stats)
+    module = _assemble(g, tgt, compiled, views, constants, stats)
+    stats.seconds = time.perf_counter() - start
+    return module
 
-    def place(name: str) -> None:
-        nonlocal offset
-        if name in values:
-            return
-        ty = g.type_of(name)
-        if name in g.constants:
-            values[name] = ValueInfo(name, ty.shape, ty.dtype, None)
-            return
-        values[name] = ValueInfo(name, ty.shape, ty.dtype, offset)
-        offset += -(-ty.nbytes // _ALIGN) * _ALIGN
 
-    for name in g.inputs:
-        place(name)
-    kernels = []
-    steps = []
+def _compile_steps(g: Graph, tgt: GraphTarget, cache: KernelCache, stats: BuildStats
+                   ) -> tuple[list[tuple[Node, CompiledKernel]], dict[str, str], dict[str, np.ndarray]]:
+    start = time.perf_counter()
+    consumers = g.consumers()
+    compiled: list[tuple[Node, CompiledKernel]] = []
+    views: dict[str, str] = {}
+    constants: dict[str, np.ndarray] = {}
     for k, node in enumerate(g.nodes):
-        kernel = lower_group(g, [node], target, name=f"{node.op.lower()}_{k}")
-        for name in (*kernel.inputs, *kernel.outputs):
-            place(name)
-        steps.append(Step(node.name or f"{node.op}_{k}", len(kernels), (*kernel.inputs, *kernel.outputs),
-                          len(kernel.outputs), (node.op,), target))
-        kernels.append(kernel.module)
-    for name in g.outputs:
-        place(name)
-    plan = Plan(values, tuple(g.inputs), tuple(g.outputs), tuple(steps), offset)
-    return NetModule(plan, kernels, {n: g.constants[n] for n, v in values.items() if v.offset is None},
-                     target=target)
+        external = _external(g, node, consumers)
+        if not external:
+            continue
+        if _is_view(g, node):
+            views[node.outputs[0]] = node.inputs[0]
+            continue
+        compiled.append((node, tgt.compile(g, node, external, cache, f"{_ops(node)[-1].lower()}_{k}")))
+    stats.kernel_seconds = time.perf_counter() - start
+    stats.kernels = len(compiled)
+    stats.unique_kernels = len({c.key for _, c in compiled})
+    stats.compiled, stats.loaded_from_disk = cache.misses, cache.disk_hits
+    for node, _ in compiled:
+        label = "+".join(_ops(node))
+        stats.fused_ops[label] = stats.fused_ops.get(label, 0) + 1
+    return compiled, views, constants
+
+
+def _assemble(g: Graph, tgt: GraphTarget, compiled: list[tuple[Node, CompiledKernel]], views: dict[str, str],
+              constants: dict[str, np.ndarray], stats: BuildStats) -> NetModule:
+    kernel_index: dict[str, int] = {}
+    functions: list[Any] = []
+    codes: list[Any] = []
+    steps: list[Step] = []
+    for node, ck in compiled:
+        if ck.key not in kernel_index:
+            kernel_index[ck.key] = len(functions)
+            functions.append(ck.function)
+            codes.append(ck.code)
+        steps.append(Step(node.name or node.op, kernel_index[ck.key], (*ck.inputs, *ck.outputs), len(ck.outputs),
+                          _ops(node), tgt.name))
+    used = set(g.inputs) | set(g.outputs) | {a for s in steps for a in s.args}
+    for name, base in views.items():
+        used.add(name)
+        used.add(base)
+
+    def base_constant(name: str) -> str | None:
+        while name in views:
+            name = views[name]
+        return name if name in g.constants else None
+
+    const_names = {n for n in used if n in g.constants or base_constant(n) is not None}
+    sizes = {n: g.type_of(n).nbytes for n in used if n not in const_names}
+    memory = plan_memory([(s.args[:len(s.args) - s.outputs], s.output_names) for s in steps], sizes,
+                         g.inputs, [o for o in g.outputs if o not in const_names],
+                         {v: b for v, b in views.items() if v not in const_names})
+    values: dict[str, ValueInfo] = {}
+    for name in sorted(used, key=lambda n: (n not in g.inputs, n)):
+        ty = g.type_of(name)
+        if name in const_names:
+            base = base_constant(name)
+            constants[name] = np.ascontiguousarray(g.constants[base]).reshape(ty.shape)
+            values[name] = ValueInfo(name, ty.shape, ty.dtype, None)
+        else:
+            values[name] = ValueInfo(name, ty.shape, ty.dtype, memory.offsets[name])
+    stats.arena_bytes, stats.lower_bound_bytes = memory.arena_bytes, memory.lower_bound
+    plan = Plan(values, tuple(g.inputs), tuple(g.outputs), tuple(steps), memory.arena_bytes)
+    return NetModule(plan, functions, constants, target=tgt.name, kernel_objects=codes, stats=stats)

@@ -15,15 +15,16 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from vtakit.compiler import te
+from vtakit.compiler import ir, te
 from vtakit.compiler.build import build as build_schedule
 from vtakit.compiler.graph.ir import Graph, Node
 from vtakit.compiler.graph.op import get_op
+from vtakit.compiler.lower import lower
 from vtakit.compiler.ops import cpu
 from vtakit.compiler.te.tensor import PlaceholderOp
 from vtakit.errors import GraphError
 
-__all__ = ["GroupKernel", "group_tensors", "lower_group"]
+__all__ = ["GroupKernel", "group_tensors", "lower_group", "lower_tensors"]
 
 
 @dataclass
@@ -101,6 +102,11 @@ def lower_group(graph: Graph, nodes: Sequence[Node], target: str = "llvm", name:
     s = cpu.schedule(out_tensors)
     module = build_schedule(s, [*placeholders, *out_tensors], target=target, name=name)
     return GroupKernel(name, list(nodes), in_names, out_names, module)
+
+
+def lower_tensors(placeholders: Sequence[te.Tensor], out_tensors: Sequence[te.Tensor], name: str) -> ir.PrimFunc:
+    """The loop IR of a group's tensors (from :func:`group_tensors`) under the CPU schedule."""
+    return lower(cpu.schedule(list(out_tensors)), [*placeholders, *out_tensors], name=name)
 
 
 def run_group(kernel: GroupKernel, graph: Graph, env: dict[str, np.ndarray]) -> None:

@@ -7,7 +7,6 @@ user asks for (input names, shapes and dtypes; a profile table).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
@@ -59,13 +58,13 @@ class NetModule:
     """A compiled network: ``run(inputs) -> outputs``, ``debug_run``, ``profile``, ``save``."""
 
     def __init__(self, plan: Plan, kernels: Sequence[Callable[..., Any]], constants: Mapping[str, np.ndarray],
-                 *, target: str = "llvm", kernel_objects: Sequence[Any] = (), stats: Mapping[str, Any] | None = None
+                 *, target: str = "llvm", kernel_objects: Sequence[Any] = (), stats: Any = None
                  ) -> None:
         self.plan = plan
         self.target = target
         self.constants = dict(constants)
         self.kernel_objects = list(kernel_objects)  # what save() writes for each kernel (object code)
-        self.stats = dict(stats or {})
+        self.stats = stats  # the build's BuildStats (None for a loaded module)
         self._executor = GraphExecutor(plan, kernels, self.constants)
 
     @property
@@ -89,7 +88,9 @@ class NetModule:
         return self._executor.run(inputs)
 
     def debug_run(self, inputs: Mapping[str, Any] | Sequence[Any]) -> dict[str, np.ndarray]:
-        """Every tensor the network computes, keyed by value name, in the graph's layout."""
+        """Every tensor the network materialises (its inputs, the constants its kernels read and every value
+        a kernel writes, as TVM's debug executor), keyed by value name, in the graph's layout. Values
+        inside a fused kernel are never stored; build with ``disabled_passes=("FuseOps",)`` to see them."""
         return self._executor.debug_run(inputs)
 
     def profile(self, inputs: Mapping[str, Any] | Sequence[Any]) -> Profile:
@@ -100,6 +101,3 @@ class NetModule:
     def __repr__(self) -> str:
         ins = ", ".join(f"{i.name}: {i.dtype}{list(i.shape)}" for i in self.input_info)
         return f"<NetModule ({ins}) -> {self.output_names} on {self.target}, {self.num_kernels} kernels>"
-
-    def summary(self) -> str:
-        return json.dumps(self.stats, indent=2, default=str)

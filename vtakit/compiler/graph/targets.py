@@ -1,0 +1,83 @@
+"""Graph build targets, by name: the passes a target runs and how it turns a node into a kernel.
+
+``build(graph, target=...)`` looks its target up here, so the accelerator (``vta``) and GPU
+(``cuda``) targets plug in by registering a :class:`GraphTarget`, as :func:`vtakit.build`'s
+targets register in :mod:`vtakit.compiler.build`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from vtakit.compiler.backend.llvm_object import ObjectKernel, compile_object, target_id
+from vtakit.compiler.graph.ir import Graph, Node
+from vtakit.compiler.graph.kernel_cache import KernelCache, Workload, workload_of
+from vtakit.compiler.graph.lowering import group_tensors, lower_tensors
+from vtakit.errors import GraphError
+
+__all__ = ["CompiledKernel", "GraphTarget", "register_graph_target", "get_graph_target", "graph_targets",
+           "LLVM_PASSES"]
+
+
+@dataclass(frozen=True)
+class CompiledKernel:
+    """A node's kernel: the values it reads and writes (call order) and the loaded code."""
+
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    workload: Workload
+    key: str
+    function: ObjectKernel
+    code: object  # what a saved module stores to load the kernel again (KernelObject for the CPU)
+
+
+@dataclass(frozen=True)
+class GraphTarget:
+    """A build target: the graph passes it runs, the kernel compiler, and the workload extractor."""
+
+    name: str
+    passes: tuple[str, ...]
+    workload: Callable[[Graph, Node, set[str]], tuple[Workload, tuple[str, ...], tuple[str, ...]]]
+    compile: Callable[[Graph, Node, set[str], KernelCache, str], CompiledKernel]
+
+
+_TARGETS: dict[str, GraphTarget] = {}
+
+
+def register_graph_target(target: GraphTarget, override: bool = False) -> None:
+    if target.name in _TARGETS and not override:
+        raise GraphError(f"graph target {target.name!r} is already registered")
+    _TARGETS[target.name] = target
+
+
+def get_graph_target(name: str) -> GraphTarget:
+    kind = name.split()[0] if isinstance(name, str) and name.strip() else name
+    try:
+        return _TARGETS[kind]
+    except (KeyError, TypeError):
+        raise GraphError(f"unknown graph target {name!r}; registered: {', '.join(sorted(_TARGETS))}") from None
+
+
+def graph_targets() -> list[str]:
+    return sorted(_TARGETS)
+
+
+LLVM_PASSES = ("InferType", "FoldConstant", "FoldBatchNorm", "DeadCodeElimination", "InferType", "FuseOps")
+
+
+def _llvm_workload(graph: Graph, node: Node, external: set[str]) -> tuple[Workload, tuple[str, ...], tuple[str, ...]]:
+    ins, _, outs, _ = group_tensors(graph, [node], external)
+    return workload_of(graph, node, ins, outs, "llvm"), tuple(ins), tuple(outs)
+
+
+def _llvm_compile(graph: Graph, node: Node, external: set[str], cache: KernelCache, name: str) -> CompiledKernel:
+    ins, placeholders, outs, tensors = group_tensors(graph, [node], external)
+    workload = workload_of(graph, node, ins, outs, "llvm")
+    key = workload.key(target_id())
+    code, function = cache.get(key, lambda: compile_object(lower_tensors(placeholders, tensors, name),
+                                                           f"vtakit_kernel_{key[:24]}"), workload)
+    return CompiledKernel(tuple(ins), tuple(outs), workload, key, function, code)
+
+
+register_graph_target(GraphTarget("llvm", LLVM_PASSES, _llvm_workload, _llvm_compile))
