@@ -120,14 +120,15 @@ def test_bench_gemm_vthreads_above_the_token_queue_depth(capsys, tmp_path):
     assert code == 0 and result["correct"] is True and result["vthreads"] == 2
     code, out, _ = run(capsys, "bench", "gemm", "--m", "16", "--n", "16", "--k", "32", "--vthreads", "12",
                        "--config", str(config))
-    assert code == 0 and "2 virtual threads; 12 asked, more do not split this output or fit the token queues" in out
+    assert code == 0 and "virtual threads  2 (12 asked; more do not split this output or fit the token queues)" in out
 
 
 def test_bench_gemm_defaults(capsys):
     code, out, _ = run(capsys, "bench", "gemm")
     assert code == 0
-    assert "GEMM 256x256x256 int8 on fsim" in out and "correct       yes" in out
-    assert "ideal cycles  65536" in out
+    assert out.startswith("GEMM 256x256x256 int8 on fsim (1x16_i8w8a32_15_15_18_17)\n")
+    assert re.search(r"^correct +yes$", out, re.M) and re.search(r"^ideal cycles +65536$", out, re.M)
+    assert re.search(r"^virtual threads +2$", out, re.M)
 
 
 def _bad_inputs(tmp_path, program_file):

@@ -4,7 +4,9 @@ Each verb is one ``_add_<verb>`` function that registers its sub-parser and one 
 function that runs it; adding a verb (``verilog``, ``bench conv2d``, ...) means adding such a pair
 and one line in :func:`build_parser`. Errors from vtakit (``VtakitError``) and unreadable or
 unwritable files end the command with a one-line message on stderr and exit status 1; usage
-errors exit with argparse's status 2.
+errors exit with argparse's status 2; Ctrl-C ends any command with one line and status 130.
+Long work (RTL runs, long compiles, ``verilog``) shows progress on stderr when it is a terminal
+(:mod:`vtakit.progress`); ``--quiet``, before or after the verb, turns it off.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from vtakit import __version__
+from vtakit import __version__, progress
 from vtakit.errors import VtakitError
 from vtakit.hw.config import VTAConfig
 from vtakit.sim.backend import BACKENDS
@@ -182,10 +184,10 @@ def cmd_bench_gemm(args: argparse.Namespace) -> int:
     from vtakit.runtime.blocked_gemm import bench_gemm
 
     config = _load_config(args) or VTAConfig()
+    _title(f"GEMM {args.m}x{args.n}x{args.k} int8 on {args.backend} ({config.model})", args)
     result = bench_gemm(args.m, args.n, args.k, config=config, backend=args.backend, vthreads=args.vthreads,
                         seed=args.seed)
-    return _report(f"GEMM {args.m}x{args.n}x{args.k} int8 on {args.backend} ({config.model}, "
-                   f"{_threads(result, args)})", result, args)
+    return _report(result, args)
 
 
 def _bench_options(parser: argparse.ArgumentParser, func: Callable[[argparse.Namespace], int],
@@ -199,14 +201,21 @@ def _bench_options(parser: argparse.ArgumentParser, func: Callable[[argparse.Nam
     parser.set_defaults(func=func)
 
 
-def _report(title: str, result: Any, args: argparse.Namespace, extra: Sequence[tuple[str, Any]] = ()) -> int:
-    """Print a benchmark result (a table, or its ``to_dict()`` as JSON); exit status 1 when it is wrong."""
+def _title(title: str, args: argparse.Namespace) -> None:
+    """A benchmark's title line, printed (and flushed) before it runs, which may take minutes on rtl."""
+    if not args.json:
+        print(title, flush=True)
+
+
+def _report(result: Any, args: argparse.Namespace, extra: Sequence[tuple[str, Any]] = ()) -> int:
+    """Print a benchmark result (a table under the :func:`_title`, or its ``to_dict()`` as JSON); exit
+    status 1 when it is wrong."""
     if args.json:
         print(json.dumps(result.to_dict()))
     else:
-        print(title)
         untimed = f"n/a ({args.backend} has no timing)"
         _print_table([("correct", "yes" if result.correct else "NO (differs from numpy)"),
+                      ("virtual threads", _threads(result, args)),
                       ("cycles", untimed if result.cycles is None else result.cycles),
                       ("ideal cycles", result.ideal_cycles),
                       ("utilization", untimed if result.utilization is None else f"{result.utilization:.1%}"),
@@ -214,10 +223,10 @@ def _report(title: str, result: Any, args: argparse.Namespace, extra: Sequence[t
     return 0 if result.correct else 1
 
 
-def _report_op(title: str, result: Any, args: argparse.Namespace) -> int:
+def _report_op(result: Any, args: argparse.Namespace) -> int:
     """Report a compiled-op benchmark (vtakit.compiler.topi_vta.bench.BenchResult)."""
-    return _report(title, result, args, [("instructions", result.instructions), ("knobs", result.knobs),
-                                         ("compile seconds", f"{result.compile_seconds:.3f}")])
+    return _report(result, args, [("instructions", result.instructions), ("knobs", result.knobs),
+                                  ("compile seconds", f"{result.compile_seconds:.3f}")])
 
 
 _OP_VTHREADS_HELP = ("virtual threads (cthread) at most; fewer when the output does not split or the token "
@@ -246,18 +255,18 @@ def cmd_bench_conv2d(args: argparse.Namespace) -> int:
     batch = config.batch if args.batch is None else args.batch
     wl = dataclasses.replace(get_workload(args.layer), batch=batch) if args.layer else \
         Conv2dWorkload(args.h, args.w, args.ci, args.co, args.kernel, args.pad, args.stride, batch)
-    result = run_conv2d(wl, config, args.backend, args.vthreads, seed=args.seed)
     name = args.layer or f"{wl.h}x{wl.w}x{wl.ci} -> {wl.co}, {wl.kernel}x{wl.kernel} pad {wl.pad} stride {wl.stride}"
     if wl.batch != 1:
         name += f", batch {wl.batch}"
-    return _report_op(f"conv2d {name} on {args.backend} ({config.model}, {_threads(result, args)})", result, args)
+    _title(f"conv2d {name} on {args.backend} ({config.model})", args)
+    result = run_conv2d(wl, config, args.backend, args.vthreads, seed=args.seed)
+    return _report_op(result, args)
 
 
 def _threads(result: Any, args: argparse.Namespace) -> str:
-    """``2 virtual threads``, saying so when the schedule uses fewer than asked for."""
-    text = f"{result.vthreads} virtual thread{'s' if result.vthreads != 1 else ''}"
-    return text if result.vthreads == args.vthreads else \
-        f"{text}; {args.vthreads} asked, more do not split this output or fit the token queues"
+    """The virtual threads used, saying so when the schedule uses fewer than asked for."""
+    return str(result.vthreads) if result.vthreads == args.vthreads else \
+        f"{result.vthreads} ({args.vthreads} asked; more do not split this output or fit the token queues)"
 
 
 def _add_bench_dense(workloads: argparse._SubParsersAction) -> None:
@@ -275,9 +284,9 @@ def cmd_bench_dense(args: argparse.Namespace) -> int:
     from vtakit.compiler.topi_vta.bench import run_dense
 
     config = _load_config(args) or VTAConfig()
+    _title(f"dense {args.m}x{args.n}x{args.k} on {args.backend} ({config.model})", args)
     result = run_dense(args.m, args.n, args.k, config, args.backend, args.vthreads, seed=args.seed)
-    return _report_op(f"dense {args.m}x{args.n}x{args.k} on {args.backend} ({config.model}, "
-                      f"{_threads(result, args)})", result, args)
+    return _report_op(result, args)
 
 
 # ---------------------------------------------------------------------------- verilog
@@ -309,16 +318,41 @@ _VERBS: list[Callable[[argparse._SubParsersAction], None]] = [
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="vtakit", description="vtakit: a VTA-style accelerator co-design kit.")
     parser.add_argument("--version", action="version", version=f"vtakit {__version__}")
+    _quiet_option(parser, False)
     verbs = parser.add_subparsers(dest="verb", required=True, metavar="COMMAND")
     for add in _VERBS:
         add(verbs)
+    _add_quiet_everywhere(verbs)
     return parser
 
 
+def _quiet_option(parser: argparse.ArgumentParser, default: Any) -> None:
+    parser.add_argument("-q", "--quiet", action="store_true", default=default,
+                        help="show no progress bars on stderr (they appear only when stderr is a terminal)")
+
+
+def _add_quiet_everywhere(verbs: argparse._SubParsersAction) -> None:
+    """``--quiet`` after any verb too; SUPPRESS keeps a sub-parser from resetting the top level's value."""
+    for sub in verbs.choices.values():
+        _quiet_option(sub, argparse.SUPPRESS)
+        for action in sub._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                _add_quiet_everywhere(action)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
     try:
-        return args.func(args)
+        args = build_parser().parse_args(argv)
+        if not args.quiet:
+            return args.func(args)
+        previous = progress.set_enabled(False)
+        try:
+            return args.func(args)
+        finally:
+            progress.set_enabled(previous)
+    except KeyboardInterrupt:
+        print("vtakit: interrupted", file=sys.stderr)
+        return 130
     except VtakitError as exc:
         print(f"vtakit: error: {exc}", file=sys.stderr)
         return 1

@@ -27,7 +27,7 @@ import time
 from collections import deque
 from contextlib import nullcontext
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import lru_cache, partial
 from pathlib import Path
 
 import numpy as np
@@ -39,6 +39,7 @@ from vtakit.hw import isa
 from vtakit.hw.config import VTAConfig
 from vtakit.hw.core import COUNTERS, TOKEN_QUEUES, VTACore
 from vtakit.hw.sequencer import ModuleState
+from vtakit.progress import Progress, progress
 from vtakit.sim.backend import Launch
 from vtakit.sim.fsim import check_program, simulate
 from vtakit.sim.stats import STAGE_MODULES, RunStats
@@ -47,6 +48,7 @@ __all__ = ["execute", "run_unchecked", "validate", "DramModel", "profile_counter
 
 #: A run that has neither finished nor deadlocked after this many cycles is a harness bug.
 MAX_CYCLES = 20_000_000
+_PROGRESS_CYCLES = 1023     # the progress bar shows the cycle count every 1024 cycles
 _MODULES = STAGE_MODULES
 
 
@@ -320,7 +322,7 @@ def run_unchecked(launch: Launch) -> RunStats:
     retire = [-1] * n_insns
     result: dict = {}
 
-    async def harness(ctx):
+    async def harness(ctx, bar: Progress):
         f = probe.field
         ctx.set(core.start, 1)
         ctx.set(core.insn_addr, launch.insn_addr)
@@ -350,11 +352,14 @@ def run_unchecked(launch: Launch) -> RunStats:
                     for bit, name in _RETIRES:
                         if value & bit:
                             retire[f(value, f"idx_{name}")] = cycle
+                            bar.advance()
                     if value & (_DONE | _DEADLOCK):
                         break
                 cycle += 1
                 if cycle == 1:
                     ctx.set(core.start, 0)
+                if not cycle & _PROGRESS_CYCLES:
+                    bar.step(f"cycle {cycle}")
                 if cycle > MAX_CYCLES:
                     raise SimError(f"the RTL simulation made no end after {MAX_CYCLES} cycles")
                 # Drive R and B for the next cycle.
@@ -386,13 +391,13 @@ def run_unchecked(launch: Launch) -> RunStats:
     status_signals = _status_signals(core)
     sim = Simulator(probe)
     sim.add_clock(1e-8)
-    sim.add_process(harness)
     began = time.perf_counter()
     trace = Path(launch.trace) if launch.trace is not None else None
     writer = (sim.write_vcd(str(trace), str(trace.with_suffix(".gtkw")), traces=_trace_signals(core))
               if trace is not None else nullcontext())
     try:
-        with writer:
+        with writer, progress("rtl", total=n_insns, unit="insn") as bar:
+            sim.add_process(partial(harness, bar=bar))
             sim.run()
     except AssertionError as exc:   # an in-hardware Assert (vtakit/hw): the program did what the RTL forbids
         error = MemoryAccessError if "out of range" in str(exc) else SimError

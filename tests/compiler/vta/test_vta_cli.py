@@ -5,7 +5,7 @@ import json
 from vtakit.cli import main
 from vtakit.hw.config import VTAConfig
 
-KEYS = {"correct", "cycles", "ideal_cycles", "utilization", "sim_seconds"}
+KEYS = {"correct", "cycles", "ideal_cycles", "utilization", "sim_seconds", "useful_macs", "ideal_macs"}
 
 
 def test_bench_conv2d_explicit_shape_json(capsys):
@@ -31,10 +31,10 @@ def test_bench_dense_json(capsys):
 def test_bench_errors(capsys):
     assert main(["bench", "conv2d", "--layer", "resnet18.C1"]) == 1
     assert "unknown workload 'resnet18.C1'" in capsys.readouterr().err
-    assert main(["bench", "dense", "--k", "10"]) == 1
-    assert "k = 10" in capsys.readouterr().err
-    assert main(["bench", "conv2d", "--ci", "3"]) == 1
-    assert "input channels = 3" in capsys.readouterr().err
+    assert main(["bench", "dense", "--k", "0"]) == 1
+    assert "dense: k = 0 must be a positive integer" in capsys.readouterr().err
+    assert main(["bench", "conv2d", "--ci", "0"]) == 1
+    assert "ci must be a positive int, got 0" in capsys.readouterr().err
     assert main(["bench", "dense", "--backend", "nosuch"]) == 1
     assert "nosuch" in capsys.readouterr().err
 
@@ -48,13 +48,25 @@ def test_bench_conv2d_batch_defaults_to_the_config(capsys, tmp_path):
     assert out["correct"] is True and out["ideal_cycles"] == 1 * 2 * 4 * 4 * 9   # batch blocks x co x oh x ow x k^2
     assert main([*argv, "--batch", "4"]) == 0
     assert ", batch 4 on fsim" in capsys.readouterr().out
-    assert main([*argv, "--batch", "3"]) == 1
-    assert "batch = 3 is not a multiple of the accelerator's block of 2" in capsys.readouterr().err
+    assert main([*argv, "--batch", "3", "--json"]) == 0   # padded to 2 batch blocks
+    out = json.loads(capsys.readouterr().out)
+    assert out["correct"] is True and out["ideal_cycles"] == 2 * 2 * 4 * 4 * 9
+    assert (out["useful_macs"], out["ideal_macs"]) == (3 * 4 * 8 * 4 * 4 * 9, 4 * 4 * 8 * 4 * 4 * 9)
+
+
+def test_bench_conv2d_channels_that_are_not_whole_blocks(capsys):
+    argv = ["bench", "conv2d", "--h", "7", "--w", "7", "--ci", "24", "--co", "40", "--kernel", "3"]
+    assert main([*argv, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["correct"] is True
+    assert out["useful_macs"] == 7 * 7 * 24 * 40 * 9 and out["ideal_macs"] == 7 * 7 * 32 * 48 * 9
+    assert out["ideal_macs"] == out["ideal_cycles"] * 256
 
 
 def test_bench_uses_fewer_threads_when_the_output_does_not_split(capsys):
     assert main(["bench", "dense", "--m", "4", "--n", "16", "--k", "16", "--vthreads", "2"]) == 0
-    assert "1 virtual thread; 2 asked, more do not split this output or fit the token queues" in capsys.readouterr().out
+    assert "virtual threads  1 (2 asked; more do not split this output or fit the token queues)" in \
+        capsys.readouterr().out
     assert main(["bench", "conv2d", "--h", "7", "--w", "7", "--ci", "16", "--co", "32", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["correct"] is True and out["vthreads"] == 2 and out["knobs"]["oc_nthread"] == 2

@@ -23,6 +23,7 @@ from vtakit.compiler.lower.vthread import inject_virtual_thread
 from vtakit.compiler.te.schedule import Schedule
 from vtakit.compiler.transform import Pass, PassContext
 from vtakit.errors import CompileError
+from vtakit.progress import QUICK_WORK_DELAY_SECONDS, progress
 
 __all__ = ["lower", "phase_passes"]
 
@@ -87,10 +88,13 @@ def lower(s: Schedule, args: Sequence[Any], name: str = "main", simple_mode: boo
     if context is not None and not set(context.memory_scopes) <= set(ctx.memory_scopes):
         with context:
             return lower(s, args, name=name)
-    func = schedule_to_primfunc(s, args, name)
-    for passes in phase_passes(ctx):
-        for pass_name, p in passes:
-            func = p(func)
-            if not isinstance(func, ir.PrimFunc):
-                raise CompileError(f"pass {pass_name} returned {type(func).__name__}, expected a PrimFunc")
+    with progress(f"lowering {name}", delay=QUICK_WORK_DELAY_SECONDS) as bar:
+        bar.step("schedule to loops")
+        func = schedule_to_primfunc(s, args, name)
+        for passes in phase_passes(ctx):
+            for pass_name, p in passes:
+                bar.step(pass_name)
+                func = p(func)
+                if not isinstance(func, ir.PrimFunc):
+                    raise CompileError(f"pass {pass_name} returned {type(func).__name__}, expected a PrimFunc")
     return func

@@ -36,6 +36,7 @@ from vtakit.compiler.vta.uop_fold import fold_uop_loops
 from vtakit.errors import ArgumentError, CompileError
 from vtakit.hw import isa
 from vtakit.hw.config import VTAConfig
+from vtakit.progress import QUICK_WORK_DELAY_SECONDS, progress
 from vtakit.runtime.builder import elem_bytes
 from vtakit.runtime.device import DeviceArray
 from vtakit.sim.program import Program, Segment
@@ -150,7 +151,10 @@ def build(s: Any, args: Sequence[Any], name: str = "main", config: Any = None, t
 
     with build_config(env):
         func = s if isinstance(s, ir.PrimFunc) else lower(s, args, name=name)
-    return VTAModule(func, generate(func, env), env)
+    with progress(f"generating {name}", delay=QUICK_WORK_DELAY_SECONDS) as bar:
+        bar.step("running the host code, emitting instructions")
+        template = generate(func, env)
+    return VTAModule(func, template, env)
 
 
 register_target("vta", build)
