@@ -80,8 +80,9 @@ def _can_join(g: Graph, group: _Group, node: Node, pattern: Pattern, consumers: 
     accepted = ACCEPTS.get(group.kind)
     if accepted is None or pattern not in accepted[0]:
         return False
+    inside = {id(n) for n in group.nodes}
     for value in group.produced:
-        if value in g.outputs or any(c is not node for c in consumers.get(value, [])):
+        if value in g.outputs or any(c is not node and id(c) not in inside for c in consumers.get(value, [])):
             return False
     if accepted[1]:
         shape = g.type_of(group.nodes[-1].outputs[0]).shape
