@@ -383,7 +383,7 @@ def build_llvm(func: ir.PrimFunc, target: str | rt.CPUTarget = "llvm") -> CPUMod
         raise CompileError(f"build_llvm expects an ir.PrimFunc, got {type(func).__name__}")
     cpu = rt.parse_target(target)
     externs, checked = _used_externs(func)
-    key = hashlib.sha256(f"{fingerprint(func)}|{cpu.triple}|{cpu.cpu}|{cpu.features}|{sorted(externs.items())}"
+    key = hashlib.sha256(f"{fingerprint(func)}|{cpu.triple}|{cpu.cpu}|{cpu.features}|{cpu.vector_width}|{sorted(externs.items())}"
                          .encode()).hexdigest()
     with _cache_lock:
         if key in _cache:
@@ -392,7 +392,7 @@ def build_llvm(func: ir.PrimFunc, target: str | rt.CPUTarget = "llvm") -> CPUMod
     symbol = f"vtakit_{_c_name(func.name)}_{key[:12]}"
     with rt.LLVM_LOCK:
         data_layout = str(rt.target_machine(cpu).target_data)
-    generated = generate(func, symbol, cpu.triple, data_layout, externs, checked)
+    generated = generate(func, symbol, cpu.triple, data_layout, externs, checked, cpu.vector_width)
     with rt.LLVM_LOCK:
         try:
             module = llvm.parse_assembly(generated.llvm_ir)

@@ -22,7 +22,10 @@ codegen_llvm:
   task taking one contiguous chunk of iterations (deterministic); nested parallel loops are an
   error, as in TVM;
 - ``Allocate`` of a constant size up to :data:`STACK_LIMIT` bytes lives on the stack (so that
-  small register tiles are promoted to registers), larger or dynamic ones on the heap;
+  small register tiles are promoted to registers), up to :data:`TASK_STACK_LIMIT` inside a
+  parallel task (a per-thread packed panel: on the heap, glibc would mmap and munmap it per task,
+  and each munmap interrupts the other pool threads to flush their TLBs), larger or dynamic ones
+  on the heap;
 - a *checked* extern (one that may fail, such as a Python callback) receives the call's status
   word (``int32 *``) as an extra first argument and sets it non-zero when it fails; the code
   tests the word after every such call (and after every parallel launch) and, if it is set,
@@ -43,9 +46,10 @@ from vtakit.compiler import ir
 from vtakit.compiler.backend.llvm_runtime import PARALLEL_LAUNCH
 from vtakit.errors import CompileError
 
-__all__ = ["generate", "GeneratedModule", "STACK_LIMIT", "MATH_INTRINSICS"]
+__all__ = ["generate", "GeneratedModule", "STACK_LIMIT", "TASK_STACK_LIMIT", "MATH_INTRINSICS"]
 
 STACK_LIMIT = 64 * 1024
+TASK_STACK_LIMIT = 512 * 1024  # pool threads and the caller have stacks of megabytes
 MAX_UNROLL = 1024
 MAX_DEINTERLEAVE_STRIDE = 4  # strided vector loads up to this stride read the span and shuffle
 
@@ -270,11 +274,25 @@ class _Frame:
 
 
 def generate(func: ir.PrimFunc, symbol: str, triple: str = "", data_layout: str = "",
-             externs: dict[str, str] | None = None, checked: frozenset[str] = frozenset()) -> GeneratedModule:
+             externs: dict[str, str] | None = None, checked: frozenset[str] = frozenset(),
+             vector_width: int = 0) -> GeneratedModule:
     """LLVM assembly for ``func``; ``symbol`` names the entry function; ``externs`` maps intrinsic
     names to the C symbols that implement them (called with the arguments as C scalars and pointers);
-    the intrinsics in ``checked`` also get the status word first and are tested after each call."""
-    return _CodeGen(func, symbol, triple, data_layout, externs or {}, checked).run()
+    the intrinsics in ``checked`` also get the status word first and are tested after each call.
+    ``vector_width`` (bits, 0: the CPU's own) caps the registers LLVM splits wide vectors into."""
+    generated = _CodeGen(func, symbol, triple, data_layout, externs or {}, checked).run()
+    if not vector_width:
+        return generated
+    return GeneratedModule(_with_vector_width(generated.llvm_ir, vector_width), generated.entry, generated.shape_vars)
+
+
+def _with_vector_width(llvm_ir: str, bits: int) -> str:
+    """Every function defined in ``llvm_ir`` told to use ``bits``-wide vector registers: the
+    vectorisers prefer that width, and (with the target's prefer-N-bit tuning feature) explicit
+    wider vectors are split into registers of that width, as clang's ``-mprefer-vector-width`` does.
+    llvmlite's function attributes take no string attributes, so they are added to the text."""
+    attrs = f' "prefer-vector-width"="{bits}" "min-legal-vector-width"="{bits}"'
+    return "\n".join(line + attrs if line.startswith("define ") else line for line in llvm_ir.splitlines()) + "\n"
 
 
 class _CodeGen:
@@ -834,7 +852,7 @@ class _CodeGen:
         elem = _storage_type(buf.dtype)
         size = math.prod(x.value for x in buf.shape) if all(isinstance(x, ir.IntImm) for x in buf.shape) else None
         nbytes = None if size is None else size * _byte_size(buf.dtype)
-        if nbytes is not None and nbytes <= STACK_LIMIT:
+        if nbytes is not None and nbytes <= (TASK_STACK_LIMIT if self.frame.in_parallel else STACK_LIMIT):
             slot = self._alloca(lir.ArrayType(elem, max(size, 1)), buf.name)
             with self._bound(buf.data, slot):
                 self.frame.noalias.add(buf.data)

@@ -34,7 +34,7 @@ import llvmlite.binding as llvm
 
 from vtakit.errors import CompileError
 
-__all__ = ["LLVM_LOCK", "CPUTarget", "host_target", "parse_target", "target_machine", "optimize", "jit",
+__all__ = ["LLVM_LOCK", "CPUTarget", "VECTOR_WIDTHS", "enabled_features", "host_target", "native_vector_width", "parse_target", "target_machine", "optimize", "jit",
            "runtime", "num_threads", "PARALLEL_LAUNCH", "MAX_THREADS"]
 
 PARALLEL_LAUNCH = "vtakit_parallel_launch"
@@ -55,34 +55,80 @@ def _init_llvm() -> None:
             _llvm_ready = True
 
 
+# CPUs whose names imply AVX-512 (so ``-mcpu=NAME`` alone gives 512-bit vectors); prefixes.
+_AVX512_CPUS = ("skylake-avx512", "cascadelake", "cooperlake", "cannonlake", "icelake", "tigerlake", "rocketlake",
+                "sapphirerapids", "emeraldrapids", "graniterapids", "diamondrapids", "knl", "knm", "znver4", "znver5",
+                "x86-64-v4")
+_AVX_CPUS = ("sandybridge", "ivybridge", "haswell", "broadwell", "skylake", "alderlake", "raptorlake", "meteorlake",
+             "arrowlake", "lunarlake", "gracemont", "znver", "bdver", "btver2", "x86-64-v3")
+VECTOR_WIDTHS = (128, 256, 512)
+
+
 @dataclass(frozen=True)
 class CPUTarget:
-    """An LLVM CPU target: triple, CPU name and feature string (``+avx2,-avx512f,...``)."""
+    """An LLVM CPU target: triple, CPU name, feature string (``+avx2,-avx512f,...``) and the vector
+    width in bits that schedules block for and LLVM's vectorisers prefer (``-vector-width=``)."""
 
     triple: str
     cpu: str
     features: str
+    vector_width: int = 0  # 0: the widest the CPU has (see :func:`native_vector_width`)
+
+    def __post_init__(self) -> None:
+        if self.vector_width == 0:
+            object.__setattr__(self, "vector_width", native_vector_width(self.cpu, self.features))
+
+    @property
+    def vector_registers(self) -> int:
+        """Architectural vector registers (AVX-512 doubles x86's 16)."""
+        return 32 if native_vector_width(self.cpu, self.features) == 512 else 16
+
+    @property
+    def llvm_features(self) -> str:
+        """The feature string for LLVM, with the preferred vector width as a tuning feature."""
+        prefer = {128: "+prefer-128-bit", 256: "+prefer-256-bit", 512: "-prefer-256-bit,-prefer-128-bit"}
+        extra = prefer[self.vector_width] if self.triple.startswith(("x86_64", "i686", "i386")) else ""
+        return ",".join(f for f in (self.features, extra) if f)
 
     def __str__(self) -> str:
-        return f"llvm -mtriple={self.triple} -mcpu={self.cpu}"
+        return f"llvm -mtriple={self.triple} -mcpu={self.cpu} -vector-width={self.vector_width}"
+
+
+def enabled_features(features: str) -> dict[str, bool]:
+    """``"+a,-b,+b"`` -> ``{"a": True, "b": True}``: the last mention of a feature wins, as in LLVM."""
+    return {f[1:]: f[0] == "+" for f in features.split(",") if f[:1] in ("+", "-")}
+
+
+def native_vector_width(cpu: str, features: str) -> int:
+    """The widest vector ``cpu`` with ``features`` executes: explicit features win over the name."""
+    flags = enabled_features(features)
+    if flags.get("avx512f", cpu.startswith(_AVX512_CPUS)):
+        return 512
+    if flags.get("avx", flags.get("avx2", cpu.startswith(_AVX512_CPUS + _AVX_CPUS))):
+        return 256
+    return 128
 
 
 @cache
 def host_target() -> CPUTarget:
-    """The machine we run on, with all the features the host CPU has."""
+    """The machine we run on, with all the features the host CPU has and its full vector width."""
     _init_llvm()
     return CPUTarget(llvm.get_process_triple(), llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten())
 
 
 def parse_target(target: str | CPUTarget) -> CPUTarget:
-    """``"llvm"`` is the host; ``-mcpu=NAME`` and ``-mattr=+f1,-f2`` adjust it (as in TVM target strings)."""
+    """``"llvm"`` is the host; ``-mcpu=NAME``, ``-mattr=+f1,-f2`` and ``-vector-width=128|256|512``
+    adjust it (as in TVM target strings); ``-mtriple=`` names another machine."""
     if isinstance(target, CPUTarget):
         return target
+    if not isinstance(target, str):
+        raise CompileError(f"a CPU target is a string such as 'llvm -mcpu=znver4' or a CPUTarget, "
+                           f"got {type(target).__name__}")
     words = target.split()
     if not words or words[0] != "llvm":
         raise CompileError(f"CPU target string must start with 'llvm', got {target!r}")
     host = host_target()
-    triple, cpu, features = host.triple, host.cpu, host.features
+    triple, cpu, features, width = host.triple, host.cpu, host.features, 0
     for word in words[1:]:
         key, eq, value = word.partition("=")
         if not eq:
@@ -93,9 +139,18 @@ def parse_target(target: str | CPUTarget) -> CPUTarget:
             features = ",".join(f for f in (features, value) if f)
         elif key == "-mtriple":
             triple = value
+        elif key == "-vector-width":
+            if not value.isdigit() or int(value) not in VECTOR_WIDTHS:
+                raise CompileError(f"-vector-width={value} in {target!r}: expected one of {VECTOR_WIDTHS} (bits)")
+            width = int(value)
         else:
-            raise CompileError(f"unknown target option {key!r} in {target!r}; expected -mcpu, -mattr or -mtriple")
-    return CPUTarget(triple, cpu, features)
+            raise CompileError(f"unknown target option {key!r} in {target!r}; "
+                               "expected -mcpu, -mattr, -mtriple or -vector-width")
+    native = native_vector_width(cpu, features)
+    if width > native:
+        raise CompileError(f"-vector-width={width} in {target!r}: CPU {cpu!r} with these features has "
+                           f"{native}-bit vectors at most")
+    return CPUTarget(triple, cpu, features, width or native)
 
 
 @cache
@@ -110,7 +165,7 @@ def _new_target_machine(target: CPUTarget) -> llvm.TargetMachine:
         llvm_target = llvm.Target.from_triple(target.triple)
     except RuntimeError as exc:
         raise CompileError(f"LLVM cannot target {target.triple!r}: {exc}") from None
-    return llvm_target.create_target_machine(cpu=target.cpu, features=target.features, opt=3,
+    return llvm_target.create_target_machine(cpu=target.cpu, features=target.llvm_features, opt=3,
                                              reloc="default", codemodel="jitdefault")
 
 

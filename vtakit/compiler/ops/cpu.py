@@ -11,29 +11,81 @@ packing stages are materialised once, in parallel.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 from vtakit.compiler import ir
 from vtakit.compiler import te
-from vtakit.compiler.backend.llvm_runtime import host_target
+from vtakit.compiler.backend.llvm_runtime import CPUTarget, host_target, num_threads, parse_target
 from vtakit.compiler.te.schedule import Schedule
 from vtakit.compiler.te.tensor import ComputeOp, Tensor
 from vtakit.errors import ScheduleError
 
-__all__ = ["vector_lanes", "schedule", "schedule_injective", "schedule_dense", "schedule_conv2d_nchw",
-           "schedule_conv2d_nchw_packed", "schedule_depthwise_conv2d_nchw", "schedule_pool", "schedule_softmax"]
+__all__ = ["vector_lanes", "default_target", "RegisterTile", "gemm_tile", "dense_pack_block", "conv2d_channel_block",
+           "schedule", "schedule_injective", "schedule_dense", "schedule_conv2d_nchw",
+           "schedule_conv2d_nchw_packed", "schedule_depthwise_conv2d_nchw", "schedule_pool", "schedule_softmax",
+           "schedule_reduce"]
 
 # Loops with less work than this (output elements x reduction length) run on one thread:
 # a parallel launch costs a few microseconds.
 PARALLEL_MIN_WORK = 1 << 14
 
 
-def vector_lanes(dtype: str) -> int:
-    """Elements of ``dtype`` in one vector register of the host (AVX-512, AVX or 128-bit)."""
-    features = host_target().features
-    width = 64 if "+avx512f" in features else 32 if "+avx" in features else 16
+def default_target() -> CPUTarget:
+    """The target schedules block for when none is given: the host, at its full vector width."""
+    return host_target()
+
+
+def _target(target: str | CPUTarget | None) -> CPUTarget:
+    return default_target() if target is None else parse_target(target)
+
+
+def vector_lanes(dtype: str, target: str | CPUTarget | None = None) -> int:
+    """Elements of ``dtype`` in one vector register of ``target`` (default: the host), at its
+    vector width (``-vector-width=``, else the widest the CPU has)."""
     bits = 8 if dtype == "bool" else int(ir.element_of(dtype).lstrip("uintfloat"))
-    return max(1, width * 8 // bits)
+    return max(1, _target(target).vector_width // bits)
+
+
+@dataclass(frozen=True)
+class RegisterTile:
+    """A micro-kernel's register tile: ``rows`` broadcast operands x ``cols`` output lanes
+    (``cols`` = ``vectors`` whole vector registers), ``rows * vectors`` accumulators."""
+
+    rows: int
+    cols: int
+    vectors: int
+
+
+def gemm_tile(dtype: str = "float32", target: str | CPUTarget | None = None) -> RegisterTile:
+    """The GEMM/conv register tile for ``target``: two vectors of output columns, and as many rows as
+    keep the accumulators within half the register file (the rest holds the two column vectors, the
+    broadcasts and the addresses' spill-free slack): 8x32 fp32 on AVX-512 (16 of 32 zmm), 6x16 on
+    AVX2 (12 of 16 ymm). Larger tiles measured slower (spills) on both."""
+    t = _target(target)
+    lanes = vector_lanes(dtype, t)
+    rows = min(8, (t.vector_registers - 4) // 2)
+    return RegisterTile(rows, 2 * lanes, 2)
+
+
+def dense_pack_block(dtype: str = "float32", target: str | CPUTarget | None = None) -> int:
+    """Columns per packed panel for :func:`~vtakit.compiler.ops.nn.dense_packed` / ``matmul(pack_block=)``
+    on ``target``: the register tile's width."""
+    return gemm_tile(dtype, target).cols
+
+
+def conv2d_channel_block(out_channels: int, dtype: str = "float32", target: str | CPUTarget | None = None) -> int:
+    """Output channels per block for :func:`~vtakit.compiler.ops.nn.conv2d_nchw_packed` on ``target``:
+    the register tile's width if it divides ``out_channels``, else the largest divisor below it."""
+    return _divisor(out_channels, gemm_tile(dtype, target).cols)
+
+
+def _tile_rows(block: int, dtype: str, target: CPUTarget) -> int:
+    """Rows (GEMM) or output pixels (conv) of a register tile ``block`` lanes wide: as many as keep
+    its accumulators within the budget of :func:`gemm_tile` (16 zmm on AVX-512, 12 ymm on AVX2)."""
+    tile = gemm_tile(dtype, target)
+    vectors = max(1, -(-block // vector_lanes(dtype, target)))
+    return max(1, tile.rows * tile.vectors // vectors)
 
 
 def _outputs(outs: Tensor | Sequence[Tensor]) -> list[Tensor]:
@@ -112,14 +164,14 @@ def _main_stage(s: Schedule, outs: list[Tensor], tags: tuple[str, ...]) -> tuple
     return last, main, main.op.tag
 
 
-def _materialize(s: Schedule, t: Tensor) -> None:
+def _materialize(s: Schedule, t: Tensor, target: CPUTarget) -> None:
     """A padding or packing stage computed once, before its consumer, in parallel (and vectorised
     for weight packing; padding's guarded loads stay scalar)."""
     stage = s[t]
     axes = list(stage.op.axis)
     inner = axes[-1]
     extent = _shape(t)[-1]
-    lanes = vector_lanes(t.dtype)
+    lanes = vector_lanes(t.dtype, target)
     if extent % lanes == 0 and t.op.tag == "weight_pack":
         io, ii = stage.split(inner, lanes)
         stage.vectorize(ii)
@@ -142,7 +194,7 @@ def _input_tagged(t: Tensor, tag: str) -> Tensor | None:
 
 
 # ---------------------------------------------------------------------------- element-wise
-def schedule_injective(outs: Tensor | Sequence[Tensor]) -> Schedule:
+def schedule_injective(outs: Tensor | Sequence[Tensor], target: str | CPUTarget | None = None) -> Schedule:
     """Element-wise and broadcast ops: producers inlined, inner axis vectorised, outer axes parallel."""
     outs = _outputs(outs)
     s = te.create_schedule([t.op for t in outs])
@@ -162,11 +214,11 @@ def schedule_injective(outs: Tensor | Sequence[Tensor]) -> Schedule:
                 s[p].compute_inline()
             stack.append(p)
     for t in outs:
-        _schedule_elementwise(s, t)
+        _schedule_elementwise(s, t, _target(target))
     return s
 
 
-def _schedule_elementwise(s: Schedule, t: Tensor) -> None:
+def _schedule_elementwise(s: Schedule, t: Tensor, target: CPUTarget) -> None:
     """Outer axes fused and parallel; the innermost axis stays a plain loop (so indices are affine,
     no div/mod per element), explicitly vectorised when whole vectors tile it, else left to LLVM."""
     stage = s[t]
@@ -174,7 +226,7 @@ def _schedule_elementwise(s: Schedule, t: Tensor) -> None:
     if not axes:
         return
     inner = _shape(t)[-1]
-    lanes = vector_lanes(t.dtype)
+    lanes = vector_lanes(t.dtype, target)
     outer = axes[:-1]
     if inner >= lanes and inner % lanes == 0:
         io, ii = stage.split(axes[-1], lanes)
@@ -188,28 +240,44 @@ def _schedule_elementwise(s: Schedule, t: Tensor) -> None:
 
 # ---------------------------------------------------------------------------- dense
 def schedule_dense(outs: Tensor | Sequence[Tensor], batch_block: int | None = None,
-                   k_unroll: int = 4) -> Schedule:
+                   k_unroll: int = 4, target: str | CPUTarget | None = None) -> Schedule:
     """Dense / matmul. Packed weights (``pack_block`` or ``dense_packed``, the fast path): a
-    ``batch_block`` x ``pack_block`` register tile, vectorised over the output features. Plain
-    ``[N, K]`` weights: vector partial sums over ``K`` (rfactor), blocks of outputs in parallel."""
+    ``batch_block`` x ``pack_block`` register tile (default: as many rows as :func:`gemm_tile`
+    allows for ``target``), vectorised over the output features, k unrolled by ``k_unroll``. When
+    the kernel packs its own weights (``pack_block``) and there are enough column panels to share
+    out, each thread packs a panel right before the row blocks that read it, so the panel is read
+    from its own L2 instead of from memory. Plain ``[N, K]`` weights: vector partial sums over
+    ``K`` (rfactor), blocks of outputs in parallel."""
     outs = _outputs(outs)
-    s = te.create_schedule([t.op for t in outs])
+    t = _target(target)
+    s = te.create_schedule([o.op for o in outs])
     last, dense, tag = _main_stage(s, outs, ("dense", "dense_packed"))
-    batch = _shape(last)[0]
+    batch, features = _shape(last)
     b, n = s[last].op.axis
     packed = _input_tagged(dense, "weight_pack")
-    if packed is not None:
-        _materialize(s, packed)
     if tag != "dense_packed":
-        _dense_plain(s, last, dense)
+        if packed is not None:
+            _materialize(s, packed, t)
+        _dense_plain(s, last, dense, t)
         return s
     block = _shape(next(p for p in _producers(dense) if len(p.shape) == 3))[-1]
-    mb = batch_block or _divisor(batch, 8)
+    mb = batch_block or _divisor(batch, _tile_rows(block, dense.dtype, t))
     bo, no, bi, ni = s[last].tile(b, n, mb, block)
     s[last].reorder(no, bo, bi, ni)
-    fused = _parallel(s[last], [no, bo], _work(last, dense))
+    work = _work(last, dense)
+    if packed is not None and features // block >= 2 * num_threads() and batch > mb:
+        if work >= PARALLEL_MIN_WORK:
+            s[last].parallel(no)
+        s[packed].compute_at(s[last], no)
+        lanes = vector_lanes(packed.dtype, t)
+        if block % lanes == 0:
+            s[packed].vectorize(s[packed].split(s[packed].op.axis[-1], lanes)[1])
+        s[dense].compute_at(s[last], bo)
+    else:
+        if packed is not None:
+            _materialize(s, packed, t)
+        s[dense].compute_at(s[last], _parallel(s[last], [no, bo], work))
     s[last].vectorize(ni)
-    s[dense].compute_at(s[last], fused)
     db, dn = s[dense].op.axis
     (k,) = s[dense].op.reduce_axis
     in_dim = int(k.dom.extent.value) if isinstance(k.dom.extent, ir.IntImm) else 0
@@ -224,13 +292,13 @@ def schedule_dense(outs: Tensor | Sequence[Tensor], batch_block: int | None = No
     return s
 
 
-def _dense_plain(s: Schedule, last: Tensor, dense: Tensor, n_block: int = 4) -> None:
+def _dense_plain(s: Schedule, last: Tensor, dense: Tensor, target: CPUTarget, n_block: int = 4) -> None:
     """Dense with ``[N, K]`` weights: the reduction is factored into vector-wide partial sums
     (rfactor), so each output reads contiguous vectors of its data row and weight row."""
     b, n = s[last].op.axis
     (k,) = s[dense].op.reduce_axis
     in_dim = k.dom.extent.value if isinstance(k.dom.extent, ir.IntImm) else 0
-    lanes = vector_lanes(dense.dtype)
+    lanes = vector_lanes(dense.dtype, target)
     features = _shape(last)[1]
     if in_dim % lanes or in_dim < lanes:
         fused = _parallel(s[last], [b, n], _work(last, dense))
@@ -267,39 +335,46 @@ def _conv_tile(s: Schedule, last: Tensor, conv: Tensor, oc_block: int, x_block: 
 
 
 def schedule_conv2d_nchw(outs: Tensor | Sequence[Tensor], oc_block: int | None = None,
-                         x_block: int | None = None) -> Schedule:
+                         x_block: int | None = None, target: str | CPUTarget | None = None) -> Schedule:
     """conv2d_nchw (any groups, dilation): tiles of ``oc_block`` channels x ``x_block`` pixels in registers."""
     outs = _outputs(outs)
-    s = te.create_schedule([t.op for t in outs])
+    t = _target(target)
+    s = te.create_schedule([o.op for o in outs])
     last, conv, _ = _main_stage(s, outs, ("conv2d_nchw",))
     padded = _input_tagged(conv, "pad")
     if padded is not None:
-        _materialize(s, padded)
+        _materialize(s, padded, t)
     _, channels, _, width = _shape(last)
-    lanes = vector_lanes(conv.dtype)
+    lanes = vector_lanes(conv.dtype, t)
     _conv_tile(s, last, conv, oc_block or _divisor(channels, 8), x_block or _divisor(width, lanes))
     return s
 
 
-def schedule_depthwise_conv2d_nchw(outs: Tensor | Sequence[Tensor], x_block: int | None = None) -> Schedule:
+def schedule_depthwise_conv2d_nchw(outs: Tensor | Sequence[Tensor], x_block: int | None = None,
+                                   target: str | CPUTarget | None = None) -> Schedule:
+    """depthwise_conv2d_nchw: tiles of 4 channels x ``x_block`` pixels (a vector) in registers."""
     outs = _outputs(outs)
-    s = te.create_schedule([t.op for t in outs])
+    t = _target(target)
+    s = te.create_schedule([o.op for o in outs])
     last, conv, _ = _main_stage(s, outs, ("depthwise_conv2d_nchw",))
     padded = _input_tagged(conv, "pad")
     if padded is not None:
-        _materialize(s, padded)
+        _materialize(s, padded, t)
     _, channels, _, width = _shape(last)
-    _conv_tile(s, last, conv, _divisor(channels, 4), x_block or _divisor(width, vector_lanes(conv.dtype)))
+    _conv_tile(s, last, conv, _divisor(channels, 4), x_block or _divisor(width, vector_lanes(conv.dtype, t)))
     return s
 
 
-def schedule_conv2d_nchw_packed(outs: Tensor | Sequence[Tensor], x_block: int | None = None) -> Schedule:
-    """conv2d_nchw_packed: a tile of ``x_block`` pixels x one channel block (vectorised) in registers.
+def schedule_conv2d_nchw_packed(outs: Tensor | Sequence[Tensor], x_block: int | None = None,
+                                target: str | CPUTarget | None = None) -> Schedule:
+    """conv2d_nchw_packed: a tile of ``x_block`` pixels (default: as many as :func:`gemm_tile` allows
+    for ``target``, dividing the output width) x one channel block (vectorised) in registers.
 
     The blocked result of a tile is computed into a local buffer right before the output stage
     writes it to NCHW, so the layout change costs no extra pass over memory.
     """
     outs = _outputs(outs)
+    target = _target(target)
     s = te.create_schedule([t.op for t in outs])
     last = outs[0]
     unpack, between = _find(last, ("conv2d_unpack",))
@@ -310,11 +385,11 @@ def schedule_conv2d_nchw_packed(outs: Tensor | Sequence[Tensor], x_block: int | 
     blocked = _input_tagged(unpack, "conv2d_NCHWc")
     padded = _input_tagged(blocked, "pad")
     if padded is not None:
-        _materialize(s, padded)
+        _materialize(s, padded, target)
     block = _shape(blocked)[-1]
     n, o, y, x = s[last].op.axis
     oo, oi = s[last].split(o, block)
-    xo, xi = s[last].split(x, x_block or _divisor(_shape(last)[3], 8))
+    xo, xi = s[last].split(x, x_block or _divisor(_shape(last)[3], _tile_rows(block, blocked.dtype, target)))
     s[last].reorder(n, oo, y, xo, oi, xi)
     _parallel(s[last], [n, oo, y], _work(last, blocked))
     s[last].unroll(oi)  # constant indices into the tile: it stays in registers, transposed by shuffles
@@ -328,17 +403,19 @@ def schedule_conv2d_nchw_packed(outs: Tensor | Sequence[Tensor], x_block: int | 
 
 
 # ---------------------------------------------------------------------------- pooling and softmax
-def schedule_pool(outs: Tensor | Sequence[Tensor], x_block: int | None = None) -> Schedule:
+def schedule_pool(outs: Tensor | Sequence[Tensor], x_block: int | None = None,
+                  target: str | CPUTarget | None = None) -> Schedule:
     """pool2d (max, avg) and global_avg_pool2d: per-tile window reductions vectorised over pixels."""
     outs = _outputs(outs)
-    s = te.create_schedule([t.op for t in outs])
+    t = _target(target)
+    s = te.create_schedule([o.op for o in outs])
     last, pool, _ = _main_stage(s, outs, ("pool2d",))
     padded = _input_tagged(pool, "pad")
     if padded is not None:
-        _materialize(s, padded)
+        _materialize(s, padded, t)
     n, c, y, x = s[last].op.axis
     width = _shape(last)[3]
-    xo, xi = s[last].split(x, x_block or _divisor(width, vector_lanes(last.dtype)))
+    xo, xi = s[last].split(x, x_block or _divisor(width, vector_lanes(last.dtype, t)))
     _parallel(s[last], [n, c, y], _work(last, pool))
     if width > 1:
         s[last].vectorize(xi)
@@ -350,7 +427,7 @@ def schedule_pool(outs: Tensor | Sequence[Tensor], x_block: int | None = None) -
     return s
 
 
-def schedule_softmax(outs: Tensor | Sequence[Tensor]) -> Schedule:
+def schedule_softmax(outs: Tensor | Sequence[Tensor], target: str | CPUTarget | None = None) -> Schedule:
     """softmax: the max, exp and sum stages computed per row next to the output, rows in parallel."""
     outs = _outputs(outs)
     out = outs[0]
@@ -366,25 +443,63 @@ def schedule_softmax(outs: Tensor | Sequence[Tensor]) -> Schedule:
     outer = _parallel(s[out], axes[:axis], _size(out))
     for t in (mx, ex, total):
         s[t].compute_at(s[out], outer)
-    lanes = vector_lanes(out.dtype)
+    lanes = vector_lanes(out.dtype, target)
     if axis == len(axes) - 1 and _shape(out)[-1] % lanes == 0:
         for stage in (s[out], s[ex]):
             stage.vectorize(stage.split(stage.op.axis[-1], lanes)[1])
     return s
 
 
+# ---------------------------------------------------------------------------- other reductions
+def schedule_reduce(outs: Tensor | Sequence[Tensor]) -> Schedule:
+    """Reductions without a schedule of their own (sums and extrema over axes, batched matmul,
+    normalisations that reduce several times): every reduction stage is computed once, whole, its
+    output axes fused and parallel; element-wise stages are inlined; outputs are element-wise."""
+    outs = _outputs(outs)
+    s = te.create_schedule([t.op for t in outs])
+    out_ops = {id(t.op) for t in outs}
+    seen: set[int] = set()
+    stack = list(outs)
+    while stack:
+        for p in _compute_producers(stack.pop()):
+            if id(p.op) in seen:
+                continue
+            seen.add(id(p.op))
+            stack.append(p)
+            if id(p.op) in out_ops:
+                continue
+            if _is_injective(p):
+                s[p].compute_inline()
+            else:
+                _whole_reduction(s, p)
+    for t in outs:
+        if _is_injective(t):
+            _schedule_elementwise(s, t)
+        else:
+            _whole_reduction(s, t)
+    return s
+
+
+def _whole_reduction(s: Schedule, t: Tensor) -> None:
+    axes = list(s[t].op.axis)
+    if axes:
+        _parallel(s[t], axes, _work(t, t))
+
+
 # ---------------------------------------------------------------------------- dispatch
 _BY_TAG = {
     "dense": schedule_dense, "dense_packed": schedule_dense, "conv2d_nchw": schedule_conv2d_nchw,
     "conv2d_unpack": schedule_conv2d_nchw_packed, "depthwise_conv2d_nchw": schedule_depthwise_conv2d_nchw,
-    "pool2d": schedule_pool, "softmax_output": schedule_softmax,
+    "pool2d": schedule_pool, "softmax_output": schedule_softmax, "reduce": schedule_reduce,
+    "batch_matmul": schedule_reduce,
 }
 
 
-def schedule(outs: Tensor | Sequence[Tensor]) -> Schedule:
+def schedule(outs: Tensor | Sequence[Tensor], target: str | CPUTarget | None = None) -> Schedule:
     """The default schedule for an operator's output (what a graph compiler calls per fused group):
     the schedule of the first tagged operator found walking back through element-wise stages,
-    else the element-wise schedule."""
+    else the element-wise schedule. Blocking follows ``target`` (default: the host); build with
+    the same target."""
     outs = _outputs(outs)
     stack, seen = [outs[0]], set()
     while stack:
@@ -393,7 +508,7 @@ def schedule(outs: Tensor | Sequence[Tensor]) -> Schedule:
             continue
         seen.add(id(t.op))
         if t.op.tag in _BY_TAG:
-            return _BY_TAG[t.op.tag](outs)
+            return _BY_TAG[t.op.tag](outs, target=target)
         if _is_injective(t):
             stack.extend(_producers(t))
-    return schedule_injective(outs)
+    return schedule_injective(outs, target)
