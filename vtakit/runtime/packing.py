@@ -22,8 +22,8 @@ import numpy as np
 
 from vtakit.errors import ArgumentError
 
-__all__ = ["blocks", "pack_nchw", "unpack_nchw", "pack_oihw", "pack_matrix", "unpack_matrix", "pack_bias",
-           "requantize", "conv2d_reference", "dense_reference"]
+__all__ = ["blocks", "pad_to_blocks", "pack_nchw", "unpack_nchw", "pack_oihw", "pack_matrix", "unpack_matrix",
+           "pack_bias", "requantize", "conv2d_reference", "dense_reference"]
 
 
 def blocks(n: int, block: int) -> int:
@@ -38,8 +38,8 @@ def _check_ndim(x: np.ndarray, ndim: int, what: str, layout: str) -> np.ndarray:
     return x
 
 
-def _pad_to_blocks(x: np.ndarray, block_of_axis: dict[int, int]) -> np.ndarray:
-    """``x`` with zeros appended along each axis up to a multiple of its block."""
+def pad_to_blocks(x: np.ndarray, block_of_axis: dict[int, int]) -> np.ndarray:
+    """``x`` with zeros appended along the axes of ``block_of_axis`` up to a multiple of their block."""
     widths = [(0, blocks(n, block_of_axis[a]) * block_of_axis[a] - n if a in block_of_axis else 0)
               for a, n in enumerate(x.shape)]
     return np.pad(x, widths) if any(w for _, w in widths) else x
@@ -57,7 +57,7 @@ def _cut(x: np.ndarray, shape: Sequence[int] | None, what: str) -> np.ndarray:
 
 def pack_nchw(x: np.ndarray, batch: int, block: int) -> np.ndarray:
     """``(N, C, H, W)`` -> ``(N/batch, C/block, H, W, batch, block)``, N and C zero-padded to the blocks."""
-    x = _pad_to_blocks(_check_ndim(x, 4, "pack_nchw: x", "(N, C, H, W)"), {0: batch, 1: block})
+    x = pad_to_blocks(_check_ndim(x, 4, "pack_nchw: x", "(N, C, H, W)"), {0: batch, 1: block})
     n, c, h, w = x.shape
     return np.ascontiguousarray(x.reshape(n // batch, batch, c // block, block, h, w).transpose(0, 2, 4, 5, 1, 3))
 
@@ -71,7 +71,7 @@ def unpack_nchw(x: np.ndarray, shape: Sequence[int] | None = None) -> np.ndarray
 
 def pack_oihw(w: np.ndarray, block_out: int, block_in: int) -> np.ndarray:
     """``(O, I, KH, KW)`` -> ``(O/bo, I/bi, KH, KW, bo, bi)``, O and I zero-padded to the blocks."""
-    w = _pad_to_blocks(_check_ndim(w, 4, "pack_oihw: w", "(O, I, KH, KW)"), {0: block_out, 1: block_in})
+    w = pad_to_blocks(_check_ndim(w, 4, "pack_oihw: w", "(O, I, KH, KW)"), {0: block_out, 1: block_in})
     o, i, kh, kw = w.shape
     return np.ascontiguousarray(w.reshape(o // block_out, block_out, i // block_in, block_in, kh, kw)
                                 .transpose(0, 2, 4, 5, 1, 3))
@@ -79,7 +79,7 @@ def pack_oihw(w: np.ndarray, block_out: int, block_in: int) -> np.ndarray:
 
 def pack_matrix(a: np.ndarray, rows: int, cols: int) -> np.ndarray:
     """``(M, K)`` -> ``(M/rows, K/cols, rows, cols)``, M and K zero-padded to the blocks."""
-    a = _pad_to_blocks(_check_ndim(a, 2, "pack_matrix: a", "(M, K)"), {0: rows, 1: cols})
+    a = pad_to_blocks(_check_ndim(a, 2, "pack_matrix: a", "(M, K)"), {0: rows, 1: cols})
     m, k = a.shape
     return np.ascontiguousarray(a.reshape(m // rows, rows, k // cols, cols).transpose(0, 2, 1, 3))
 
@@ -92,7 +92,7 @@ def unpack_matrix(a: np.ndarray, shape: Sequence[int] | None = None) -> np.ndarr
 
 def pack_bias(bias: np.ndarray, batch: int, block_out: int) -> np.ndarray:
     """``(O,)`` int32 -> ``(O/bo, batch, bo)``, replicated over the batch lanes, O zero-padded."""
-    bias = _pad_to_blocks(_check_ndim(bias, 1, "pack_bias: bias", "(O,)"), {0: block_out})
+    bias = pad_to_blocks(_check_ndim(bias, 1, "pack_bias: bias", "(O,)"), {0: block_out})
     ob = bias.shape[0] // block_out
     return np.ascontiguousarray(np.broadcast_to(bias.reshape(ob, 1, block_out), (ob, batch, block_out))
                                 .astype(np.int32))

@@ -17,7 +17,7 @@ from vtakit.compiler import te
 from vtakit.compiler.te import Schedule, Tensor
 from vtakit.compiler.topi_vta.common import bind_cthreads, schedule_gemm_core
 from vtakit.compiler.topi_vta.epilogue import declare_requant, schedule_requant
-from vtakit.compiler.topi_vta.knobs import Conv2dKnobs, check_conv2d_shape
+from vtakit.compiler.topi_vta.knobs import Conv2dKnobs, conv2d_blocks
 from vtakit.compiler.topi_vta.tiling import choose_conv2d_tiles
 from vtakit.compiler.topi_vta.workloads import Conv2dWorkload
 from vtakit.compiler.vta.env import VTAEnv
@@ -27,12 +27,13 @@ __all__ = ["Conv2dKnobs", "conv2d_packed", "schedule_conv2d_packed", "default_co
 
 def conv2d_packed(env: VTAEnv, wl: Conv2dWorkload, shift: int = 8, clip: tuple[int, int] = (0, 127),
                   with_bias: bool = True) -> tuple[list[Tensor], dict[str, Tensor]]:
-    """The tensors ``[data, kernel, (bias,) out]`` and the named intermediate stages."""
-    check_conv2d_shape(env, wl)
+    """The tensors ``[data, kernel, (bias,) out]`` and the named intermediate stages; batch and
+    channels that are not whole blocks are zero-padded to them (:func:`conv2d_blocks`)."""
     b, bi, bo = env.batch, env.block_in, env.block_out
-    dshape = (wl.batch // b, wl.ci // bi, wl.h, wl.w, b, bi)
-    kshape = (wl.co // bo, wl.ci // bi, wl.kernel, wl.kernel, bo, bi)
-    oshape = (wl.batch // b, wl.co // bo, wl.oh, wl.ow, b, bo)
+    nb, cib, cob = conv2d_blocks(env, wl)
+    dshape = (nb, cib, wl.h, wl.w, b, bi)
+    kshape = (cob, cib, wl.kernel, wl.kernel, bo, bi)
+    oshape = (nb, cob, wl.oh, wl.ow, b, bo)
     data = te.placeholder(dshape, env.inp_dtype, name="data")
     kernel = te.placeholder(kshape, env.wgt_dtype, name="kernel")
     p = wl.pad
@@ -52,7 +53,7 @@ def conv2d_packed(env: VTAEnv, wl: Conv2dWorkload, shift: int = 8, clip: tuple[i
     conv = te.compute(oshape, lambda n, o, y, x, nb, ot: te.sum(
         data_pad[n, ic, y * s + dy, x * s + dx, nb, ic_t].astype(env.acc_dtype)
         * kernel[o, ic, dy, dx, ot, ic_t].astype(env.acc_dtype), axis=[ic, dy, dx, ic_t]), name="conv")
-    bias = te.placeholder((wl.co // bo, b, bo), env.acc_dtype, name="bias") if with_bias else None
+    bias = te.placeholder((cob, b, bo), env.acc_dtype, name="bias") if with_bias else None
     out, epilogue = declare_requant(env, conv, shift, clip, bias, lambda n, o, y, x, nb, ot: (o, nb, ot))
     stages = {"conv": conv, **epilogue}
     if p:

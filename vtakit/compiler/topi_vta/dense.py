@@ -1,7 +1,8 @@
 """Packed dense (GEMM) for the accelerator with the fused requantisation epilogue (VTA's
 ``vta_dense``): ``out = clip((data . weight^T >> shift) + bias)`` as int8, on the packed layouts
-of :mod:`.pack`. Knobs: ``tile_b`` row blocks and ``tile_co`` column blocks per output tile,
-``tile_ci`` reduction blocks per load, ``oc_nthread`` virtual threads over column tiles.
+of :mod:`vtakit.runtime.packing` (sizes that are not whole blocks zero-padded). Knobs: ``tile_b``
+row blocks and ``tile_co`` column blocks per output tile, ``tile_ci`` reduction blocks per load,
+``oc_nthread`` virtual threads over column tiles.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from vtakit.compiler import te
 from vtakit.compiler.te import Schedule, Tensor
 from vtakit.compiler.topi_vta.common import bind_cthreads, schedule_gemm_core
 from vtakit.compiler.topi_vta.epilogue import declare_requant, schedule_requant
-from vtakit.compiler.topi_vta.knobs import DenseKnobs, check_dense_shape
+from vtakit.compiler.topi_vta.knobs import DenseKnobs, dense_blocks
 from vtakit.compiler.topi_vta.tiling import choose_dense_tiles
 from vtakit.compiler.vta.env import VTAEnv
 
@@ -22,17 +23,17 @@ __all__ = ["DenseKnobs", "dense_packed", "schedule_dense_packed", "dense"]
 def dense_packed(env: VTAEnv, m: int, n: int, k: int, shift: int = 8, clip: tuple[int, int] = (0, 127),
                  with_bias: bool = True) -> tuple[list[Tensor], dict[str, Tensor]]:
     """The tensors ``[data, weight, (bias,) out]`` on packed layouts and the named intermediate stages."""
-    check_dense_shape(env, m, n, k)
     b, bi, bo = env.batch, env.block_in, env.block_out
-    data = te.placeholder((m // b, k // bi, b, bi), env.inp_dtype, name="data")
-    weight = te.placeholder((n // bo, k // bi, bo, bi), env.wgt_dtype, name="weight")
-    ko = te.reduce_axis((0, k // bi), name="ko")
+    mb, nb, kb = dense_blocks(env, m, n, k)
+    data = te.placeholder((mb, kb, b, bi), env.inp_dtype, name="data")
+    weight = te.placeholder((nb, kb, bo, bi), env.wgt_dtype, name="weight")
+    ko = te.reduce_axis((0, kb), name="ko")
     ki = te.reduce_axis((0, bi), name="ki")
-    oshape = (m // b, n // bo, b, bo)
+    oshape = (mb, nb, b, bo)
     gemm = te.compute(oshape, lambda i, j, x, y: te.sum(
         data[i, ko, x, ki].astype(env.acc_dtype) * weight[j, ko, y, ki].astype(env.acc_dtype), axis=[ko, ki]),
         name="gemm")
-    bias = te.placeholder((n // bo, b, bo), env.acc_dtype, name="bias") if with_bias else None
+    bias = te.placeholder((nb, b, bo), env.acc_dtype, name="bias") if with_bias else None
     out, stages = declare_requant(env, gemm, shift, clip, bias, lambda i, j, x, y: (j, x, y))
     return [data, weight, *([bias] if with_bias else []), out], {"gemm": gemm, **stages}
 
@@ -71,5 +72,5 @@ def dense(env: VTAEnv, m: int, n: int, k: int, knobs: DenseKnobs | None = None, 
     """Declaration and default schedule: ``(s, [data, weight, bias, out])``."""
     tensors, stages = dense_packed(env, m, n, k, **kwargs)
     knobs = knobs or choose_dense_tiles(env, m, n, k, vthreads)
-    knobs.check(m // env.batch, n // env.block_out, k // env.block_in)
+    knobs.check(*dense_blocks(env, m, n, k))
     return schedule_dense_packed(env, tensors, stages, knobs), tensors

@@ -1,4 +1,4 @@
-"""The accelerator ops' schedule knobs and shape checks, in a leaf module.
+"""The accelerator ops' schedule knobs and block counts, in a leaf module.
 
 :mod:`.conv2d`, :mod:`.dense` and the default tiler :mod:`.tiling` all need them, and the tuner's
 templates (``vtakit.autotune``) turn them into config spaces; keeping them here lets every one
@@ -12,8 +12,9 @@ from dataclasses import dataclass
 from vtakit.compiler.topi_vta.workloads import Conv2dWorkload
 from vtakit.compiler.vta.env import VTAEnv
 from vtakit.errors import CompileError
+from vtakit.runtime.packing import blocks
 
-__all__ = ["Conv2dKnobs", "DenseKnobs", "check_conv2d_shape", "check_dense_shape"]
+__all__ = ["Conv2dKnobs", "DenseKnobs", "conv2d_blocks", "dense_blocks"]
 
 
 @dataclass(frozen=True)
@@ -28,7 +29,7 @@ class Conv2dKnobs:
     h_nthread: int = 1
 
     def check(self, wl: Conv2dWorkload, env: VTAEnv) -> None:
-        co_blocks, ci_blocks = wl.co // env.block_out, wl.ci // env.block_in
+        _, ci_blocks, co_blocks = conv2d_blocks(env, wl)
         for name, value, total, per_thread in (("tile_h", self.tile_h, wl.oh, self.h_nthread),
                                                ("tile_w", self.tile_w, wl.ow, 1),
                                                ("tile_co", self.tile_co, co_blocks, self.oc_nthread),
@@ -42,12 +43,10 @@ class Conv2dKnobs:
                                    "virtual threads")
 
 
-def check_conv2d_shape(env: VTAEnv, wl: Conv2dWorkload) -> None:
-    """Batch and channels must be whole accelerator blocks (a :class:`CompileError` otherwise)."""
-    for what, n, block in (("batch", wl.batch, env.batch), ("input channels", wl.ci, env.block_in),
-                           ("output channels", wl.co, env.block_out)):
-        if n % block:
-            raise CompileError(f"conv2d: {what} = {n} is not a multiple of the accelerator's block of {block}")
+def conv2d_blocks(env: VTAEnv, wl: Conv2dWorkload) -> tuple[int, int, int]:
+    """The blocks of ``wl``'s batch, input and output channels; counts that are not whole blocks
+    are zero-padded to them (:mod:`vtakit.runtime.packing`)."""
+    return blocks(wl.batch, env.batch), blocks(wl.ci, env.block_in), blocks(wl.co, env.block_out)
 
 
 @dataclass(frozen=True)
@@ -71,8 +70,10 @@ class DenseKnobs:
                                    "virtual threads")
 
 
-def check_dense_shape(env: VTAEnv, m: int, n: int, k: int) -> None:
-    """m, k and n must be positive whole accelerator blocks (a :class:`CompileError` otherwise)."""
-    for what, v, block in (("m", m, env.batch), ("k", k, env.block_in), ("n", n, env.block_out)):
-        if not isinstance(v, int) or v < 1 or v % block:
-            raise CompileError(f"dense: {what} = {v!r} must be a positive multiple of the accelerator's block of {block}")
+def dense_blocks(env: VTAEnv, m: int, n: int, k: int) -> tuple[int, int, int]:
+    """The blocks of an ``m x n x k`` dense's rows, output columns and reduction (sizes that are not
+    whole blocks are zero-padded to them); a size that is not a positive integer is a :class:`CompileError`."""
+    for what, v in (("m", m), ("n", n), ("k", k)):
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            raise CompileError(f"dense: {what} = {v!r} must be a positive integer")
+    return blocks(m, env.batch), blocks(n, env.block_out), blocks(k, env.block_in)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import itertools
 
-from vtakit.compiler.topi_vta.knobs import Conv2dKnobs, DenseKnobs, check_conv2d_shape, check_dense_shape
+from vtakit.compiler.topi_vta.knobs import Conv2dKnobs, DenseKnobs, conv2d_blocks, dense_blocks
 from vtakit.compiler.topi_vta.workloads import Conv2dWorkload
 from vtakit.compiler.vta.env import VTAEnv
 from vtakit.errors import CompileError
@@ -51,7 +51,6 @@ def choose_conv2d_tiles(env: VTAEnv, wl: Conv2dWorkload, vthreads: int = 2) -> C
     with one channel block and 2 threads), the most threads that do are used, as the knobs say;
     never more than TOKEN_QUEUE_DEPTH.
     """
-    check_conv2d_shape(env, wl)
     _check_vthreads(vthreads)
     for threads in range(_thread_bound(env, vthreads), 0, -1):
         knobs = _best_conv2d_tiles(env, wl, threads)
@@ -63,7 +62,8 @@ def choose_conv2d_tiles(env: VTAEnv, wl: Conv2dWorkload, vthreads: int = 2) -> C
 
 def _best_conv2d_tiles(env: VTAEnv, wl: Conv2dWorkload, vthreads: int) -> Conv2dKnobs | None:
     c = env.config
-    co_blocks, ci_blocks, k = wl.co // env.block_out, wl.ci // env.block_in, wl.kernel
+    batch_blocks, ci_blocks, co_blocks = conv2d_blocks(env, wl)
+    k = wl.kernel
     best: tuple[float, Conv2dKnobs] | None = None
     splits = [(1, 1)] if vthreads == 1 else [(vthreads, 1), (1, vthreads)]
     for (oc_n, h_n), th, tw, tco, tci in itertools.product(splits, divisors(wl.oh), divisors(wl.ow),
@@ -79,7 +79,7 @@ def _best_conv2d_tiles(env: VTAEnv, wl: Conv2dWorkload, vthreads: int) -> Conv2d
         if acc * vthreads > c.acc_depth or inp * vthreads > c.inp_depth or wgt * vthreads > c.wgt_depth \
                 or uops > c.uop_depth or tw >= 1 << ITER_BITS or th * tco * tw >= 1 << ITER_BITS:
             continue
-        n_tiles = wl.batch // env.batch * (wl.oh // th) * (wl.ow // tw) * (co_blocks // tco)
+        n_tiles = batch_blocks * (wl.oh // th) * (wl.ow // tw) * (co_blocks // tco)
         gemm = th * tw * tco * tci * k * k
         cost = _cost(env, vthreads, n_tiles, ci_blocks // tci, gemm,
                      inp * c.inp_elem_bytes + wgt * c.wgt_elem_bytes, tci + 1, th * tw * tco,
@@ -94,7 +94,7 @@ def choose_dense_tiles(env: VTAEnv, m: int, n: int, k: int, vthreads: int = 2) -
     """The cheapest dense tiling with at most ``vthreads`` virtual threads over output column
     blocks (fewer when the columns do not split ``vthreads`` ways or TOKEN_QUEUE_DEPTH is smaller,
     as the knobs say)."""
-    check_dense_shape(env, m, n, k)
+    dense_blocks(env, m, n, k)  # rejects sizes that are not positive integers
     _check_vthreads(vthreads)
     for threads in range(_thread_bound(env, vthreads), 0, -1):
         knobs = _best_dense_tiles(env, m, n, k, threads)
@@ -105,7 +105,7 @@ def choose_dense_tiles(env: VTAEnv, m: int, n: int, k: int, vthreads: int = 2) -
 
 def _best_dense_tiles(env: VTAEnv, m: int, n: int, k: int, vthreads: int) -> DenseKnobs | None:
     c = env.config
-    mb, nb, kb = m // env.batch, n // env.block_out, k // env.block_in
+    mb, nb, kb = dense_blocks(env, m, n, k)
     best: tuple[float, DenseKnobs] | None = None
     for tb, tco, tci in itertools.product(divisors(mb), divisors(nb), divisors(kb)):
         if nb % (tco * vthreads):

@@ -21,9 +21,9 @@ from vtakit.errors import ConfigError
 from vtakit.hw.config import VTAConfig
 from vtakit.hw.isa import MemId
 
-__all__ = ["VTAEnv", "get_env", "TVM_NAMES", "VTA_AXIS", "QID_LOAD", "QID_COMPUTE", "QID_STORE", "INP_SCOPE", "WGT_SCOPE",
-           "ACC_SCOPE", "UOP_SCOPE", "DMA_COPY", "ALU", "LOAD_2D", "STORE_2D", "UOP_PUSH", "DEP_PUSH",
-           "DEP_POP", "UOP_LOOP_BEGIN", "UOP_LOOP_END", "PUSH_GEMM", "PUSH_ALU", "coproc_scope_of",
+__all__ = ["VTAEnv", "get_env", "TVM_NAMES", "VTA_AXIS", "QID_LOAD", "QID_COMPUTE", "QID_STORE", "INP_SCOPE",
+           "WGT_SCOPE", "ACC_SCOPE", "UOP_SCOPE", "DMA_COPY", "ALU", "LOAD_2D", "STORE_2D", "UOP_PUSH",
+           "DEP_PUSH", "DEP_POP", "UOP_LOOP_BEGIN", "UOP_LOOP_END", "PUSH_GEMM", "PUSH_ALU", "coproc_scope_of",
            "SCOPE_MEM"]
 
 # TVM's ``vta.Environment`` attributes that are VTAConfig's keys or derived sizes, upper-cased
