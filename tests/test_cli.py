@@ -104,8 +104,10 @@ def test_bench_gemm_json(capsys, small_config, vthreads):
     code, out, _ = run(capsys, "bench", "gemm", "--m", "16", "--n", "16", "--k", "32", "--backend", "fsim",
                        "--vthreads", vthreads, "--config", str(small_config), "--json")
     result = json.loads(out)
-    assert code == 0 and set(result) == {"correct", "cycles", "ideal_cycles", "utilization", "sim_seconds", "vthreads"}
+    assert code == 0 and set(result) == {"correct", "cycles", "ideal_cycles", "utilization", "sim_seconds",
+                                         "useful_macs", "ideal_macs", "vthreads"}
     assert result["correct"] is True and result["ideal_cycles"] == 16 * 16 * 32 // 16
+    assert result["useful_macs"] == result["ideal_macs"] == 16 * 16 * 32
     assert result["vthreads"] == int(vthreads)
     assert result["cycles"] is None and result["utilization"] is None
 
@@ -150,7 +152,7 @@ def _bad_inputs(tmp_path, program_file):
         (["info", "--config", str(tmp_path / "none.json")], "cannot read configuration file"),
         (["run-program", str(program_file), "--backend", "quantum"], "unknown backend 'quantum'"),
         (["run-program", str(program_file), "--config", str(tmp_path / "default.json")], "was built for"),
-        (["bench", "gemm", "--k", "100"], "K=100 is not a multiple of BLOCK_IN=16"),
+        (["bench", "gemm", "--k", "0"], "GEMM size K=0 must be a positive integer"),
         (["info", "--config", str(log_block_3)], r"micro-op needs 36 bits of 32 .*; shrink LOG_ACC_BUFF_SIZE to 13$"),
         (["bench", "gemm", "--vthreads", "0"], "vthreads=0 must be a positive integer"),
         (["random-program", "-o", str(tmp_path / "no" / "such" / "dir.vtaprog")], "No such file or directory"),

@@ -219,8 +219,17 @@ def _report(result: Any, args: argparse.Namespace, extra: Sequence[tuple[str, An
                       ("cycles", untimed if result.cycles is None else result.cycles),
                       ("ideal cycles", result.ideal_cycles),
                       ("utilization", untimed if result.utilization is None else f"{result.utilization:.1%}"),
+                      ("MACs", _macs(result)),
                       *extra, ("sim seconds", f"{result.sim_seconds:.3f}")])
     return 0 if result.correct else 1
+
+
+def _macs(result: Any) -> str:
+    """Useful vs ideal multiply-accumulates: what zero-padding the channels to whole blocks costs."""
+    text = f"{result.useful_macs} useful of {result.ideal_macs} ideal"
+    if result.useful_macs == result.ideal_macs:
+        return text
+    return f"{text} ({result.useful_macs / result.ideal_macs:.1%}; the rest is zero padding to whole blocks)"
 
 
 def _report_op(result: Any, args: argparse.Namespace) -> int:

@@ -61,6 +61,11 @@ def test_bench_conv2d_channels_that_are_not_whole_blocks(capsys):
     assert out["correct"] is True
     assert out["useful_macs"] == 7 * 7 * 24 * 40 * 9 and out["ideal_macs"] == 7 * 7 * 32 * 48 * 9
     assert out["ideal_macs"] == out["ideal_cycles"] * 256
+    assert main(argv) == 0
+    assert "MACs             423360 useful of 677376 ideal (62.5%; the rest is zero padding to whole blocks)" \
+        in capsys.readouterr().out
+    assert main(["bench", "gemm", "--m", "16", "--n", "16", "--k", "16"]) == 0
+    assert "MACs             4096 useful of 4096 ideal\n" in capsys.readouterr().out
 
 
 def test_bench_uses_fewer_threads_when_the_output_does_not_split(capsys):
