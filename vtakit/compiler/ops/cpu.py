@@ -451,7 +451,7 @@ def schedule_softmax(outs: Tensor | Sequence[Tensor], target: str | CPUTarget | 
 
 
 # ---------------------------------------------------------------------------- other reductions
-def schedule_reduce(outs: Tensor | Sequence[Tensor]) -> Schedule:
+def schedule_reduce(outs: Tensor | Sequence[Tensor], target: str | CPUTarget | None = None) -> Schedule:
     """Reductions without a schedule of their own (sums and extrema over axes, batched matmul,
     normalisations that reduce several times): every reduction stage is computed once, whole, its
     output axes fused and parallel; element-wise stages are inlined; outputs are element-wise."""
@@ -474,7 +474,7 @@ def schedule_reduce(outs: Tensor | Sequence[Tensor]) -> Schedule:
                 _whole_reduction(s, p)
     for t in outs:
         if _is_injective(t):
-            _schedule_elementwise(s, t)
+            _schedule_elementwise(s, t, _target(target))
         else:
             _whole_reduction(s, t)
     return s

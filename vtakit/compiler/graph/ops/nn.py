@@ -1,7 +1,410 @@
 """Neural-network graph operators: convolutions, matrix products, pooling, normalisation, softmax,
 reductions and resizing, with numpy references and TE computes from :mod:`vtakit.compiler.ops`.
+
+Operators follow ONNX's inputs and attributes (opset 13+ semantics; the frontend converts older
+forms). Convolutions and pools are 2-D here: the frontend maps 1-D ones onto them. The computes
+reuse the tagged TE operators (``conv2d_nchw``, ``dense``, ``pool2d`` ...) so that the CPU
+schedules, and whatever speeds them up, apply to graph kernels; BatchNormalization is a graph
+operator of its own, element-wise, so that a pass can fold it into the convolution before it.
+The window arithmetic (auto_pad, ceil_mode, output sizes) is :mod:`.window`'s.
 """
 
 from __future__ import annotations
 
-__all__: list[str] = []
+from typing import Any, Callable, Sequence
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+from vtakit.compiler import ir, ops, te
+from vtakit.compiler.graph.op import REQUIRED, Pattern, register_op
+from vtakit.compiler.graph.ops.window import Window, sliding_window, transposed_window
+from vtakit.compiler.ops import nn_extra
+from vtakit.compiler.ops.nn_extra import static_shape
+from vtakit.errors import GraphError
+
+__all__ = ["conv_window", "pool_window", "reduce_axes"]
+
+_WINDOW_ATTRS = {"auto_pad": "NOTSET", "dilations": None, "kernel_shape": None, "pads": None, "strides": None}
+
+
+# ---------------------------------------------------------------------------- shared helpers
+def _spatial_rank(op: str, shape: Sequence[int], ranks: Sequence[int] = (4,)) -> None:
+    if len(shape) not in ranks:
+        raise GraphError(f"{op}: input of shape {list(shape)} has rank {len(shape)}; vtakit supports rank "
+                         f"{' or '.join(map(str, ranks))} ({', '.join(f'{r - 2}-D' for r in ranks)} windows)")
+
+
+def conv_window(op: str, x_shape: Sequence[int], w_shape: Sequence[int], attrs: dict[str, Any]) -> Window:
+    """The window of a Conv (or ConvTranspose) of an ``x_shape`` input with an ``w_shape`` kernel."""
+    kernel = tuple(w_shape[2:])
+    declared = attrs.get("kernel_shape")
+    if declared is not None and len(declared) and tuple(declared) != kernel:
+        raise GraphError(f"{op}: kernel_shape={list(declared)} disagrees with the weight's shape {list(w_shape)}")
+    if op == "ConvTranspose":
+        return transposed_window(tuple(x_shape[2:]), kernel, attrs)
+    return sliding_window(tuple(x_shape[2:]), kernel, attrs)
+
+
+def pool_window(x_shape: Sequence[int], attrs: dict[str, Any]) -> Window:
+    """The window of a MaxPool or AveragePool over an ``x_shape`` input."""
+    return sliding_window(tuple(x_shape[2:]), tuple(attrs["kernel_shape"]), attrs, bool(attrs.get("ceil_mode", 0)))
+
+
+def _windows(padded: np.ndarray, win: Window) -> np.ndarray:
+    """View of ``padded`` (N, C, *S already padded) as (N, C, *output, *kernel)."""
+    n = len(win.kernel)
+    view = sliding_window_view(padded, win.extent, axis=tuple(range(2, 2 + n)))
+    picks = tuple(slice(0, o * s, s) for o, s in zip(win.output, win.strides))
+    taps = tuple(slice(None, None, d) for d in win.dilations)
+    return view[(slice(None), slice(None)) + picks + taps]
+
+
+def _pad_spatial(x: np.ndarray, begin: Sequence[int], end: Sequence[int], value: Any) -> np.ndarray:
+    return np.pad(x, [(0, 0), (0, 0)] + list(zip(begin, end)), constant_values=value)
+
+
+def _per_channel(v: np.ndarray, rank: int) -> np.ndarray:
+    return v.reshape((1, -1) + (1,) * (rank - 2))
+
+
+def _channel_bias(out: te.Tensor, bias: te.Tensor | None) -> te.Tensor:
+    if bias is None:
+        return out
+    return te.compute(static_shape(out), lambda *i: out[i] + bias[i[1]], name="bias_add", tag="bias_add")
+
+
+def _const(value: float, dtype: str) -> ir.PrimExpr:
+    return ir.const(value, dtype)
+
+
+# ---------------------------------------------------------------------------- convolution
+def _conv_reference(ins: list, attrs: dict) -> tuple[np.ndarray, ...]:
+    """ONNX Conv: grouped, dilated, strided, padded correlation plus optional bias."""
+    x, w = ins[0], ins[1]
+    bias = ins[2] if len(ins) > 2 else None
+    win = conv_window("Conv", x.shape, w.shape, attrs)
+    g = attrs["group"]
+    n_sp = len(win.kernel)
+    view = _windows(_pad_spatial(x, win.pads_begin, win.pads_end, 0), win)
+    view = view.reshape((x.shape[0], g, x.shape[1] // g) + view.shape[2:])
+    kernel = w.reshape((g, w.shape[0] // g) + w.shape[1:])
+    letters = "yxzw"[:n_sp]
+    taps = "ijkl"[:n_sp]
+    out = np.einsum(f"ngc{letters}{taps},goc{taps}->ngo{letters}", view, kernel, optimize=True)
+    out = out.reshape((x.shape[0], w.shape[0]) + out.shape[3:])
+    if bias is not None:
+        out = out + _per_channel(bias, out.ndim)
+    return (out.astype(x.dtype),)
+
+
+def _conv_compute(ins: list, attrs: dict) -> list[te.Tensor]:
+    x, w = ins[0], ins[1]
+    bias = ins[2] if len(ins) > 2 else None
+    xs, ws = static_shape(x), static_shape(w)
+    _spatial_rank("Conv", xs)
+    win = conv_window("Conv", xs, ws, attrs)
+    padding = (win.pads_begin[0], win.pads_begin[1], win.pads_end[0], win.pads_end[1])
+    groups = attrs["group"]
+    if groups > 1 and groups == xs[1] and ws[1] == 1:
+        mult = ws[0] // groups
+        kernel = te.compute((groups, mult, ws[2], ws[3]), lambda c, m, y, x_: w[c * mult + m, 0, y, x_],
+                            name="depthwise_kernel")
+        out = ops.depthwise_conv2d_nchw(x, kernel, win.strides, padding, win.dilations)
+    else:
+        out = ops.conv2d_nchw(x, w, win.strides, padding, win.dilations, groups)
+    return [_channel_bias(out, bias)]
+
+
+register_op("Conv", pattern=Pattern.OUT_ELEMWISE_FUSABLE, attrs={**_WINDOW_ATTRS, "group": 1},
+            compute=_conv_compute)(_conv_reference)
+
+
+def _conv_transpose_reference(ins: list, attrs: dict) -> tuple[np.ndarray, ...]:
+    """ONNX ConvTranspose: each input pixel scatters the kernel, strided and dilated, then the pads are cropped."""
+    x, w = ins[0], ins[1]
+    bias = ins[2] if len(ins) > 2 else None
+    win = conv_window("ConvTranspose", x.shape, w.shape, attrs)
+    g = attrs["group"]
+    n, c = x.shape[:2]
+    cpg, opg = c // g, w.shape[1]
+    spatial = x.shape[2:]
+    full = [b + o + a for b, o, a in zip(win.pads_begin, win.output, win.pads_end)]
+    out = np.zeros((n, g * opg, *full), dtype=np.float64 if x.dtype == np.float64 else np.float32)
+    xg = x.reshape(n, g, cpg, *spatial)
+    wg = w.reshape(g, cpg, opg, *win.kernel)
+    for tap in np.ndindex(*win.kernel):
+        contrib = np.einsum("ngc...,gco->ngo...", xg, wg[(slice(None), slice(None), slice(None)) + tap])
+        where = tuple(slice(k * d, k * d + (i - 1) * s + 1, s)
+                      for k, d, i, s in zip(tap, win.dilations, spatial, win.strides))
+        out[(slice(None), slice(None)) + where] += contrib.reshape(n, g * opg, *spatial)
+    out = _pad_spatial(out, [max(0, -b) for b in win.pads_begin], [max(0, -a) for a in win.pads_end], 0)
+    crop = tuple(slice(max(0, b), max(0, b) + o) for b, o in zip(win.pads_begin, win.output))
+    out = out[(slice(None), slice(None)) + crop]
+    if bias is not None:
+        out = out + _per_channel(bias, out.ndim)
+    return (out.astype(x.dtype),)
+
+
+def _conv_transpose_compute(ins: list, attrs: dict) -> list[te.Tensor]:
+    x, w = ins[0], ins[1]
+    bias = ins[2] if len(ins) > 2 else None
+    xs = static_shape(x)
+    _spatial_rank("ConvTranspose", xs)
+    win = conv_window("ConvTranspose", xs, static_shape(w), attrs)
+    out = nn_extra.conv2d_transpose_nchw(x, w, win.strides, win.dilations, win.pads_begin, win.output,
+                                         attrs["group"])
+    return [_channel_bias(out, bias)]
+
+
+register_op("ConvTranspose", pattern=Pattern.OUT_ELEMWISE_FUSABLE,
+            attrs={**_WINDOW_ATTRS, "group": 1, "output_padding": None, "output_shape": None},
+            compute=_conv_transpose_compute)(_conv_transpose_reference)
+
+
+# ---------------------------------------------------------------------------- matrix products
+def _gemm_reference(ins: list, attrs: dict) -> tuple[np.ndarray, ...]:
+    """alpha * A' @ B' + beta * C, A' and B' transposed as asked, C broadcast (and optional)."""
+    a, b = ins[0], ins[1]
+    c = ins[2] if len(ins) > 2 else None
+    a = a.T if attrs["transA"] else a
+    b = b.T if attrs["transB"] else b
+    out = np.matmul(a, b)
+    if attrs["alpha"] != 1.0:
+        out = out * attrs["alpha"]
+    if c is not None and attrs["beta"] != 0.0:
+        out = out + (c * attrs["beta"] if attrs["beta"] != 1.0 else c)
+    return (out.astype(ins[0].dtype),)
+
+
+def _gemm_compute(ins: list, attrs: dict) -> list[te.Tensor]:
+    a, b = ins[0], ins[1]
+    c = ins[2] if len(ins) > 2 else None
+    if attrs["transA"]:
+        k, m = static_shape(a)
+        a = te.compute((m, k), lambda i, j: a[j, i], name="gemm_a_t")
+    prod = ops.dense(a, b) if attrs["transB"] else ops.matmul(a, b)
+    alpha, beta = attrs["alpha"], attrs["beta"]
+    if alpha != 1.0:
+        scaled = prod
+        prod = te.compute(static_shape(prod), lambda *i: scaled[i] * _const(alpha, scaled.dtype), name="gemm_alpha")
+    if c is None:
+        return [prod]
+    if beta != 1.0:  # also when beta is 0: C is still an input of the kernel
+        return [ops.binary(prod, c, lambda p, q: p + q * _const(beta, q.dtype), "gemm_beta")]
+    return [ops.add(prod, c)]
+
+
+register_op("Gemm", pattern=Pattern.OUT_ELEMWISE_FUSABLE,
+            attrs={"alpha": 1.0, "beta": 1.0, "transA": 0, "transB": 0}, compute=_gemm_compute)(_gemm_reference)
+
+
+def _matmul_compute(ins: list, attrs: dict) -> list[te.Tensor]:
+    a, b = ins
+    if len(a.shape) == 2 and len(b.shape) == 2:
+        return [ops.matmul(a, b)]
+    return [nn_extra.batch_matmul(a, b)]
+
+
+@register_op("MatMul", pattern=Pattern.OUT_ELEMWISE_FUSABLE, compute=_matmul_compute)
+def _matmul_reference(ins, attrs):
+    """numpy's matmul: batched, broadcast, 1-D operands promoted and their dim dropped."""
+    return (np.asarray(np.matmul(ins[0], ins[1])),)
+
+
+# ---------------------------------------------------------------------------- pooling
+def _max_pool_reference(ins: list, attrs: dict) -> tuple[np.ndarray, ...]:
+    """Max over each (dilated) window; padding never wins."""
+    x = ins[0]
+    win = pool_window(x.shape, attrs)
+    fill = -np.inf if np.issubdtype(x.dtype, np.floating) else np.iinfo(x.dtype).min
+    view = _windows(_pad_spatial(x, win.pads_begin, win.pads_end, fill), win)
+    return (view.max(axis=tuple(range(-len(win.kernel), 0))).astype(x.dtype),)
+
+
+def _avg_pool_reference(ins: list, attrs: dict) -> tuple[np.ndarray, ...]:
+    """Mean over each window; the declared padding counts with count_include_pad, ceil_mode's extra never."""
+    x = ins[0]
+    win = pool_window(x.shape, attrs)
+    taps = tuple(range(-len(win.kernel), 0))
+    total = _windows(_pad_spatial(x.astype(np.float64), win.pads_begin, win.pads_end, 0), win).sum(axis=taps)
+    mask = np.ones((1, 1) + x.shape[2:])
+    mask = _pad_spatial(mask, win.pads_begin, win.count_end, 1 if attrs["count_include_pad"] else 0)
+    mask = _pad_spatial(mask, (0,) * len(win.kernel), [c - e for c, e in zip(win.pads_end, win.count_end)], 0)
+    count = _windows(mask, win).sum(axis=taps)
+    return ((total / count).astype(x.dtype),)
+
+
+def _pool_compute(kind: str) -> Callable[[list, dict], list[te.Tensor]]:
+    def compute(ins: list, attrs: dict) -> list[te.Tensor]:
+        x = ins[0]
+        xs = static_shape(x)
+        _spatial_rank(f"{kind} pool", xs)
+        win = pool_window(xs, attrs)
+        return [nn_extra.pool2d_window(x, win.kernel, win.strides, win.dilations, win.pads_begin, win.pads_end,
+                                       win.count_end, kind, bool(attrs.get("count_include_pad", 0)))]
+    return compute
+
+
+_POOL_ATTRS = {**_WINDOW_ATTRS, "kernel_shape": REQUIRED, "ceil_mode": 0}
+register_op("MaxPool", pattern=Pattern.COMM_REDUCE, attrs={**_POOL_ATTRS, "storage_order": 0},
+            compute=_pool_compute("max"))(_max_pool_reference)
+register_op("AveragePool", pattern=Pattern.COMM_REDUCE, attrs={**_POOL_ATTRS, "count_include_pad": 0},
+            compute=_pool_compute("avg"))(_avg_pool_reference)
+
+
+def _global_avg_compute(ins: list, attrs: dict) -> list[te.Tensor]:
+    x = ins[0]
+    xs = static_shape(x)
+    if len(xs) == 4:
+        return [ops.global_avg_pool2d(x)]
+    return _reduce_compute("mean")([x], {"axes": list(range(2, len(xs))), "keepdims": 1,
+                                         "noop_with_empty_axes": 0})
+
+
+@register_op("GlobalAveragePool", pattern=Pattern.COMM_REDUCE, compute=_global_avg_compute)
+def _global_avg_reference(ins, attrs):
+    """Mean over every spatial axis, kept as 1s."""
+    x = ins[0]
+    return (x.mean(axis=tuple(range(2, x.ndim)), keepdims=True, dtype=np.float64).astype(x.dtype),)
+
+
+@register_op("GlobalMaxPool", pattern=Pattern.COMM_REDUCE,
+             compute=lambda ins, attrs: [nn_extra.reduce(ins[0], range(2, len(ins[0].shape)), "max")])
+def _global_max_reference(ins, attrs):
+    """Max over every spatial axis, kept as 1s."""
+    x = ins[0]
+    return (x.max(axis=tuple(range(2, x.ndim)), keepdims=True),)
+
+
+# ---------------------------------------------------------------------------- reductions
+def reduce_axes(rank: int, axes_input: np.ndarray | None, attrs: dict[str, Any]) -> tuple[int, ...] | None:
+    """The axes a Reduce* node reduces (non-negative, sorted); None when it is the identity
+    (no axes and ``noop_with_empty_axes``)."""
+    axes = axes_input if axes_input is not None else attrs.get("axes")
+    axes = [] if axes is None else [int(a) for a in np.asarray(axes).reshape(-1)]
+    if not axes:
+        return None if attrs.get("noop_with_empty_axes") else tuple(range(rank))
+    bad = [a for a in axes if not -rank <= a < rank]
+    if bad:
+        raise GraphError(f"reduction axes {bad} are out of range for rank {rank}")
+    return tuple(sorted({a % rank for a in axes}))
+
+
+def _fill(kind: str, dtype: np.dtype) -> Any:
+    floating = np.issubdtype(dtype, np.floating)
+    if kind == "max":
+        return -np.inf if floating else np.iinfo(dtype).min
+    return np.inf if floating else np.iinfo(dtype).max
+
+
+_NUMPY_REDUCERS: dict[str, Callable[..., np.ndarray]] = {
+    "sum": lambda x, axes, keep: np.sum(x, axis=axes, keepdims=keep),
+    "mean": lambda x, axes, keep: np.mean(x, axis=axes, keepdims=keep, dtype=np.float64),
+    "max": lambda x, axes, keep: np.max(x, axis=axes, keepdims=keep, initial=_fill("max", x.dtype)),
+    "min": lambda x, axes, keep: np.min(x, axis=axes, keepdims=keep, initial=_fill("min", x.dtype)),
+}
+
+
+def _reduce_reference(kind: str) -> Callable[[list, dict], tuple[np.ndarray, ...]]:
+    def reference(ins: list, attrs: dict) -> tuple[np.ndarray, ...]:
+        x = ins[0]
+        axes = reduce_axes(x.ndim, ins[1] if len(ins) > 1 else None, attrs)
+        if axes is None:
+            return (x.copy(),)
+        return (np.asarray(_NUMPY_REDUCERS[kind](x, axes, bool(attrs["keepdims"]))).astype(x.dtype),)
+    reference.__doc__ = f"ONNX Reduce{kind.capitalize()}: axes from the attribute or input, keepdims."
+    return reference
+
+
+def _reduce_compute(kind: str) -> Callable[[list, dict], list[te.Tensor]]:
+    def compute(ins: list, attrs: dict) -> list[te.Tensor]:
+        x = ins[0]
+        shape = static_shape(x)
+        axes = reduce_axes(len(shape), ins[1] if len(ins) > 1 else None, attrs)
+        if axes is None:
+            return [te.compute(shape, lambda *i: x[i], name="reduce_noop")]
+        total = nn_extra.reduce(x, axes, "sum" if kind == "mean" else kind, bool(attrs["keepdims"]))
+        if kind != "mean":
+            return [total]
+        count = int(np.prod([shape[a] for a in axes]))
+        return [te.compute(static_shape(total), lambda *i: total[i] / _const(count, x.dtype), name="reduce_mean")]
+    return compute
+
+
+for _kind in ("sum", "mean", "max", "min"):
+    register_op(f"Reduce{_kind.capitalize()}", pattern=Pattern.COMM_REDUCE,
+                attrs={"axes": None, "keepdims": 1, "noop_with_empty_axes": 0}, const_inputs=(1,),
+                compute=_reduce_compute(_kind))(_reduce_reference(_kind))
+
+
+# ---------------------------------------------------------------------------- normalisation
+def _batch_norm_compute(ins: list, attrs: dict) -> list[te.Tensor]:
+    x, scale, bias, mean, var = ins[:5]
+    eps = _const(attrs["epsilon"], x.dtype)
+    return [te.compute(static_shape(x), lambda *i: (x[i] - mean[i[1]]) * (scale[i[1]] / te.sqrt(var[i[1]] + eps))
+                       + bias[i[1]], name="batch_norm", tag="broadcast")]
+
+
+@register_op("BatchNormalization", pattern=Pattern.BROADCAST, attrs={"epsilon": 1e-5}, compute=_batch_norm_compute)
+def _batch_norm_reference(ins, attrs):
+    """Inference batch normalisation with per-channel (axis 1) scale, bias, mean and variance."""
+    x, scale, bias, mean, var = (np.asarray(v) for v in ins[:5])
+    rank = x.ndim
+    out = (x - _per_channel(mean, rank)) * _per_channel(scale / np.sqrt(var + attrs["epsilon"]), rank) \
+        + _per_channel(bias, rank)
+    return (out.astype(x.dtype),)
+
+
+@register_op("InstanceNormalization", pattern=Pattern.COMM_REDUCE, attrs={"epsilon": 1e-5},
+             compute=lambda ins, attrs: [nn_extra.instance_norm(ins[0], ins[1], ins[2], attrs["epsilon"])])
+def _instance_norm_reference(ins, attrs):
+    """Normalise each (n, c) over its spatial axes, then per-channel scale and bias."""
+    x, scale, bias = ins
+    axes = tuple(range(2, x.ndim))
+    mean = x.mean(axis=axes, keepdims=True, dtype=np.float64)
+    var = ((x - mean) ** 2).mean(axis=axes, keepdims=True)
+    out = (x - mean) / np.sqrt(var + attrs["epsilon"]) * _per_channel(scale, x.ndim) + _per_channel(bias, x.ndim)
+    return (out.astype(x.dtype),)
+
+
+@register_op("LRN", pattern=Pattern.COMM_REDUCE, attrs={"alpha": 1e-4, "beta": 0.75, "bias": 1.0, "size": REQUIRED},
+             compute=lambda ins, attrs: [nn_extra.lrn(ins[0], attrs["size"], attrs["alpha"], attrs["beta"],
+                                                      attrs["bias"])])
+def _lrn_reference(ins, attrs):
+    """x / (bias + alpha / size * sum of squares over the size channels around)^beta."""
+    x = ins[0]
+    size = attrs["size"]
+    sq = np.pad(x.astype(np.float64) ** 2, [(0, 0), ((size - 1) // 2, size // 2)] + [(0, 0)] * (x.ndim - 2))
+    window = sum(sq[:, k:k + x.shape[1]] for k in range(size))
+    out = x / (attrs["bias"] + attrs["alpha"] / size * window) ** attrs["beta"]
+    return (out.astype(x.dtype),)
+
+
+# ---------------------------------------------------------------------------- softmax
+def _softmax_reference(log: bool) -> Callable[[list, dict], tuple[np.ndarray, ...]]:
+    def reference(ins: list, attrs: dict) -> tuple[np.ndarray, ...]:
+        x = ins[0]
+        axis = attrs["axis"] % x.ndim
+        shifted = x - x.max(axis=axis, keepdims=True)
+        total = np.exp(shifted).sum(axis=axis, keepdims=True)
+        out = shifted - np.log(total) if log else np.exp(shifted) / total
+        return (out.astype(x.dtype),)
+    reference.__doc__ = f"ONNX {'LogSoftmax' if log else 'Softmax'} (opset 13): normalised along one axis."
+    return reference
+
+
+def _softmax_compute(log: bool) -> Callable[[list, dict], list[te.Tensor]]:
+    def compute(ins: list, attrs: dict) -> list[te.Tensor]:
+        x = ins[0]
+        rank = len(x.shape)
+        if not -rank <= attrs["axis"] < rank:
+            raise GraphError(f"softmax axis {attrs['axis']} is out of range for rank {rank}")
+        return [nn_extra.softmax_axes(x, [attrs["axis"] % rank], log)]
+    return compute
+
+
+register_op("Softmax", pattern=Pattern.OPAQUE, attrs={"axis": -1},
+            compute=_softmax_compute(False))(_softmax_reference(False))
+register_op("LogSoftmax", pattern=Pattern.OPAQUE, attrs={"axis": -1},
+            compute=_softmax_compute(True))(_softmax_reference(True))

@@ -1,0 +1,264 @@
+"""Neural-network operators (Conv, ConvTranspose, Gemm, MatMul, pools, reductions, normalisation,
+softmax) against onnxruntime: every attribute form on one-node models with odd shapes, through the
+ONNX importer, the numpy references (the graph's golden model) and the compiled CPU kernels."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper
+
+from vtakit import graph as vg
+from vtakit.compiler.graph.lowering import lower_group, run_group
+from vtakit.errors import GraphError, UnsupportedOperatorError
+
+
+@dataclass
+class Case:
+    """A one-node model: ``inputs`` maps names to arrays; those in ``weights`` become initializers."""
+
+    op: str
+    inputs: dict[str, np.ndarray]
+    attrs: dict[str, Any] = field(default_factory=dict)
+    weights: tuple[str, ...] = ()
+    opset: int = 17
+    outputs: int = 1
+
+
+def _rand(*shape: int, seed: int = 0, dtype: Any = np.float32) -> np.ndarray:
+    return np.random.default_rng(seed + sum(shape)).standard_normal(shape).astype(dtype)
+
+
+def _model(case: Case) -> onnx.ModelProto:
+    names = [n for n in case.inputs]
+    node = helper.make_node(case.op, [n if case.inputs[n] is not None else "" for n in names],
+                            [f"y{i}" for i in range(case.outputs)], **case.attrs)
+    elem = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.int64): TensorProto.INT64,
+            np.dtype(np.uint8): TensorProto.UINT8, np.dtype(np.int32): TensorProto.INT32}
+    runtime = [helper.make_tensor_value_info(n, elem[a.dtype], a.shape) for n, a in case.inputs.items()
+               if a is not None and n not in case.weights]
+    inits = [onnx.numpy_helper.from_array(case.inputs[n], n) for n in case.weights if case.inputs.get(n) is not None]
+    out_elem = elem[next(iter(case.inputs.values())).dtype]
+    outputs = [helper.make_tensor_value_info(f"y{i}", out_elem, None) for i in range(case.outputs)]
+    graph = helper.make_graph([node], "case", runtime, outputs, inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", case.opset)])
+    model.ir_version = 8 if case.opset <= 18 else 10
+    return model
+
+
+def _run_compiled(g: vg.Graph, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Each node compiled as its own kernel (lower_group) and run in order."""
+    env = dict(inputs)
+    for node in g.nodes:
+        run_group(lower_group(g, [node], name=node.op.lower()), g, env)
+    return env
+
+
+def _check(case: Case, rtol: float = 1e-4) -> vg.Graph:
+    model = _model(case)
+    feeds = {n: a for n, a in case.inputs.items() if a is not None and n not in case.weights}
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    g = vg.from_onnx(model)
+    ref = vg.evaluate(g, feeds)
+    compiled = _run_compiled(g, feeds)
+    for i, w in enumerate(want):
+        tol = rtol * max(1.0, float(np.abs(w).max()) if w.size else 1.0)
+        assert ref[f"y{i}"].shape == w.shape and ref[f"y{i}"].dtype == w.dtype
+        np.testing.assert_allclose(ref[f"y{i}"], w, rtol=rtol, atol=tol, err_msg="numpy reference")
+        np.testing.assert_allclose(compiled[f"y{i}"], w, rtol=rtol, atol=tol, err_msg="compiled kernel")
+    return g
+
+
+def _conv(x, w, b=None, opset=17, **attrs) -> Case:
+    inputs = {"x": x, "w": w} if b is None else {"x": x, "w": w, "b": b}
+    return Case("Conv", inputs, attrs, weights=("w", "b"), opset=opset)
+
+
+CONV_CASES = {
+    "plain_bias": _conv(_rand(1, 3, 7, 9), _rand(4, 3, 3, 3), _rand(4)),
+    "pads_asymmetric_stride21": _conv(_rand(2, 3, 11, 7), _rand(5, 3, 3, 2), pads=[1, 0, 2, 1], strides=[2, 1]),
+    "dilation2": _conv(_rand(1, 2, 13, 11), _rand(3, 2, 3, 3), _rand(3), dilations=[2, 2], pads=[2, 2, 2, 2]),
+    "groups2": _conv(_rand(1, 4, 9, 9), _rand(6, 2, 3, 3), group=2, pads=[1, 1, 1, 1]),
+    "depthwise_mult2_stride21": _conv(_rand(1, 3, 10, 7), _rand(6, 1, 3, 3), _rand(6), group=3, strides=[2, 1],
+                                      pads=[1, 1, 1, 1]),
+    "depthwise": _conv(_rand(1, 5, 8, 8), _rand(5, 1, 5, 5), group=5, auto_pad="SAME_UPPER"),
+    "same_upper_stride2": _conv(_rand(1, 3, 10, 9), _rand(4, 3, 4, 3), auto_pad="SAME_UPPER", strides=[2, 2]),
+    "same_lower_stride2": _conv(_rand(1, 3, 10, 9), _rand(4, 3, 4, 3), auto_pad="SAME_LOWER", strides=[2, 2]),
+    "valid": _conv(_rand(1, 2, 7, 5), _rand(3, 2, 2, 3), auto_pad="VALID", strides=[3, 2]),
+    "kernel_shape_attr_opset11": _conv(_rand(1, 2, 6, 5), _rand(2, 2, 1, 3), kernel_shape=[1, 3], opset=11),
+    "conv1d": _conv(_rand(2, 3, 17), _rand(4, 3, 3), _rand(4), pads=[2, 1], strides=[2], dilations=[2]),
+    "conv1d_same_lower": _conv(_rand(1, 2, 9), _rand(3, 2, 4), auto_pad="SAME_LOWER", opset=22),
+}
+
+
+@pytest.mark.parametrize("name", CONV_CASES)
+def test_conv(name):
+    _check(CONV_CASES[name])
+
+
+def _convt(x, w, b=None, opset=17, **attrs) -> Case:
+    inputs = {"x": x, "w": w} if b is None else {"x": x, "w": w, "b": b}
+    return Case("ConvTranspose", inputs, attrs, weights=("w", "b"), opset=opset)
+
+
+CONV_TRANSPOSE_CASES = {
+    "plain_bias": _convt(_rand(1, 3, 5, 4), _rand(3, 2, 3, 3), _rand(2)),
+    "stride2_pads": _convt(_rand(1, 2, 5, 6), _rand(2, 3, 3, 3), strides=[2, 2], pads=[1, 0, 1, 2]),
+    "stride21_output_padding": _convt(_rand(1, 2, 4, 5), _rand(2, 2, 3, 2), strides=[2, 1], output_padding=[1, 0]),
+    "dilation_groups2": _convt(_rand(1, 4, 5, 5), _rand(4, 3, 3, 3), group=2, dilations=[2, 1], strides=[2, 2]),
+    "output_shape": _convt(_rand(1, 2, 3, 3), _rand(2, 2, 3, 3), strides=[3, 2], output_shape=[10, 8]),
+    "same_upper": _convt(_rand(1, 2, 4, 3), _rand(2, 1, 3, 3), strides=[2, 2], auto_pad="SAME_UPPER"),
+    "same_lower": _convt(_rand(1, 2, 4, 3), _rand(2, 1, 4, 3), strides=[2, 2], auto_pad="SAME_LOWER"),
+    "big_pads": _convt(_rand(1, 1, 4, 4), _rand(1, 1, 2, 2), pads=[2, 2, 2, 2], strides=[3, 3]),
+    "convtranspose1d": _convt(_rand(1, 2, 6), _rand(2, 3, 3), _rand(3), strides=[2]),
+}
+
+
+@pytest.mark.parametrize("name", CONV_TRANSPOSE_CASES)
+def test_conv_transpose(name):
+    _check(CONV_TRANSPOSE_CASES[name])
+
+
+GEMM_CASES = {
+    "plain": Case("Gemm", {"a": _rand(3, 5), "b": _rand(5, 7), "c": _rand(3, 7)}),
+    "transB_bias_row": Case("Gemm", {"a": _rand(2, 6), "b": _rand(4, 6), "c": _rand(4)}, {"transB": 1},
+                            weights=("b", "c")),
+    "transA_alpha_beta_col": Case("Gemm", {"a": _rand(5, 3), "b": _rand(5, 2), "c": _rand(3, 1)},
+                                  {"transA": 1, "alpha": 0.5, "beta": 2.0}),
+    "both_trans_scalar_c": Case("Gemm", {"a": _rand(4, 3), "b": _rand(6, 4), "c": _rand(1)},
+                                {"transA": 1, "transB": 1, "beta": -1.5}),
+    "no_c_opset11": Case("Gemm", {"a": _rand(3, 8), "b": _rand(8, 16)}, {"alpha": 3.0}, opset=11),
+    "opset7": Case("Gemm", {"a": _rand(2, 3), "b": _rand(3, 4), "c": _rand(2, 4)}, {"beta": 0.0}, opset=7),
+}
+MATMUL_CASES = {
+    "2d": Case("MatMul", {"a": _rand(3, 17), "b": _rand(17, 5)}),
+    "batched_broadcast": Case("MatMul", {"a": _rand(2, 1, 3, 4), "b": _rand(3, 4, 5)}),
+    "lhs_1d": Case("MatMul", {"a": _rand(4), "b": _rand(2, 4, 3)}),
+    "rhs_1d": Case("MatMul", {"a": _rand(2, 3, 4), "b": _rand(4)}),
+    "both_1d": Case("MatMul", {"a": _rand(7), "b": _rand(7)}),
+    "3d_by_2d_weight": Case("MatMul", {"a": _rand(2, 3, 8), "b": _rand(8, 5)}, weights=("b",)),
+}
+
+
+@pytest.mark.parametrize("name", [*GEMM_CASES, *MATMUL_CASES])
+def test_matrix_products(name):
+    _check({**GEMM_CASES, **MATMUL_CASES}[name])
+
+
+def _pool(op, x, opset=19, **attrs) -> Case:
+    return Case(op, {"x": x}, attrs, opset=opset)
+
+
+POOL_CASES = {
+    "max_plain": _pool("MaxPool", _rand(1, 3, 9, 7), kernel_shape=[3, 2]),
+    "max_pads_stride21": _pool("MaxPool", _rand(2, 2, 11, 7), kernel_shape=[3, 3], pads=[1, 0, 2, 1], strides=[2, 1]),
+    "max_ceil": _pool("MaxPool", _rand(1, 2, 10, 9), kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1),
+    "max_ceil_pads": _pool("MaxPool", _rand(1, 2, 7, 8), kernel_shape=[2, 3], strides=[2, 3], pads=[1, 1, 0, 0],
+                           ceil_mode=1),
+    "max_dilation": _pool("MaxPool", _rand(1, 2, 11, 9), kernel_shape=[3, 2], dilations=[2, 3], pads=[1, 1, 1, 1]),
+    "max_same_upper": _pool("MaxPool", _rand(1, 2, 9, 8), kernel_shape=[3, 2], strides=[2, 2], auto_pad="SAME_UPPER"),
+    "max_same_lower": _pool("MaxPool", _rand(1, 2, 9, 8), kernel_shape=[3, 2], strides=[2, 2], auto_pad="SAME_LOWER"),
+    "max_valid": _pool("MaxPool", _rand(1, 2, 9, 8), kernel_shape=[2, 3], strides=[2, 2], auto_pad="VALID"),
+    "max_storage_order_opset8": _pool("MaxPool", _rand(1, 1, 5, 6), kernel_shape=[2, 2], storage_order=1, opset=8),
+    "max_1d": _pool("MaxPool", _rand(2, 3, 13), kernel_shape=[3], strides=[2], pads=[1, 1]),
+    "max_uint8": _pool("MaxPool", np.arange(50, dtype=np.uint8).reshape(1, 2, 5, 5), kernel_shape=[2, 2],
+                       pads=[1, 1, 0, 0]),
+    "avg_plain": _pool("AveragePool", _rand(1, 3, 8, 7), kernel_shape=[2, 3]),
+    "avg_pads_exclude": _pool("AveragePool", _rand(1, 2, 9, 7), kernel_shape=[3, 3], pads=[1, 2, 1, 0],
+                              strides=[2, 1]),
+    "avg_pads_include": _pool("AveragePool", _rand(1, 2, 9, 7), kernel_shape=[3, 3], pads=[1, 2, 1, 0],
+                              strides=[2, 1], count_include_pad=1),
+    "avg_ceil_exclude": _pool("AveragePool", _rand(1, 2, 10, 9), kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1),
+    "avg_ceil_include_pads": _pool("AveragePool", _rand(1, 2, 10, 9), kernel_shape=[3, 3], strides=[2, 2],
+                                   pads=[1, 1, 1, 1], ceil_mode=1, count_include_pad=1),
+    "avg_dilation_opset19": _pool("AveragePool", _rand(1, 2, 11, 9), kernel_shape=[2, 3], dilations=[2, 2],
+                                  pads=[1, 1, 1, 1], count_include_pad=1),
+    "avg_same_upper": _pool("AveragePool", _rand(1, 2, 9, 8), kernel_shape=[3, 3], strides=[2, 2],
+                            auto_pad="SAME_UPPER"),
+    "avg_same_lower_include": _pool("AveragePool", _rand(1, 2, 9, 8), kernel_shape=[3, 3], strides=[2, 2],
+                                    auto_pad="SAME_LOWER", count_include_pad=1),
+    "avg_1d_opset7": _pool("AveragePool", _rand(1, 2, 10), kernel_shape=[3], pads=[1, 1], opset=7),
+    "global_avg": _pool("GlobalAveragePool", _rand(2, 3, 5, 7)),
+    "global_avg_1d": _pool("GlobalAveragePool", _rand(2, 3, 5)),
+    "global_max": _pool("GlobalMaxPool", _rand(2, 3, 5, 7)),
+    "global_max_1d": _pool("GlobalMaxPool", _rand(1, 4, 9)),
+}
+
+
+@pytest.mark.parametrize("name", POOL_CASES)
+def test_pool(name):
+    _check(POOL_CASES[name])
+
+
+def _reduce(op, x, axes=None, opset=18, axes_input=None, **attrs) -> Case:
+    inputs = {"x": x}
+    if axes_input is not None:
+        inputs["axes"] = np.array(axes_input, np.int64)
+    return Case(op, inputs, {**attrs, **({"axes": axes} if axes is not None else {})}, weights=("axes",),
+                opset=opset)
+
+
+REDUCE_CASES = {
+    f"{op}_{form}": case
+    for op in ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin")
+    for form, case in {
+        "attr_keepdims": _reduce(op, _rand(2, 3, 5), axes=[1], opset=11),
+        "attr_negative_nokeep": _reduce(op, _rand(2, 3, 5, 2), axes=[-1, 1], keepdims=0, opset=12),
+        "all_axes_default": _reduce(op, _rand(3, 4), opset=11),
+        "input_axes": _reduce(op, _rand(2, 3, 5), axes_input=[0, 2], keepdims=0),
+        "empty_axes_noop": _reduce(op, _rand(2, 3), axes_input=[], noop_with_empty_axes=1),
+        "no_axes_all": _reduce(op, _rand(2, 3, 4), keepdims=0),
+    }.items()
+}
+REDUCE_CASES["ReduceSum_input_opset13"] = _reduce("ReduceSum", _rand(3, 2, 4), axes_input=[1], opset=13)
+
+
+@pytest.mark.parametrize("name", REDUCE_CASES)
+def test_reduce(name):
+    _check(REDUCE_CASES[name])
+
+
+NORM_CASES = {
+    "batchnorm": Case("BatchNormalization", {"x": _rand(2, 3, 5, 4), "s": _rand(3), "b": _rand(3),
+                                             "m": _rand(3), "v": np.abs(_rand(3)) + 0.1},
+                      {"epsilon": 1e-3}, weights=("s", "b", "m", "v"), opset=15),
+    "batchnorm_opset7_1d": Case("BatchNormalization", {"x": _rand(2, 4, 7), "s": _rand(4), "b": _rand(4),
+                                                       "m": _rand(4), "v": np.abs(_rand(4)) + 0.1}, opset=7),
+    "batchnorm_2d_input": Case("BatchNormalization", {"x": _rand(3, 4), "s": _rand(4), "b": _rand(4),
+                                                      "m": _rand(4), "v": np.abs(_rand(4)) + 0.1}, opset=9),
+    "instancenorm": Case("InstanceNormalization", {"x": _rand(2, 3, 5, 7), "s": _rand(3), "b": _rand(3)},
+                         {"epsilon": 1e-2}, weights=("s", "b")),
+    "instancenorm_1d": Case("InstanceNormalization", {"x": _rand(2, 3, 11), "s": _rand(3), "b": _rand(3)}),
+    "lrn": Case("LRN", {"x": _rand(2, 7, 5, 3)}, {"size": 3, "alpha": 0.02, "beta": 0.5, "bias": 2.0}),
+    "lrn_defaults": Case("LRN", {"x": _rand(1, 6, 4, 4)}, {"size": 5}),
+}
+
+
+@pytest.mark.parametrize("name", NORM_CASES)
+def test_normalisation(name):
+    _check(NORM_CASES[name])
+
+
+SOFTMAX_CASES = {
+    f"{op}_{form}": Case(op, {"x": x}, attrs, opset=opset)
+    for op in ("Softmax", "LogSoftmax")
+    for form, (x, attrs, opset) in {
+        "default13": (_rand(2, 3, 5) * 5, {}, 13),
+        "axis1_13": (_rand(2, 3, 5, 2), {"axis": 1}, 13),
+        "axis0_13": (_rand(4, 3), {"axis": 0}, 13),
+        "default11_coerced": (_rand(2, 3, 5), {}, 11),
+        "axis0_11_coerced": (_rand(2, 3, 4), {"axis": 0}, 11),
+        "axis_last_11": (_rand(3, 5) * 10, {"axis": -1}, 11),
+        "trailing_ones_7": (_rand(2, 6, 1, 1), {}, 7),
+    }.items()
+}
+
+
+@pytest.mark.parametrize("name", SOFTMAX_CASES)
+def test_softmax(name):
+    _check(SOFTMAX_CASES[name])
