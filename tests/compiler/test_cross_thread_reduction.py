@@ -324,7 +324,6 @@ def test_thread_limit_applies_to_the_reduction():
 
 @pytest.mark.parametrize("schedule", [tutorial_rfactor, direct_bind], ids=["rfactor", "direct"])
 def test_cpu_build_rejected(schedule):
-    pytest.importorskip("llvmlite")
     A, B = row_reduce(16, 32)
     s = schedule(A, B)
     with pytest.raises(CompileError, match="is bound to 'blockIdx.x', which the CPU has no hardware for"):
@@ -332,7 +331,6 @@ def test_cpu_build_rejected(schedule):
 
 
 def test_cpu_build_rejected_threads_only():
-    pytest.importorskip("llvmlite")
     A, B = row_reduce(3, 32)
     s = te.create_schedule(B.op)
     s[B].bind(B.op.reduce_axis[0], te.thread_axis("threadIdx.x"))
