@@ -10,8 +10,8 @@ from vtakit.compiler.graph.build import extract_tasks, build
 from vtakit.compiler.graph.evaluate import evaluate
 from vtakit.compiler.graph.frontend import from_onnx
 from vtakit.compiler.graph.ir import Graph, Node, TensorType
-from vtakit.compiler.graph.module import InputInfo, NetModule, Profile
+from vtakit.compiler.graph.module import InputInfo, NetModule, Profile, load
 from vtakit.compiler.graph.op import Pattern, get_op, register_op, registered_ops
 
 __all__ = ["from_onnx", "Graph", "Node", "TensorType", "evaluate", "Pattern", "get_op", "register_op",
-           "registered_ops", "build", "extract_tasks", "NetModule", "Profile", "InputInfo"]
+           "registered_ops", "build", "extract_tasks", "NetModule", "Profile", "InputInfo", "load"]

@@ -8,13 +8,17 @@ user asks for (input names, shapes and dtypes; a profile table).
 from __future__ import annotations
 
 from dataclasses import dataclass
+import os
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from vtakit.compiler.backend.llvm_object import load_object
+from vtakit.compiler.graph.package import Package, read_package, write_package
+from vtakit.errors import ArgumentError, CompileError, GraphError
 from vtakit.runtime.graph_executor import GraphExecutor, LayerTiming, Plan
 
-__all__ = ["NetModule", "Profile", "InputInfo"]
+__all__ = ["NetModule", "Profile", "InputInfo", "load"]
 
 
 @dataclass(frozen=True)
@@ -98,6 +102,21 @@ class NetModule:
         outputs, rows = self._executor.profile(inputs)
         return Profile(outputs, rows)
 
+    def save(self, path: str | os.PathLike) -> None:
+        """Write the module to one file (see :mod:`.package`); :func:`load` reads it back."""
+        write_package(path, Package(self.target, self.plan, list(self.kernel_objects), self.constants))
+
     def __repr__(self) -> str:
         ins = ", ".join(f"{i.name}: {i.dtype}{list(i.shape)}" for i in self.input_info)
         return f"<NetModule ({ins}) -> {self.output_names} on {self.target}, {self.num_kernels} kernels>"
+
+
+def load(path: str | os.PathLike) -> NetModule:
+    """The module saved at ``path``, ready to run: its kernels are linked, nothing is compiled."""
+    package = read_package(path)
+    try:
+        functions = [load_object(k) for k in package.kernels]
+        return NetModule(package.plan, functions, package.constants, target=package.target,
+                         kernel_objects=package.kernels)
+    except (CompileError, ArgumentError) as exc:
+        raise GraphError(f"{os.fspath(path)!r} is damaged: {exc}") from None
