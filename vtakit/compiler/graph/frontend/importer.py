@@ -22,9 +22,9 @@ import onnx
 from onnx import external_data_helper, helper, numpy_helper
 
 from vtakit.compiler.graph.frontend import registry
-from vtakit.compiler.graph.frontend.registry import MAX_OPSET, MIN_OPSET, OnnxNode
+from vtakit.compiler.graph.frontend.registry import MAX_OPSET, MIN_OPSET, OnnxNode, onnx_dtype
 from vtakit.compiler.graph.ir import Graph, Node, TensorType
-from vtakit.compiler.graph.op import fold_node, infer_types, normalize_attrs
+from vtakit.compiler.graph.op import fold_node, get_op, infer_types, normalize_attrs
 from vtakit.errors import GraphError, UnsupportedOperatorError
 
 __all__ = ["from_onnx", "load_model", "model_opset"]
@@ -87,20 +87,27 @@ def _decode_attr(attr: onnx.AttributeProto) -> Any:
     return value
 
 
-def _np_dtype(elem_type: int, what: str) -> str:
-    try:
-        return np.dtype(helper.tensor_dtype_to_np_dtype(elem_type)).name
-    except (KeyError, TypeError, ValueError):
-        raise GraphError(f"{what} has ONNX element type {elem_type}, which vtakit does not support") from None
+class _NeedInputs(Exception):
+    """Raised while converting: these run-time inputs (all in ``input_values``) are needed at compile time."""
+
+    def __init__(self, inputs: frozenset[str]) -> None:
+        super().__init__(sorted(inputs))
+        self.inputs = inputs
 
 
 class _Builder:
-    """The :class:`registry.ConvertContext` the converters write into."""
+    """The :class:`registry.ConvertContext` the converters write into.
 
-    def __init__(self, opset: int, graph: Graph) -> None:
+    It records which run-time inputs each computed value depends on, so that when a value is needed at
+    compile time and its inputs are all in ``input_values``, :func:`from_onnx` can convert again with
+    those inputs made constants."""
+
+    def __init__(self, opset: int, graph: Graph, input_values: Mapping[str, np.ndarray] | None = None) -> None:
         self.opset = opset
         self.graph = graph
         self._names: set[str] = set(graph.inputs) | set(graph.constants)
+        self._input_values = dict(input_values or {})
+        self._deps: dict[str, frozenset[str]] = {name: frozenset([name]) for name in graph.inputs}
 
     def fresh(self, hint: str) -> str:
         base = re.sub(r"\s+", "_", hint) or "v"
@@ -124,6 +131,18 @@ class _Builder:
     def constant(self, name: str) -> np.ndarray | None:
         return self.graph.constants.get(name) if name else None
 
+    def require_constant(self, name: str, what: str) -> np.ndarray:
+        value = self.constant(name)
+        if value is None:
+            self._need(name)
+            raise GraphError(f"{what} ({name!r}) must be a constant known at compile time")
+        return value
+
+    def _need(self, name: str) -> None:
+        deps = self._deps.get(name, frozenset())
+        if deps and deps <= self._input_values.keys():
+            raise _NeedInputs(deps)
+
     def type_of(self, name: str) -> TensorType:
         return self.graph.type_of(name)
 
@@ -133,6 +152,9 @@ class _Builder:
         for i in node.inputs:
             if i and i not in self.graph.types:
                 raise GraphError(f"{op} node {name!r} reads {i!r}, which no earlier node produces")
+        for k in get_op(op).const_inputs:
+            if k < len(node.inputs) and node.inputs[k] and node.inputs[k] not in self.graph.constants:
+                self._need(node.inputs[k])
         types = [self.graph.types.get(i) if i else None for i in node.inputs]
         consts = [self.graph.constants.get(i) if i else None for i in node.inputs]
         self._names.update(node.outputs)
@@ -143,6 +165,8 @@ class _Builder:
             return
         for out, ty in zip(node.outputs, infer_types(node, types, consts)):
             self.graph.types[out] = ty
+        deps = frozenset().union(*(self._deps.get(i, frozenset()) for i in node.inputs if i))
+        self._deps.update((out, deps) for out in node.outputs)
         self.graph.nodes.append(node)
 
 
@@ -163,7 +187,7 @@ def _input_type(value: onnx.ValueInfoProto, input_shapes: Mapping[str, Sequence[
     tensor = value.type.tensor_type
     if not value.type.HasField("tensor_type"):
         raise GraphError(f"graph input {value.name!r} is not a tensor")
-    dtype = _np_dtype(tensor.elem_type, f"graph input {value.name!r}")
+    dtype = onnx_dtype(tensor.elem_type, f"graph input {value.name!r}")
     if value.name in input_shapes:
         shape = tuple(input_shapes[value.name])
         if tensor.HasField("shape"):
@@ -188,30 +212,60 @@ def _input_type(value: onnx.ValueInfoProto, input_shapes: Mapping[str, Sequence[
 
 
 def from_onnx(model: str | os.PathLike | onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]] | None = None,
-              base_dir: str | os.PathLike | None = None) -> Graph:
-    """Import an ONNX model as a typed :class:`Graph` with static shapes."""
+              base_dir: str | os.PathLike | None = None, *,
+              input_values: Mapping[str, np.ndarray] | None = None) -> Graph:
+    """Import an ONNX model as a typed :class:`Graph` with static shapes.
+
+    ``input_values`` specialises the graph: run-time inputs from which a value the compiler needs at
+    compile time is computed (a ``Reshape``'s shape, a ``Slice``'s starts, fed as graph inputs as onnx's
+    node tests do) take their value from there and become constants, leaving ``graph.inputs``. Other
+    inputs stay run-time inputs whatever ``input_values`` holds."""
     from vtakit.compiler.graph import frontend  # noqa: F401  (registers every converter)
 
     proto = load_model(model, base_dir)
     opset = model_opset(proto)
     _check_supported(proto, opset)
-    input_shapes = dict(input_shapes or {})
+    input_values = dict(input_values or {})
     g = proto.graph
     initializers = {t.name: t for t in g.initializer}
     runtime_inputs = [v for v in g.input if v.name not in initializers]
-    unknown = sorted(set(input_shapes) - {v.name for v in runtime_inputs})
-    if unknown:
-        raise GraphError(f"input_shapes names {unknown}, which are not run-time inputs of the model; its inputs are "
-                         f"{[v.name for v in runtime_inputs]}")
-    graph = Graph([], [v.name for v in runtime_inputs], [v.name for v in g.output], name=g.name or "main")
-    for v in runtime_inputs:
-        graph.types[v.name] = _input_type(v, input_shapes)
-    builder = _Builder(opset, graph)
-    for name, tensor in initializers.items():
+    for what, names in (("input_shapes", input_shapes or {}), ("input_values", input_values)):
+        unknown = sorted(set(names) - {v.name for v in runtime_inputs})
+        if unknown:
+            raise GraphError(f"{what} names {unknown}, which are not run-time inputs of the model; its inputs are "
+                             f"{[v.name for v in runtime_inputs]}")
+    types = {v.name: _input_type(v, dict(input_shapes or {})) for v in runtime_inputs}
+    for name, value in input_values.items():
+        value = np.asarray(value)
+        if tuple(value.shape) != types[name].shape or value.dtype.name != types[name].dtype:
+            raise GraphError(f"input_values[{name!r}] is {value.dtype.name}{list(value.shape)}, but the input is "
+                             f"{types[name]}")
+    frozen: set[str] = set()
+    while True:
         try:
-            builder._set_constant(name, numpy_helper.to_array(tensor))
+            return _convert(proto, opset, types, {n: np.asarray(input_values[n]) for n in frozen}, input_values)
+        except _NeedInputs as need:
+            if need.inputs <= frozen:
+                raise GraphError(f"inputs {sorted(need.inputs)} are needed at compile time") from None
+            frozen |= need.inputs
+
+
+def _convert(proto: onnx.ModelProto, opset: int, types: Mapping[str, TensorType], frozen: Mapping[str, np.ndarray],
+             input_values: Mapping[str, np.ndarray]) -> Graph:
+    """One conversion of ``proto``, with the inputs in ``frozen`` as constants."""
+    g = proto.graph
+    inputs = [name for name in types if name not in frozen]
+    graph = Graph([], inputs, [v.name for v in g.output], name=g.name or "main")
+    graph.types.update((name, types[name]) for name in inputs)
+    builder = _Builder(opset, graph, input_values)
+    for name, value in frozen.items():
+        builder._set_constant(name, value)
+    for tensor in g.initializer:
+        onnx_dtype(tensor.data_type, f"initializer {tensor.name!r}")
+        try:
+            builder._set_constant(tensor.name, numpy_helper.to_array(tensor))
         except Exception as exc:
-            raise GraphError(f"cannot read initializer {name!r}: {exc}") from exc
+            raise GraphError(f"cannot read initializer {tensor.name!r}: {exc}") from exc
     for proto_node in g.node:
         node = OnnxNode(proto_node.op_type, list(proto_node.input), list(proto_node.output),
                         {a.name: _decode_attr(a) for a in proto_node.attribute}, proto_node.name, proto_node.domain)

@@ -18,15 +18,36 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
 import numpy as np
+import onnx
 
 from vtakit.compiler.graph.ir import TensorType
-from vtakit.errors import GraphError
+from vtakit.errors import GraphError, UnsupportedOperatorError
 
 __all__ = ["OnnxNode", "ConvertContext", "Converter", "converter", "register_passthrough", "find_converter",
-           "supported_onnx_ops", "MIN_OPSET", "MAX_OPSET"]
+           "supported_onnx_ops", "onnx_dtype", "MIN_OPSET", "MAX_OPSET", "SUPPORTED_DTYPES"]
 
 MIN_OPSET = 7
 MAX_OPSET = 27
+
+# the tensor element types vtakit compiles (ONNX's bfloat16, float8, 4- and 2-bit and string types are not)
+SUPPORTED_DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16",
+                    "float32", "float64")
+
+
+def onnx_dtype(elem_type: int, what: str) -> str:
+    """The numpy dtype name of the ONNX element type ``elem_type``; an :class:`UnsupportedOperatorError`
+    naming ``what`` and the type when vtakit does not compile it."""
+    name = onnx.TensorProto.DataType.Name(elem_type) if elem_type in onnx.TensorProto.DataType.values() else \
+        str(elem_type)
+    try:
+        dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type)).name
+    except (KeyError, TypeError, ValueError):
+        dtype = ""
+    if dtype not in SUPPORTED_DTYPES:
+        supported = ", ".join(SUPPORTED_DTYPES)
+        raise UnsupportedOperatorError(f"{what} has ONNX element type {name}, which vtakit does not support; "
+                                       f"supported: {supported}")
+    return dtype
 
 
 @dataclass
@@ -66,6 +87,10 @@ class ConvertContext(Protocol):
 
     def constant(self, name: str) -> np.ndarray | None:
         """The value of ``name`` if it is a constant (initializer, Constant node or folded), else None."""
+
+    def require_constant(self, name: str, what: str) -> np.ndarray:
+        """The value of ``name``, which the converter needs at compile time (a :class:`GraphError` naming
+        ``what`` when it is not a constant)."""
 
     def type_of(self, name: str) -> TensorType:
         """The type of an existing value."""
