@@ -430,28 +430,35 @@ def environment(ort: Any) -> dict[str, Any]:
     return env
 
 
-def fork_join_us(repeat: int) -> dict[str, float]:
-    """The thread pool's cost per parallel launch: a tiny kernel with a parallel loop against the
-    same kernel with a serial loop (the call overhead is the same in both), median microseconds."""
-    x = te.placeholder((2, 16), name="x")
-    y = te.compute((2, 16), lambda i, j: x[i, j] + 1.0, name="y")
-    mods = {}
-    for kind in ("serial", "parallel"):
-        s = te.create_schedule(y.op)
-        if kind == "parallel":
-            s[y].parallel(s[y].op.axis[0])
-        mods[kind] = vtakit.build(s, [x, y], target="llvm")
-    xa, ya = np.zeros((2, 16), "float32"), np.zeros((2, 16), "float32")
-    calls = 2000
-    samples: dict[str, list[float]] = {"serial": [], "parallel": []}
-    for _ in range(max(repeat, 5)):
-        for kind, mod in mods.items():
-            start = time.perf_counter()
-            for _ in range(calls):
-                mod(xa, ya)
-            samples[kind].append((time.perf_counter() - start) / calls * 1e6)
-    serial, parallel = (statistics.median(samples[k]) for k in ("serial", "parallel"))
-    return {"call_us": serial, "parallel_call_us": parallel, "fork_join_us": parallel - serial}
+def fork_join_us(repeat: int, launches: int = 200, width: int = 8192) -> dict[str, float]:
+    """The thread pool's cost per parallel launch, measured inside compiled code: a kernel runs
+    ``launches`` parallel loops one after another, each of 2 iterations of ``width`` element-wise
+    operations (about a microsecond each), against the same kernel with serial loops. With 2 or
+    more threads, a perfect launch would take half the serial time; the excess is the fork/join
+    cost (median microseconds per launch). Also the time a parallel loop adds to a module call
+    from Python, calls a few microseconds apart (as a graph executor makes them)."""
+    mods = {kind: _launch_module(launches, width, kind == "parallel") for kind in ("serial", "parallel")}
+    xa, ya = np.ones((launches, 2, width), "float32"), np.zeros((launches, 2, width), "float32")
+    contenders = {kind: Contender(lambda mod=mod: mod(xa, ya), min_seconds=0.02) for kind, mod in mods.items()}
+    times = interleaved(contenders, max(repeat, 5))
+    ideal = times["serial"] / min(2, num_threads())
+    one = {kind: _launch_module(1, 16, kind == "parallel") for kind in ("serial", "parallel")}
+    xb, yb = np.ones((1, 2, 16), "float32"), np.zeros((1, 2, 16), "float32")
+    per_call = interleaved({kind: Contender(lambda mod=mod: mod(xb, yb), min_seconds=0.02)
+                            for kind, mod in one.items()}, max(repeat, 5))
+    return {"fork_join_us": (times["parallel"] - ideal) / launches * 1e6,
+            "launch_body_us": times["serial"] / launches / 2 * 1e6, "call_us": per_call["serial"] * 1e6,
+            "parallel_call_extra_us": (per_call["parallel"] - per_call["serial"]) * 1e6}
+
+
+def _launch_module(launches: int, width: int, parallel: bool) -> Any:
+    x = te.placeholder((launches, 2, width), name="x")
+    y = te.compute((launches, 2, width), lambda r, i, j: x[r, i, j] * 0.5 + 1.0, name="y")
+    s = te.create_schedule(y.op)
+    if parallel:
+        s[y].parallel(s[y].op.axis[1])
+    s[y].vectorize(s[y].split(s[y].op.axis[2], 16)[1])
+    return vtakit.build(s, [x, y], target="llvm")
 
 
 _PEAK_IR = """

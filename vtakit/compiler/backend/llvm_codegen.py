@@ -976,7 +976,12 @@ class _CodeGen:
         slot = self._alloca(closure_ty, f"{name}_closure")
         for k, v in enumerate(values):
             self.b.store(v, self.b.gep(slot, [_const(_I32, 0), _const(_I32, k)], source_etype=closure_ty))
-        self.b.call(self._declare(PARALLEL_LAUNCH, _I32, [_PTR, _PTR]), [trampoline, slot])
+        extent = self.expr(s.extent)  # at most one chunk per iteration: a short loop launches few tasks
+        wide = self.b.sext(extent, _I64) if extent.type.width < 64 else extent
+        wide = self.b.select(self.b.icmp_signed("<", wide, _const(_I64, 1)), _const(_I64, 1), wide)
+        wide = self.b.select(self.b.icmp_signed(">", wide, _const(_I64, 65535)), _const(_I64, 65535), wide)
+        self.b.call(self._declare(PARALLEL_LAUNCH, _I32, [_PTR, _PTR, _I32]),
+                    [trampoline, slot, self.b.trunc(wide, _I32)])
         if self.checked:
             self._return_if_failed()
 

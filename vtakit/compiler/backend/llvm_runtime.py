@@ -8,10 +8,12 @@ other and with other Python threads.
 Contract of the parallel launch (mirrors TVM's ``TVMBackendParallelLaunch``)::
 
     int32 vtakit_parallel_launch(int32 (*task)(int32 task_id, int32 num_tasks, void *closure),
-                                 void *closure)
+                                 void *closure, int32 max_chunks)
 
-runs ``task(k, n, closure)`` for every ``k < n`` (``n`` = a few chunks per pool thread) and
-returns when all have finished; the caller's thread takes chunks too. Chunk ``k`` is a fixed
+runs ``task(k, n, closure)`` for every ``k < n`` (``n`` = a few chunks per pool thread, at most
+``max_chunks``: the loop's extent, so a short loop does not pay for claiming empty chunks; one
+chunk runs on the caller's thread without the pool) and returns when all have finished; the
+caller's thread takes chunks too. Chunk ``k`` is a fixed
 contiguous range of the loop and iterations are independent, so results never depend on which
 thread ran what; threads claim chunks dynamically, so one descheduled thread (on a shared
 machine) does not hold up the loop. A launch made while the pool runs another (from another
@@ -365,10 +367,12 @@ done:
   ret void
 }
 
-define i32 @vtakit_parallel_launch(ptr %fn, ptr %closure) {
+define i32 @vtakit_parallel_launch(ptr %fn, ptr %closure, i32 %max_chunks) {
 entry:
   %size = load i32, ptr @pool_size
-  %serial = icmp sle i32 %size, 1
+  %one_thread = icmp sle i32 %size, 1
+  %one_chunk = icmp sle i32 %max_chunks, 1
+  %serial = or i1 %one_thread, %one_chunk
   br i1 %serial, label %inline, label %pool
 inline:
   call i32 %fn(i32 0, i32 1, ptr %closure)
@@ -388,7 +392,9 @@ start:
   call void @start_workers(i32 %size)
   br label %post
 post:
-  %chunks32 = mul i32 %size, CHUNKS_PER_THREAD
+  %per_threads = mul i32 %size, CHUNKS_PER_THREAD
+  %few = icmp ult i32 %max_chunks, %per_threads
+  %chunks32 = select i1 %few, i32 %max_chunks, i32 %per_threads
   %chunks = zext i32 %chunks32 to i64
   store ptr %fn, ptr @job_fn
   store ptr %closure, ptr @job_closure
