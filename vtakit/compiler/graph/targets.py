@@ -63,7 +63,8 @@ def graph_targets() -> list[str]:
     return sorted(_TARGETS)
 
 
-LLVM_PASSES = ("InferType", "FoldConstant", "FoldBatchNorm", "DeadCodeElimination", "InferType", "FuseOps")
+LLVM_PASSES = ("InferType", "FoldConstant", "FoldBatchNorm", "DeadCodeElimination", "AlterOpLayout", "InferType",
+               "FuseOps")
 
 
 def _llvm_workload(graph: Graph, node: Node, external: set[str]) -> tuple[Workload, tuple[str, ...], tuple[str, ...]]:
