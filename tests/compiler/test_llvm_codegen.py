@@ -211,7 +211,7 @@ def test_if_then_else_let_attr_and_lazy_if_then_else():
     np.testing.assert_array_equal(b, np.where(a % 3 == 0, a * 2 + 1, -1))
 
 
-@pytest.mark.parametrize("extent", [1, 3, 64, 1001])
+@pytest.mark.parametrize("extent", [1, 2, 3, 15, 16, 17, 64, 1001, 70000])  # around the chunk counts and 2**16
 def test_parallel_loop_covers_every_iteration_once(extent):
     A, B = ir.Buffer("A", (extent,), "int64"), ir.Buffer("B", (extent,), "int64")
     i = ir.Var("i", "int64")
