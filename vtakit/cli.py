@@ -16,9 +16,14 @@ import dataclasses
 import hashlib
 import json
 import os
+import statistics
 import sys
+import tempfile
+import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
+
+import numpy as np
 
 from vtakit import __version__, progress
 from vtakit.errors import VtakitError
@@ -235,6 +240,9 @@ def _macs(result: Any) -> str:
 def _report_op(result: Any, args: argparse.Namespace) -> int:
     """Report a compiled-op benchmark (vtakit.compiler.topi_vta.bench.BenchResult)."""
     return _report(result, args, [("instructions", result.instructions), ("knobs", result.knobs),
+                                  ("requant shift", result.shift),
+                                  ("unsaturated", f"{result.unsaturated:.1%} of the outputs (strictly inside "
+                                                  "-128..127: they check the accumulator)"),
                                   ("compile seconds", f"{result.compile_seconds:.3f}")])
 
 
@@ -244,9 +252,10 @@ _OP_VTHREADS_HELP = ("virtual threads (cthread) at most; fewer when the output d
 
 def _add_bench_conv2d(workloads: argparse._SubParsersAction) -> None:
     p = workloads.add_parser("conv2d", help="compiled packed conv2d + requantisation (TE -> VTA program)",
-                             description="out = clip((conv2d(x, w) >> 8) + bias, 0, 127) as int8, compiled from "
-                                         "tensor expressions with the default schedule, run on a backend and "
-                                         "checked against numpy. Give --layer or an explicit shape.")
+                             description="out = clip((conv2d(x, w) >> shift) + bias, -128, 127) as int8, compiled "
+                                         "from tensor expressions with the default schedule, run on a backend and "
+                                         "checked against numpy; the shift is the smallest that saturates no output "
+                                         "of this workload's random data. Give --layer or an explicit shape.")
     p.add_argument("--layer", metavar="NAME", help="a named workload: resnet18.C2 ... resnet18.C11")
     for name, default, what in (("h", 14, "input height"), ("w", 14, "input width"), ("ci", 64, "input channels"),
                                 ("co", 64, "output channels"), ("kernel", 3, "kernel size"), ("pad", 1, "padding"),
@@ -280,9 +289,10 @@ def _threads(result: Any, args: argparse.Namespace) -> str:
 
 def _add_bench_dense(workloads: argparse._SubParsersAction) -> None:
     p = workloads.add_parser("dense", help="compiled packed dense + requantisation (TE -> VTA program)",
-                             description="out = clip(((A . W^T) >> 8) + bias, 0, 127) as int8 for A (M x K) and "
-                                         "W (N x K), compiled from tensor expressions, run on a backend and checked "
-                                         "against numpy.")
+                             description="out = clip(((A . W^T) >> shift) + bias, -128, 127) as int8 for A (M x K) "
+                                         "and W (N x K), compiled from tensor expressions, run on a backend and "
+                                         "checked against numpy; the shift is the smallest that saturates no output "
+                                         "of this workload's random data.")
     p.add_argument("--m", type=int, default=256, help="rows of A (default 256)")
     p.add_argument("--n", type=int, default=256, help="output columns (default 256)")
     p.add_argument("--k", type=int, default=256, help="reduction size (default 256)")
@@ -318,9 +328,167 @@ def cmd_verilog(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---------------------------------------------------------------------------- networks: compile, run
+def _input_shape(text: str) -> tuple[str, tuple[int, ...]]:
+    """argparse type of ``--input-shape NAME:1x3x224x224``: split at the last ':' (names may hold ':')."""
+    name, colon, dims = text.rpartition(":")
+    try:
+        shape = tuple(int(d) for d in dims.replace(",", "x").split("x")) if dims else ()
+    except ValueError:
+        shape = (-1,)
+    if not colon or not name or not shape or any(d < 0 for d in shape):
+        raise argparse.ArgumentTypeError(f"invalid input shape {text!r}: expected NAME:DIMS such as data:1x3x224x224")
+    return name, shape
+
+
+def _network_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--target", default="llvm", help="what to compile for (default llvm: this CPU)")
+    parser.add_argument("--input-shape", dest="input_shapes", type=_input_shape, action="append", default=[],
+                        metavar="NAME:DIMS", help="fix an input's shape, e.g. data:1x3x224x224 (repeatable)")
+    parser.add_argument("--opt-level", type=int, default=3, help="graph optimisation level 0-3 (default 3)")
+    parser.add_argument("--disable-pass", dest="disabled_passes", action="append", default=[], metavar="PASS",
+                        help="skip a graph pass by name, e.g. FuseOps (repeatable)")
+
+
+def _compile_model(args: argparse.Namespace) -> Any:
+    from vtakit import graph  # noqa: PLC0415 (the graph compiler loads onnx: only network verbs need it)
+
+    shapes = dict(args.input_shapes)
+    if len(shapes) != len(args.input_shapes):
+        raise VtakitError(f"--input-shape names an input twice: {[n for n, _ in args.input_shapes]}")
+    g = graph.from_onnx(args.model, input_shapes=shapes)
+    return graph.build(g, args.target, opt_level=args.opt_level, disabled_passes=args.disabled_passes)
+
+
+def _add_compile(verbs: argparse._SubParsersAction) -> None:
+    p = verbs.add_parser("compile", help="compile an ONNX model into a network module (.vtapkg)",
+                         description="Import an ONNX model, run the graph passes, compile its kernels and save "
+                                     "the module (plan, constants and object code) to one file that `vtakit run` "
+                                     "and vtakit.graph.load read without compiling.")
+    p.add_argument("model", type=Path, metavar="MODEL.onnx")
+    _network_options(p)
+    p.add_argument("-o", "--output", type=Path, metavar="FILE", help="module file (default: MODEL.vtapkg)")
+    _json_option(p)
+    p.set_defaults(func=cmd_compile)
+
+
+def cmd_compile(args: argparse.Namespace) -> int:
+    module = _compile_model(args)
+    output = args.output or args.model.with_suffix(".vtapkg")
+    module.save(output)
+    stats = module.stats
+    summary = {"output": str(output), "target": module.target, "kernels": module.num_kernels,
+               "unique_kernels": stats.unique_kernels, "compiled": stats.compiled,
+               "compile_seconds": round(stats.seconds, 3), "arena_bytes": stats.arena_bytes,
+               "inputs": [{"name": i.name, "shape": list(i.shape), "dtype": i.dtype} for i in module.input_info],
+               "outputs": module.output_names}
+    if args.json:
+        print(json.dumps(summary))
+    else:
+        _print_table([(k.replace("_", " "), v) for k, v in summary.items()])
+    return 0
+
+
+def _add_run(verbs: argparse._SubParsersAction) -> None:
+    p = verbs.add_parser("run", help="run a network module (.vtapkg) or an ONNX model",
+                         description="Run a compiled module (or compile an ONNX model first) on inputs from a "
+                                     "file or filled in; print each output's shape, the top-N classes of a 2-D "
+                                     "output, the median latency (--repeat) and the per-kernel profile (--profile).")
+    p.add_argument("model", type=Path, metavar="MODEL.vtapkg|MODEL.onnx")
+    source = p.add_mutually_exclusive_group()
+    source.add_argument("--input", type=Path, metavar="X.npz|X.npy",
+                        help="inputs: an .npz keyed by input name, or one .npy array for a one-input model")
+    source.add_argument("--fill-mode", choices=("zeros", "ones", "random"), default="random",
+                        help="fill the inputs instead (default random, seeded by --seed)")
+    _seed_option(p, "the random inputs")
+    p.add_argument("-o", "--output", type=Path, metavar="OUT.npz", help="save the outputs, keyed by output name")
+    p.add_argument("--print-top", type=int, default=0, metavar="N", help="print the N largest entries of each row "
+                   "of a 2-D output (class scores)")
+    p.add_argument("--profile", action="store_true", help="time each kernel and print the per-layer table")
+    p.add_argument("--repeat", type=int, default=0, metavar="N", help="run N more times and report the median "
+                   "latency")
+    _network_options(p)
+    _json_option(p)
+    p.set_defaults(func=cmd_run)
+
+
+def _run_inputs(module: Any, args: argparse.Namespace) -> dict[str, Any]:
+    info = module.input_info
+    if args.input is None:
+        rng = np.random.default_rng(args.seed)
+        fill = {"zeros": np.zeros, "ones": np.ones,
+                "random": lambda shape, dtype: rng.standard_normal(shape).astype(dtype)}[args.fill_mode]
+        return {i.name: fill(i.shape, i.dtype) for i in info}
+    if args.input.suffix == ".npy":
+        if len(info) != 1:
+            raise VtakitError(f"{str(args.input)!r} holds one array, but the model takes {len(info)} inputs "
+                              f"{[i.name for i in info]}: give an .npz keyed by input name")
+        return {info[0].name: np.load(args.input, allow_pickle=False)}
+    try:
+        with np.load(args.input, allow_pickle=False) as npz:
+            return {k: npz[k] for k in npz.files}
+    except (ValueError, OSError) as exc:
+        raise VtakitError(f"{str(args.input)!r} is not an .npz or .npy file of arrays: {exc}") from None
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from vtakit import graph  # noqa: PLC0415
+
+    if args.repeat < 0 or args.print_top < 0:
+        raise VtakitError(f"--repeat and --print-top must be >= 0, got {args.repeat} and {args.print_top}")
+    module = _compile_model(args) if args.model.suffix == ".onnx" else graph.load(args.model)
+    inputs = _run_inputs(module, args)
+    profile = module.profile(inputs) if args.profile else None
+    outputs = profile.outputs if profile else module.run(inputs)
+    times = []
+    for _ in range(args.repeat):
+        start = time.perf_counter()
+        module.run(inputs)
+        times.append(time.perf_counter() - start)
+    if args.output is not None:
+        _save_npz(args.output, dict(zip(module.output_names, outputs)))
+    report: dict[str, Any] = {"outputs": []}
+    for name, value in zip(module.output_names, outputs):
+        entry: dict[str, Any] = {"name": name, "shape": list(value.shape), "dtype": value.dtype.name}
+        if args.print_top and value.ndim == 2:
+            top = np.argsort(-value, axis=1, kind="stable")[:, :args.print_top]
+            entry["top"] = [[[int(k), float(row[k])] for k in idx] for row, idx in zip(value, top)]
+        report["outputs"].append(entry)
+    if times:
+        report["median_ms"] = statistics.median(times) * 1e3
+        report["repeat"] = len(times)
+    if profile is not None:
+        report["profile"] = profile.to_json()
+    if args.json:
+        print(json.dumps(report))
+        return 0
+    for entry in report["outputs"]:
+        print(f"{entry['name']}: {entry['dtype']}[{'x'.join(map(str, entry['shape']))}]")
+        for r, row in enumerate(entry.get("top", [])):
+            print(f"  row {r} top {len(row)}: " + ", ".join(f"{k} ({v:.4g})" for k, v in row))
+    if times:
+        print(f"median latency: {report['median_ms']:.3f} ms over {len(times)} runs")
+    if profile is not None:
+        print(profile)
+    return 0
+
+
+def _save_npz(path: Path, arrays: dict[str, Any]) -> None:
+    """Write ``arrays`` to ``path`` through a temporary file, so an error leaves no partial file."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent if str(path.parent) else ".", prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            np.savez(f, **arrays)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
 # ---------------------------------------------------------------------------- entry point
 _VERBS: list[Callable[[argparse._SubParsersAction], None]] = [
     _add_info, _add_disasm, _add_run_program, _add_random_program, _add_bench, _add_verilog,
+    _add_compile, _add_run,
 ]
 
 

@@ -86,3 +86,19 @@ def test_requantize_shifts_adds_bias_and_clips():
     got = requantize(acc, 2, np.array([0, 10, -100], np.int32), (0, 127))
     assert got.dtype == np.int8 and got.ravel().tolist() == [0, 127, 0]
     assert requantize(acc, 3, None, (-128, 127)).ravel().tolist() == [-125, 125, 37]
+
+
+@pytest.mark.parametrize("fill", [None, -128, 127])
+def test_dense_reference_is_exact_and_wraps_as_the_accumulator(fill):
+    """The float64 (BLAS) path equals integer arithmetic, including sums that wrap past int32."""
+    k = 1 << 17                                      # 2**17 products of 2**14: 2**31 wraps
+    if fill is None:
+        a, w = RNG.integers(-128, 128, (3, k), dtype=np.int8), RNG.integers(-128, 128, (2, k), dtype=np.int8)
+    else:
+        a, w = np.full((3, k), fill, np.int8), np.full((2, k), -128, np.int8)
+    want = (a.astype(np.int64) @ w.astype(np.int64).T).astype(np.int32)
+    got = dense_reference(a, w)
+    assert got.dtype == np.int32
+    np.testing.assert_array_equal(got, want)
+    if fill == -128:
+        assert got[0, 0] == -(1 << 31)

@@ -115,5 +115,12 @@ def conv2d_reference(x: np.ndarray, w: np.ndarray, stride: int, pad: int) -> np.
 
 
 def dense_reference(a: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """``(M, K) x (N, K)^T`` int8 -> int32 (wrapping, as the accelerator's accumulator)."""
+    """``(M, K) x (N, K)^T`` int8 -> int32 (wrapping, as the accelerator's accumulator).
+
+    int8 products summed over fewer than 2**39 terms stay below 2**53, so float64 (BLAS) computes
+    them exactly, and ~20x faster than numpy's integer matmul (a 4096^3 reference: 3 s, not 60 s).
+    """
+    if a.dtype == np.int8 and w.dtype == np.int8 and a.shape[-1] < 1 << 39:
+        exact = a.astype(np.float64) @ w.astype(np.float64).T
+        return exact.astype(np.int64).astype(np.int32)
     return (a.astype(np.int64) @ w.astype(np.int64).T).astype(np.int32)

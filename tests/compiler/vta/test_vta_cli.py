@@ -5,7 +5,8 @@ import json
 from vtakit.cli import main
 from vtakit.hw.config import VTAConfig
 
-KEYS = {"correct", "cycles", "ideal_cycles", "utilization", "sim_seconds", "useful_macs", "ideal_macs"}
+KEYS = {"correct", "cycles", "ideal_cycles", "utilization", "sim_seconds", "useful_macs", "ideal_macs", "shift",
+        "unsaturated", "compile_seconds"}
 
 
 def test_bench_conv2d_explicit_shape_json(capsys):
@@ -20,12 +21,14 @@ def test_bench_conv2d_layer_table(capsys):
     assert main(["bench", "conv2d", "--layer", "resnet18.C10", "--vthreads", "1"]) == 0
     text = capsys.readouterr().out
     assert "correct" in text and "yes" in text and "resnet18.C10" in text
+    assert "requant shift" in text and "unsaturated      100.0% of the outputs" in text
 
 
 def test_bench_dense_json(capsys):
     assert main(["bench", "dense", "--m", "32", "--n", "64", "--k", "48", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert KEYS <= set(out) and out["correct"] is True and out["ideal_cycles"] == 32 * (64 // 16) * (48 // 16)
+    assert out["unsaturated"] > 0.95 and 1 <= out["shift"] <= 31
 
 
 def test_bench_errors(capsys):
