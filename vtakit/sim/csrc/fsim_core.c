@@ -24,7 +24,9 @@
  *   data effects    Machine.load/store/gemm/alu, with its range and written-mask checks; a GEMM
  *                   micro-op's dot products use SSE2's pmaddwd where the block allows (else plain C)
  *
- * Plain CPython C API and the buffer protocol; the GIL is released while a program runs.
+ * Plain CPython C API and the buffer protocol. The GIL is released while a program runs and taken
+ * back between slices of about SLICE_NS to run Python's signal handlers (poll_signals), so Ctrl-C
+ * interrupts a long run: a KeyboardInterrupt ends it like a decline (DRAM restored) and propagates.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -34,6 +36,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "vta_insn.h"
 
@@ -148,6 +151,11 @@ typedef struct {
     int64_t undo_bytes_len, undo_bytes_cap;
 
     char reason[256];
+
+    /* interruption (poll_signals) */
+    PyThreadState *tstate;          /* saved while the GIL is released */
+    int64_t work, polled_ns;        /* work since the clock was last read; when signals were last checked */
+    int interrupted;                /* a signal handler raised: its exception is set */
 } fs_run;
 
 /* Record why the run declines; returns -1 for `return decline(...)`. */
@@ -163,6 +171,40 @@ static int decline(fs_run *r, int64_t index, const char *fmt, ...)
     else
         snprintf(r->reason, sizeof r->reason, "%s", text);
     return -1;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Interruption: the run is cut into slices of SLICE_NS; between two, Python's signal handlers run */
+
+#define SLICE_NS 50000000LL                 /* 50 ms: Ctrl-C answers within about that */
+#define SLICE_WORK ((int64_t)1 << 16)       /* work units (about a byte or a MAC each) between clock reads */
+
+static int64_t now_ns(void)
+{
+    struct timespec t;
+    timespec_get(&t, TIME_UTC);   /* C11; a clock that jumps back only delays the next check */
+    return (int64_t)t.tv_sec * 1000000000LL + t.tv_nsec;
+}
+
+/* Account `work` units; at the end of a slice take the GIL back, let Python run its signal
+ * handlers, release it again. -1 (a decline with `interrupted` set) when a handler raised. */
+static int poll_signals(fs_run *r, int64_t work)
+{
+    r->work += work;
+    if (r->work < SLICE_WORK)
+        return 0;
+    r->work = 0;
+    const int64_t now = now_ns();
+    if (now - r->polled_ns < SLICE_NS && now >= r->polled_ns)
+        return 0;
+    r->polled_ns = now;
+    PyEval_RestoreThread(r->tstate);
+    const int raised = PyErr_CheckSignals() < 0;
+    r->tstate = PyEval_SaveThread();
+    if (!raised)
+        return 0;
+    r->interrupted = 1;
+    return decline(r, -1, "interrupted");
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -578,7 +620,7 @@ static int do_load(fs_run *r, int64_t index, const int64_t *v, int me)
     }
     memset(r->written[sram] + base, 1, (size_t)entries);
     r->counters[counter] += y_size * x_size * counted;
-    return 0;
+    return poll_signals(r, entries * elem);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -610,7 +652,7 @@ static int do_store(fs_run *r, int64_t index, const int64_t *v, int me)
         memcpy(r->dram + start + y * stride, source + y * row_bytes, (size_t)row_bytes);
     }
     r->counters[C_OUT] += entries * elem;
-    return 0;
+    return poll_signals(r, entries * elem);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -783,6 +825,8 @@ static int do_gemm(fs_run *r, int64_t index, const int64_t *v, int me)
                 gemm_entry(a, r->out + d * acc_lanes, r->inp + s * inp_lanes, r->wgt + w * wgt_lanes, batch, bi, bo);
                 out_written[d] = 1;
             }
+            if (poll_signals(r, (end - bgn) * (reset ? acc_lanes : acc_lanes * bi)) < 0)
+                return -1;
         }
     }
     if (!reset)
@@ -848,6 +892,8 @@ static int do_alu(fs_run *r, int64_t index, const int64_t *v, int me)
                 }
                 out_written[d] = 1;
             }
+            if (poll_signals(r, (end - bgn) * lanes) < 0)
+                return -1;
         }
     }
     r->counters[C_ALU] += iter_out * iter_in * (end - bgn);
@@ -860,6 +906,8 @@ static int do_alu(fs_run *r, int64_t index, const int64_t *v, int me)
 /* The data effect of instruction `index` (machine.Machine.apply), by module `me`. */
 static int apply(fs_run *r, int64_t index, int me)
 {
+    if (poll_signals(r, 16) < 0)   /* (token-only instructions are work too) */
+        return -1;
     vta_insn insn;
     const int opcode = vta_decode(r->stream + index * VTA_INSN_BYTES, r->layout, &insn);
     const int64_t *v = insn.v;
@@ -1155,13 +1203,15 @@ static PyObject *fsim_run(PyObject *self, PyObject *args)
     for (int s = 0; s < NSRAMS; s++)
         r->written[s] = (uint8_t *)views[B_WRITTEN].buf + cfg.written_at[s];
     r->check_races = check_races;
-    int status;
-    Py_BEGIN_ALLOW_THREADS
-    status = run_alloc(r) < 0 ? decline(r, -1, "out of memory") : run_program(r);
+    r->tstate = PyEval_SaveThread();
+    r->polled_ns = now_ns();
+    const int status = run_alloc(r) < 0 ? decline(r, -1, "out of memory") : run_program(r);
     if (status < 0)
         undo_replay(r);
-    Py_END_ALLOW_THREADS
-    if (status < 0) {
+    PyEval_RestoreThread(r->tstate);
+    if (r->interrupted) {
+        result = NULL;   /* the signal handler's exception (KeyboardInterrupt) propagates */
+    } else if (status < 0) {
         result = PyUnicode_FromString(r->reason);
     } else {
         int64_t fetch_stalls[NMODULES] = {0}, push_stalls[NQUEUES] = {0};

@@ -52,6 +52,7 @@ enum { K_MICRO, K_FINISH, K_STORE, K_LOAD };           /* what an instruction's 
 enum { ON_NOTHING = -1, ON_ROOM = 4, ON_DISPATCH = 8 };
 #define WAKE_DISPATCH 8         /* wake bits: 1 << module, and dispatch */
 #define WAKE_ALL 15
+#define POLL_STEPS 4096u        /* solver steps between checks for signals (a check is an atomic load) */
 
 static const int PRODUCER[NQUEUES] = {LOAD, COMPUTE, COMPUTE, STORE};
 static const int CONSUMER[NQUEUES] = {COMPUTE, LOAD, STORE, COMPUTE};
@@ -123,6 +124,7 @@ typedef struct {
     int64_t lasts_head;         /* index of the O-th latest, lasts[-O] in cycle.py */
     vec_t reads;                /* (instruction or -1 for fetch, first beat, last beat) per burst, accepted order */
     int64_t done_cycle, events;
+    unsigned steps;             /* solver steps and accepted bursts, for interrupted() */
     int64_t load_beats;         /* data beats of every LOAD, saturating at NEVER: bounds the bursts */
     const char *why;            /* set when a run must be declined midway (CYCLE_CAP) */
 } solver_t;
@@ -525,10 +527,17 @@ static void lasts_append(solver_t *s, int64_t last)
         s->lasts_head = 0;
 }
 
+/* Whether a signal handler raised (its exception is then set): the solver holds the GIL, so every
+ * POLL_STEPS steps or accepted bursts it lets Python run its handlers; Ctrl-C stops a long run. */
+static int interrupted(solver_t *s)
+{
+    return ++s->steps % POLL_STEPS == 0 && PyErr_CheckSignals() < 0;
+}
+
 /* Accept bursts, each in the earliest cycle in which a requester presents and the window is open,
  * to the highest-priority one (fetch > compute > load), until an acceptance may unblock someone:
  * returns whom (-1: nobody presents, ever: a deadlock; -2: a burst it cannot cut; -3: out of
- * memory; -4: a beat beyond CYCLE_CAP). Fewer than O bursts are in flight in cycle c iff the O-th
+ * memory; -4: a beat beyond CYCLE_CAP; -5: interrupted). Fewer than O bursts are in flight in cycle c iff the O-th
  * latest accepted one has its last beat before c (the DRAM serves bursts in order, so last beats
  * grow with acceptance). */
 static int arbitrate(solver_t *s)
@@ -602,6 +611,8 @@ static int arbitrate(solver_t *s)
             return -3;
         if (bursts_done(b))
             break;
+        if (interrupted(s))
+            return -5;
         const int64_t oldest = s->lasts[s->lasts_head];
         const int64_t nc = oldest <= c ? c + 1 : oldest + 1;
         if (nc >= rival)
@@ -625,7 +636,7 @@ static int arbitrate(solver_t *s)
 
 /* ------------------------------------------------------------------ the loop */
 
-/* Run to FINISH; NULL, or why the core declines. */
+/* Run to FINISH; NULL, or why the core declines ("interrupted": see interrupted()). */
 static const char *run(solver_t *s)
 {
     int wake = WAKE_ALL;
@@ -633,6 +644,8 @@ static const char *run(solver_t *s)
         /* Resolve every cycle that known cycles determine: `wake` holds the components whose inputs
          * changed; each reports whom it unblocks. */
         while (wake && !s->why) {
+            if (interrupted(s))
+                return "interrupted";
             if (wake & WAKE_DISPATCH) {
                 wake ^= WAKE_DISPATCH;
                 wake |= dispatch(s);
@@ -654,6 +667,8 @@ static const char *run(solver_t *s)
             return "burst layout";
         if (wake == -3)
             return "out of memory";
+        if (wake == -5)
+            return "interrupted";
         if (wake < 0)
             return "cycles beyond 2^60";
     }
