@@ -42,3 +42,12 @@ def test_example_runs_as_it_is(script, tmp_path):
         assert re.search(pattern, done.stdout), (pattern, done.stdout[-3000:])
     for name in OUTPUTS.get(script, []):
         assert (tmp_path / name).stat().st_size > 0, name
+
+
+def test_the_round_trip_in_docs_vta_compiler_runs():
+    doc = (ROOT / "docs" / "vta_compiler.md").read_text()
+    code = doc.split("```python\n", 1)[1].split("```", 1)[0]
+    scope: dict = {}
+    exec(compile(code, "docs/vta_compiler.md", "exec"), scope)   # the snippet asserts its result itself
+    assert scope["stats"].cycles > scope["stats"].ideal_cycles == 256
+    assert scope["c"].shape == (1, 256)
