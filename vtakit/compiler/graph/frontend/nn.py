@@ -1,10 +1,12 @@
-"""ONNX converters for neural-network operators (Conv, Gemm, pooling, normalisation, softmax, reductions).
+"""ONNX converters for neural-network operators (Conv, Gemm, pooling, normalisation, softmax, reductions,
+Resize and Upsample).
 
 Most map one to one onto the graph operator of the same name. The converters here do the rest:
 1-D convolutions and pools become 2-D ones between two Reshapes (an H of 1), 3-D ones and the forms
 vtakit does not compute (MaxPool's Indices output, training-mode BatchNormalization) are rejected
 with the attribute or output named, and pre-13 Softmax/LogSoftmax, which normalise the input
-flattened to 2-D at ``axis``, become the opset-13 operator between Reshapes when the two differ.
+flattened to 2-D at ``axis``, become the opset-13 operator between Reshapes when the two differ;
+Resize-10 and Upsample become Resize with their fixed coordinate rule.
 """
 
 from __future__ import annotations
@@ -122,3 +124,34 @@ def _coerced_softmax(graph_op: str) -> Any:
 
 converter("Softmax", since=1)(_coerced_softmax("Softmax"))
 converter("LogSoftmax", since=1)(_coerced_softmax("LogSoftmax"))
+
+register_passthrough("Resize", since=11)
+
+
+@converter("Resize", since=10)
+def _resize_10(ctx: ConvertContext, node: OnnxNode) -> None:
+    """Resize-10: scales only, asymmetric coordinates, onnxruntime's nearest rule of that opset."""
+    ctx.emit("Resize", [node.inputs[0], "", node.input(1), ""], node.outputs,
+             {"mode": node.attrs.get("mode", "nearest"), "coordinate_transformation_mode": "asymmetric",
+              "nearest_mode": "simple"}, node.name)
+
+
+def _upsample(ctx: ConvertContext, node: OnnxNode, scales: str) -> None:
+    mode = node.attrs.get("mode", "nearest")
+    ctx.emit("Resize", [node.inputs[0], "", scales, ""], node.outputs,
+             {"mode": "linear" if mode == "bilinear" else mode, "coordinate_transformation_mode": "asymmetric",
+              "nearest_mode": "simple"}, node.name)
+
+
+@converter("Upsample", since=7)
+def _upsample_7(ctx: ConvertContext, node: OnnxNode) -> None:
+    """Upsample-7: scales as an attribute."""
+    if "scales" not in node.attrs:
+        raise GraphError(f"{node.label}: missing required attribute 'scales'")
+    _upsample(ctx, node, ctx.add_constant(np.array(node.attrs["scales"], np.float32), f"{node.outputs[0]}_scales"))
+
+
+@converter("Upsample", since=9)
+def _upsample_9(ctx: ConvertContext, node: OnnxNode) -> None:
+    """Upsample-9: scales as an input."""
+    _upsample(ctx, node, node.inputs[1])
