@@ -1,13 +1,17 @@
 """Benchmark the accelerator backend: ResNet-18 C2-C11 (and optionally a dense GEMM) with 1 and
 2 virtual threads on a device backend (default: the cycle simulator).
 
-Every run is checked bit for bit against numpy. Prints a table and, with --json, a JSON object:
-per layer and thread count ``correct, cycles, ideal_cycles, utilization, sim_seconds,
-compile_seconds, instructions, knobs``, plus the totals (sum of ideal cycles / sum of cycles)
-per thread count.
+Every run is checked bit for bit against numpy, with a requantisation shift chosen from the
+accumulator's range so that the outputs are not clipped (``unsaturated`` is their share). Prints a
+table and, with --json, a JSON object: per layer and thread count ``correct, cycles, ideal_cycles,
+utilization, sim_seconds, compile_seconds, instructions, knobs, shift, unsaturated``, plus the
+totals (sum of ideal cycles / sum of cycles) per thread count, and ``compile``: the seconds that
+scheduling and building take (no run) for every layer and for the dense GEMMs of --compile-dense
+(default 1024^3 and 4096^3), with their instruction counts.
 
     python scripts/bench_vta.py                     # C2-C11, 1 and 2 threads, cycle backend
     python scripts/bench_vta.py --backend fsim --layers C2 C5 --json
+    python scripts/bench_vta.py --layers --compile-dense 4096 --json   # compile times only
 """
 
 from __future__ import annotations
@@ -16,9 +20,27 @@ import argparse
 import json
 import sys
 
-from vtakit.compiler.topi_vta.bench import run_conv2d, run_dense
+from vtakit.compiler.topi_vta.bench import compile_conv2d, compile_dense, run_conv2d, run_dense
 from vtakit.compiler.topi_vta.workloads import RESNET18
 from vtakit.hw.config import VTAConfig
+
+
+def _compile_times(config: VTAConfig, layers: list[str], dense_sizes: list[int], vthreads: list[int],
+                   quiet: bool) -> dict:
+    """Seconds to schedule and build each layer and dense size per thread count, and instructions."""
+    jobs = [(name, lambda vt, name=name: compile_conv2d(RESNET18[name], config, vt)) for name in layers]
+    jobs += [(f"dense{n}", lambda vt, n=n: compile_dense(n, n, n, config, vt)) for n in dense_sizes]
+    times: dict = {}
+    for name, compile_op in jobs:
+        times[name] = {}
+        for vt in vthreads:
+            c = compile_op(vt)
+            times[name][vt] = {"compile_seconds": c.seconds, "instructions": len(c.module.template.insns),
+                               "vthreads": c.threads}
+            if not quiet:
+                print(f"compile {name:9s} vthreads={vt}  {c.seconds:7.3f} s  "
+                      f"{len(c.module.template.insns)} instructions", flush=True)
+    return times
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,11 +49,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--layers", nargs="*", default=list(RESNET18), help="ResNet-18 layer names (C2 .. C11)")
     ap.add_argument("--vthreads", nargs="*", type=int, default=[1, 2])
     ap.add_argument("--dense", type=int, default=0, metavar="N", help="also run an N x N x N dense GEMM")
+    ap.add_argument("--compile-dense", nargs="*", type=int, default=[1024, 4096], metavar="N",
+                    help="time the compilation (no run) of N x N x N dense GEMMs (default 1024 4096)")
     ap.add_argument("--config", help="VTA config JSON (default: VTAConfig())")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     config = VTAConfig.from_json(args.config) if args.config else VTAConfig()
-    results: dict = {"backend": args.backend, "config": config.model, "layers": {}, "total": {}}
+    results: dict = {"backend": args.backend, "config": config.model, "layers": {}, "total": {},
+                     "compile": _compile_times(config, args.layers, args.compile_dense, args.vthreads, args.json)}
     for name in args.layers:
         results["layers"][name] = {}
         for vt in args.vthreads:
