@@ -197,7 +197,7 @@ def bench_conv(name: str, repeat: int, plain: bool, ort: Any, tvm_ok: bool) -> R
     x = rng.uniform(-1, 1, (1, ci, h, w)).astype("float32")
     wt = rng.uniform(-1, 1, (co, ci, k, k)).astype("float32")
     data = te.placeholder((1, ci, h, w), name="data")
-    block = cpu.conv2d_channel_block(co, "float32", TARGET)
+    block = cpu.conv2d_channel_block(co, "float32", TARGET, LAYERS[name].ow)
     packed = te.placeholder((co // block, ci, k, k, block), name="kernel")
     out = ops.conv2d_nchw_packed(data, packed, stride, pad)
     mod, compile_s = cold_build(cpu.schedule_conv2d_nchw_packed(out, target=TARGET), [data, packed, out])

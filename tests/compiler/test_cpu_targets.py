@@ -95,6 +95,9 @@ def test_register_tiles_follow_the_register_file():
     assert cpu.dense_pack_block("float32", "llvm -mcpu=skylake-avx512 -vector-width=256") == 16
     assert cpu.conv2d_channel_block(48, "float32", "llvm -mcpu=skylake-avx512") == 24
     assert cpu.conv2d_channel_block(64, "float32", "llvm -mcpu=haswell") == 16
+    # a 7-wide output: 7 pixels x 1 ymm beat 1 pixel x 2 ymm on AVX2; AVX-512 keeps 7 x 2 zmm
+    assert cpu.conv2d_channel_block(512, "float32", "llvm -mcpu=haswell", out_width=7) == 8
+    assert cpu.conv2d_channel_block(512, "float32", "llvm -mcpu=skylake-avx512", out_width=7) == 32
     assert cpu.vector_lanes("float32", "llvm -mcpu=haswell") == 8
     assert cpu.vector_lanes("int8", "llvm -mcpu=skylake-avx512") == 64
 
@@ -173,7 +176,8 @@ def test_conv2d_packed_odd_shapes(target, h, w, ci, co, kernel, pad, stride):
     rng = np.random.default_rng(h * w + co)
     x = rng.uniform(-1, 1, (1, ci, h, w)).astype("float32")
     wt = rng.uniform(-1, 1, (co, ci, kernel, kernel)).astype("float32")
-    block = cpu.conv2d_channel_block(co, "float32", target)
+    ow = (w + 2 * pad - kernel) // stride + 1
+    block = cpu.conv2d_channel_block(co, "float32", target, out_width=ow)
     data = te.placeholder(x.shape, name="data")
     packed = te.placeholder((co // block, ci, kernel, kernel, block), name="kernel")
     out = ops.conv2d_nchw_packed(data, packed, stride, pad)

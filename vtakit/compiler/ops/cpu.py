@@ -74,10 +74,22 @@ def dense_pack_block(dtype: str = "float32", target: str | CPUTarget | None = No
     return gemm_tile(dtype, target).cols
 
 
-def conv2d_channel_block(out_channels: int, dtype: str = "float32", target: str | CPUTarget | None = None) -> int:
+def conv2d_channel_block(out_channels: int, dtype: str = "float32", target: str | CPUTarget | None = None,
+                         out_width: int | None = None) -> int:
     """Output channels per block for :func:`~vtakit.compiler.ops.nn.conv2d_nchw_packed` on ``target``:
-    the register tile's width if it divides ``out_channels``, else the largest divisor below it."""
-    return _divisor(out_channels, gemm_tile(dtype, target).cols)
+    the register tile's width (two vectors) or one vector, whichever fills more accumulators with
+    whole pixel rows of ``out_width`` (a 7-wide output on AVX2 takes 7 pixels x 1 vector rather
+    than 1 pixel x 2); the largest divisor of ``out_channels`` below that if it does not divide."""
+    t = _target(target)
+    lanes = vector_lanes(dtype, t)
+    best, best_acc = 0, -1
+    for vectors in (2, 1):
+        block = _divisor(out_channels, vectors * lanes)
+        pixels = _tile_rows(block, dtype, t) if out_width is None else _divisor(out_width, _tile_rows(block, dtype, t))
+        acc = pixels * -(-block // lanes)
+        if acc > best_acc:
+            best, best_acc = block, acc
+    return best
 
 
 def _tile_rows(block: int, dtype: str, target: CPUTarget) -> int:
