@@ -299,6 +299,8 @@ RESIZE_CASES = {
                                           extrapolation_value=-2.0, opset=13),
     "nearest_tf_crop_axes": _resize(_rand(1, 1, 6, 7), sizes=[4, 5], roi=[0.1, 0.2, 0.9, 1.1], axes=[2, 3],
                                     coordinate_transformation_mode="tf_crop_and_resize"),
+    # one output row: the coordinate folds to a float constant at compile time
+    "nearest_down_to_one_row": _resize(_rand(1, 1, 2, 4), scales=[1, 1, 0.6, 0.6]),
     "axes_scales_negative": _resize(_rand(2, 3, 4, 5), scales=[1.5, 2.0], axes=[-1, 2], mode="linear"),
     "keep_aspect_not_larger": _resize(_rand(1, 2, 5, 8), sizes=[6, 6], axes=[2, 3], keep_aspect_ratio_policy="not_larger"),
     "keep_aspect_not_smaller": _resize(_rand(1, 2, 5, 8), sizes=[6, 6], axes=[2, 3], mode="linear",

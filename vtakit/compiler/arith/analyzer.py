@@ -513,7 +513,8 @@ class Analyzer:
     def _s_Div(self, e: ir.Div) -> ir.PrimExpr:
         a, b = self._simplify(e.a), self._simplify(e.b)
         if not _is_int_scalar(e):
-            return _fold_float(ir.Div, a, b) or ir.Div(a, b, e.dtype)
+            folded = _fold_float(ir.Div, a, b)  # a FloatImm: never test it for truth
+            return folded if folded is not None else ir.Div(a, b, e.dtype)
         c = _const_int(b)
         if c is not None and c > 0 and self.const_int_bound(a)[0] >= 0:
             return self._floordiv(a, b, e.dtype)
