@@ -34,11 +34,7 @@ def load_model(model: str | os.PathLike | onnx.ModelProto, base_dir: str | os.Pa
     """The ``ModelProto`` of ``model`` (a path or a proto) with its external data loaded."""
     if isinstance(model, onnx.ModelProto):
         if base_dir is not None or _has_external_data(model):
-            try:
-                external_data_helper.load_external_data_for_model(model, os.fspath(base_dir or "."))
-            except (OSError, ValueError) as exc:
-                raise GraphError(f"cannot load the model's external data from {os.fspath(base_dir or '.')!r}: "
-                                 f"{exc}") from exc
+            _load_external_data(model, os.fspath(base_dir or "."), "the model")
         return model
     if not isinstance(model, (str, os.PathLike)):
         raise GraphError(f"from_onnx expects a path or an onnx.ModelProto, got {type(model).__name__}")
@@ -53,11 +49,15 @@ def load_model(model: str | os.PathLike | onnx.ModelProto, base_dir: str | os.Pa
     if not proto.graph.node and not proto.graph.output:
         raise GraphError(f"{os.fspath(path)!r} is not an ONNX model: it has no graph")
     if _has_external_data(proto):
-        try:
-            external_data_helper.load_external_data_for_model(proto, os.fspath(base_dir or path.parent))
-        except (OSError, ValueError) as exc:
-            raise GraphError(f"cannot load the external data of {os.fspath(path)!r}: {exc}") from exc
+        _load_external_data(proto, os.fspath(base_dir or path.parent), repr(os.fspath(path)))
     return proto
+
+
+def _load_external_data(model: onnx.ModelProto, base_dir: str, what: str) -> None:
+    try:
+        external_data_helper.load_external_data_for_model(model, base_dir)
+    except (OSError, ValueError, onnx.checker.ValidationError) as exc:
+        raise GraphError(f"cannot load the external data of {what} from {base_dir!r}: {exc}") from exc
 
 
 def _has_external_data(model: onnx.ModelProto) -> bool:
