@@ -485,10 +485,142 @@ def _save_npz(path: Path, arrays: dict[str, Any]) -> None:
         raise
 
 
+# ---------------------------------------------------------------------------- tune, tune-report
+_TUNERS = ("xgb", "ga", "random", "grid")
+
+
+def _positive(text: str) -> int:
+    """argparse type of counts (``--trials``, ``--parallel``): an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"invalid count {text!r}: expected an integer >= 1")
+    return value
+
+
+def _add_tune(verbs: argparse._SubParsersAction) -> None:
+    p = verbs.add_parser("tune", help="tune an operator's schedule (AutoTVM-style), appending every trial to a log",
+                         description="Search a template's config space, measuring each trial (cycles on the cycle "
+                                     "model for vta, wall time for llvm) and checking it against numpy. A log that "
+                                     "already holds trials of the task resumes the run: they count towards --trials "
+                                     "and are not measured again.")
+    p.add_argument("--workload", required=True, metavar="W",
+                   help="resnet18.C2..C11, conv2d:H,W,CI,CO,K,PAD,STRIDE or dense:M,N,K")
+    p.add_argument("--target", choices=("vta", "llvm"), default="vta", help="what to tune for (default vta)")
+    _config_option(p)
+    p.add_argument("--trials", type=_positive, required=True, metavar="N", help="trials in total, resumed ones included")
+    p.add_argument("--tuner", choices=_TUNERS, default="xgb", help="search strategy (default xgb)")
+    p.add_argument("--log", type=Path, required=True, metavar="FILE", help="JSON-lines log, appended per trial")
+    p.add_argument("--parallel", type=_positive, metavar="N", help="trials in flight at once (default: CPUs, or the "
+                                                                   "dask workers)")
+    p.add_argument("--dask", metavar="ADDRESS", help="measure on a dask.distributed scheduler at ADDRESS, or on a "
+                                                     "local cluster of N worker processes with local:N")
+    p.add_argument("--timeout", type=float, default=10.0, metavar="S", help="seconds each of build and run may take "
+                                                                             "before the trial is killed (default 10)")
+    p.add_argument("--early-stopping", type=_positive, metavar="N", help="stop after N trials without a better one")
+    _seed_option(p, "the tuner")
+    _json_option(p)
+    p.set_defaults(func=cmd_tune)
+
+
+def _make_tuner(name: str, task: Any, seed: int) -> Any:
+    from vtakit import autotune  # noqa: PLC0415 -- the tuner (xgboost, ...) loads only when used
+
+    classes = {"xgb": autotune.XGBTuner, "ga": autotune.GATuner, "random": autotune.RandomTuner,
+               "grid": autotune.GridSearchTuner}
+    return classes[name](task, seed=seed)
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    import warnings  # noqa: PLC0415
+
+    from vtakit import autotune  # noqa: PLC0415
+    from vtakit.compiler.autotune.report import COST_UNITS  # noqa: PLC0415
+    from vtakit.compiler.autotune.tuner.callback import progress_callback  # noqa: PLC0415
+
+    kind, workload = autotune.parse_workload(args.workload)
+    if args.target != "vta" and args.config is not None:
+        raise VtakitError(f"--config applies to --target vta only, not {args.target!r}")
+    task = autotune.create_task(f"{args.target}.{kind}", workload, target=args.target, config=_load_config(args))
+    tuner = _make_tuner(args.tuner, task, args.seed)
+    executor, client = autotune.dask_executor(args.dask) if args.dask else (None, None)
+    try:
+        parallel = args.parallel or (sum(w.get("nthreads", 1) for w in client.scheduler_info()["workers"].values())
+                                     if client is not None else None)
+        option = autotune.measure_option(autotune.LocalBuilder(timeout=args.timeout, n_parallel=parallel),
+                                         autotune.LocalRunner(timeout=args.timeout), executor)
+        unit = COST_UNITS[task.target]
+        with warnings.catch_warnings(record=True) as caught, \
+                progress.progress(f"tune {task}", total=args.trials, unit="trial", delay=0) as bar:
+            warnings.simplefilter("always")
+            summary = tuner.tune(args.trials, option, early_stopping=args.early_stopping,
+                                 callbacks=[progress_callback(bar, unit)], log_file=args.log)
+        for w in caught:
+            print(f"vtakit: note: {w.message}", file=sys.stderr)
+    finally:
+        if client is not None:
+            client.close()
+    best = summary.best_config
+    result = {"task": str(task), "template": task.name, "workload": list(task.args), "target": task.target,
+              "space": len(task.config_space), "tuner": args.tuner, "trials": summary.trials,
+              "measured": summary.measured, "resumed": summary.resumed, "errors": summary.errors,
+              "best_cost": None if best is None else summary.best_cost, "unit": unit,
+              "best_config": None if best is None else best.knob_values(), "log": str(args.log)}
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return 0
+    _print_table([("task", result["task"]), ("config space", f"{result['space']} configs"),
+                  ("trials", f"{summary.trials} ({summary.measured} measured now, {summary.resumed} from the log, "
+                             f"{summary.errors} errors now)"),
+                  ("best", "none valid" if best is None else f"{summary.best_cost:.6g} {unit}"),
+                  ("best config", result["best_config"]), ("log", args.log)])
+    return 0
+
+
+def _add_tune_report(verbs: argparse._SubParsersAction) -> None:
+    p = verbs.add_parser("tune-report", help="summarise a tuning log: the best result per task, best-so-far curves",
+                         description="A table of the best result per task of a tuning log; --plot draws best-so-far "
+                                     "against trials per tuner (needs matplotlib).")
+    p.add_argument("log", type=Path, metavar="FILE", help="tuning log (JSON lines)")
+    p.add_argument("--plot", type=Path, metavar="PNG", help="write best-so-far curves to this image")
+    _json_option(p)
+    p.set_defaults(func=cmd_tune_report)
+
+
+def cmd_tune_report(args: argparse.Namespace) -> int:
+    import warnings  # noqa: PLC0415
+
+    from vtakit.compiler.autotune.record import load_records  # noqa: PLC0415
+    from vtakit.compiler.autotune.report import COST_UNITS, best_so_far, plot_curves, summarize  # noqa: PLC0415
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        records = load_records(args.log)
+    for w in caught:
+        print(f"vtakit: note: {w.message}", file=sys.stderr)
+    summaries = summarize(records)
+    if args.plot is not None:
+        plot_curves(best_so_far(records), args.plot, {s.task: COST_UNITS.get(s.target, "") for s in summaries})
+    if args.json:
+        print(json.dumps({"tasks": [s.to_dict() for s in summaries]}, indent=2))
+        return 0
+    if not summaries:
+        print(f"{args.log}: no records")
+        return 0
+    width = max(len(s.task) for s in summaries)
+    print(f"{'task':<{width}}  {'trials':>6}  {'errors':>6}  {'best':>12}  tuners  best config")
+    for s in summaries:
+        best = "-" if s.best_cost is None else f"{s.best_cost:.6g} {COST_UNITS.get(s.target, '')}"
+        print(f"{s.task:<{width}}  {s.trials:>6}  {s.errors:>6}  {best:>12}  {','.join(s.tuners)}  {s.best_config}")
+    return 0
+
+
 # ---------------------------------------------------------------------------- entry point
 _VERBS: list[Callable[[argparse._SubParsersAction], None]] = [
     _add_info, _add_disasm, _add_run_program, _add_random_program, _add_bench, _add_verilog,
-    _add_compile, _add_run,
+    _add_compile, _add_run, _add_tune, _add_tune_report,
 ]
 
 

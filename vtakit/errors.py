@@ -21,6 +21,7 @@ __all__ = [
     "ArgumentError",
     "GraphError",
     "UnsupportedOperatorError",
+    "TuningError",
 ]
 
 
@@ -78,3 +79,7 @@ class GraphError(VtakitError):
 
 class UnsupportedOperatorError(GraphError):
     """A model uses operators vtakit does not support; the message lists every one of them at once."""
+
+
+class TuningError(VtakitError):
+    """A tuning task, config space, log or measurement farm cannot be used as asked."""

@@ -1,0 +1,24 @@
+"""``vtakit.autotune``: AutoTVM-style tuning of schedule templates (DESIGN §4.6).
+
+Templates (:mod:`.task`) declare a config space (:mod:`.space`); tuners (:mod:`.tuner`) pick
+configs to measure, guided by an XGBoost cost model or not; measurement (:mod:`.measure`) runs
+each trial in a killable child process on any ``concurrent.futures.Executor`` (local processes,
+or a dask.distributed cluster) and checks every result against numpy; records (:mod:`.record`)
+are JSON lines appended per trial, from which a run resumes and :func:`apply_history_best`
+(:mod:`.dispatch`) serves the best config per workload to the compiler.
+"""
+
+from vtakit.compiler.autotune import templates  # noqa: F401 -- registers the built-in templates
+from vtakit.compiler.autotune.dispatch import ApplyHistoryBest, apply_history_best, lookup
+from vtakit.compiler.autotune.measure import (LocalBuilder, LocalRunner, MeasureErrorNo, MeasureInput, MeasureOption,
+                                              MeasureResult, dask_executor, measure_option)
+from vtakit.compiler.autotune.record import TuningRecord, load_records, pick_best
+from vtakit.compiler.autotune.space import ConfigEntity, ConfigSpace
+from vtakit.compiler.autotune.task import Task, create_task, get_template, parse_workload, registered_templates, template
+from vtakit.compiler.autotune.tuner import GATuner, GridSearchTuner, RandomTuner, Tuner, XGBTuner
+
+__all__ = ["ApplyHistoryBest", "apply_history_best", "lookup", "LocalBuilder", "LocalRunner", "MeasureErrorNo",
+           "MeasureInput", "MeasureOption", "MeasureResult", "dask_executor", "measure_option", "TuningRecord",
+           "load_records", "pick_best", "ConfigEntity", "ConfigSpace", "Task", "create_task", "get_template",
+           "parse_workload", "registered_templates", "template", "GATuner", "GridSearchTuner", "RandomTuner", "Tuner",
+           "XGBTuner"]

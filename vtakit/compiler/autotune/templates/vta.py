@@ -1,0 +1,110 @@
+"""Accelerator templates ``vta.conv2d`` and ``vta.dense``: the knobs of :mod:`vtakit.compiler.topi_vta`
+(output tile, input-channel chunk, virtual threads) as config spaces, with the default tiler
+(``choose_*_tiles``) as the fallback config. Measured in cycles on the cycle model.
+
+Tiles are splits whose inner factor is the tile (``factors`` policy: tiles divide the axis, so no
+tail tiles); thread counts are knobs of 1, 2 or 4 per axis, kept to the token queues' depth. A
+config whose tiles overflow an SRAM fails to build and is recorded as an error, as AutoTVM
+records invalid kernels.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from vtakit.compiler.autotune.space import ConfigSpace
+from vtakit.compiler.autotune.task import template
+from vtakit.compiler.te import Schedule, Tensor
+from vtakit.compiler.topi_vta.bench import SHIFT, conv2d_operands, dense_operands
+from vtakit.compiler.topi_vta.conv2d import conv2d
+from vtakit.compiler.topi_vta.dense import dense
+from vtakit.compiler.topi_vta.knobs import Conv2dKnobs, DenseKnobs, conv2d_blocks, dense_blocks
+from vtakit.compiler.topi_vta.tiling import choose_conv2d_tiles, choose_dense_tiles
+from vtakit.compiler.topi_vta.workloads import Conv2dWorkload
+from vtakit.compiler.vta.env import VTAEnv, get_env
+from vtakit.errors import CompileError
+from vtakit.hw.config import VTAConfig
+
+__all__ = ["conv2d_knobs", "dense_knobs", "THREAD_CHOICES"]
+
+#: Virtual threads per split axis the spaces offer (capped by TOKEN_QUEUE_DEPTH).
+THREAD_CHOICES = (1, 2, 4)
+
+
+def _threads(env: VTAEnv) -> list[int]:
+    return [t for t in THREAD_CHOICES if t <= env.config.token_queue_depth]
+
+
+def _inner(cfg: Any, name: str) -> int:
+    return cfg[name].size[-1]
+
+
+def conv2d_knobs(cfg: Any) -> Conv2dKnobs:
+    """The :class:`Conv2dKnobs` a ``vta.conv2d`` config names."""
+    return Conv2dKnobs(_inner(cfg, "tile_h"), _inner(cfg, "tile_w"), _inner(cfg, "tile_co"), _inner(cfg, "tile_ci"),
+                       cfg["oc_nthread"].val, cfg["h_nthread"].val)
+
+
+def dense_knobs(cfg: Any) -> DenseKnobs:
+    """The :class:`DenseKnobs` a ``vta.dense`` config names."""
+    return DenseKnobs(_inner(cfg, "tile_b"), _inner(cfg, "tile_co"), _inner(cfg, "tile_ci"), cfg["oc_nthread"].val)
+
+
+def _conv2d_reference(h: int, w: int, ci: int, co: int, k: int, pad: int, stride: int, config: VTAConfig | None = None,
+                      seed: int = 0) -> tuple[list[np.ndarray], np.ndarray]:
+    return conv2d_operands(get_env(config or VTAConfig()), Conv2dWorkload(h, w, ci, co, k, pad, stride), seed)
+
+
+@template("vta.conv2d", reference=_conv2d_reference)
+def _conv2d_template(cfg: Any, h: int, w: int, ci: int, co: int, k: int, pad: int, stride: int,
+                     config: VTAConfig | None = None) -> tuple[Schedule, list[Tensor]]:
+    env = get_env(config or VTAConfig())
+    wl = Conv2dWorkload(h, w, ci, co, k, pad, stride)
+    _, ci_blocks, co_blocks = conv2d_blocks(env, wl)
+    cfg.define_split("tile_h", wl.oh)
+    cfg.define_split("tile_w", wl.ow)
+    cfg.define_split("tile_co", co_blocks)
+    cfg.define_split("tile_ci", ci_blocks)
+    cfg.define_knob("oc_nthread", _threads(env))
+    cfg.define_knob("h_nthread", _threads(env))
+    cfg.add_flop(2 * wl.macs)
+    if isinstance(cfg, ConfigSpace):
+        try:
+            best = choose_conv2d_tiles(env, wl)
+        except CompileError:
+            best = None
+        if best is not None:
+            cfg.set_fallback(tile_h=[-1, best.tile_h], tile_w=[-1, best.tile_w], tile_co=[-1, best.tile_co],
+                             tile_ci=[-1, best.tile_ci], oc_nthread=best.oc_nthread, h_nthread=best.h_nthread)
+    knobs = conv2d_knobs(cfg)
+    if knobs.oc_nthread * knobs.h_nthread > env.config.token_queue_depth:
+        raise CompileError(f"{knobs.oc_nthread} x {knobs.h_nthread} virtual threads exceed TOKEN_QUEUE_DEPTH="
+                           f"{env.config.token_queue_depth}")
+    return conv2d(env, wl, knobs, shift=SHIFT)
+
+
+def _dense_reference(m: int, n: int, k: int, config: VTAConfig | None = None,
+                     seed: int = 0) -> tuple[list[np.ndarray], np.ndarray]:
+    return dense_operands(get_env(config or VTAConfig()), m, n, k, seed)
+
+
+@template("vta.dense", reference=_dense_reference)
+def _dense_template(cfg: Any, m: int, n: int, k: int, config: VTAConfig | None = None) -> tuple[Schedule, list[Tensor]]:
+    env = get_env(config or VTAConfig())
+    mb, nb, kb = dense_blocks(env, m, n, k)
+    cfg.define_split("tile_b", mb)
+    cfg.define_split("tile_co", nb)
+    cfg.define_split("tile_ci", kb)
+    cfg.define_knob("oc_nthread", _threads(env))
+    cfg.add_flop(2 * m * n * k)
+    if isinstance(cfg, ConfigSpace):
+        try:
+            best = choose_dense_tiles(env, m, n, k)
+        except CompileError:
+            best = None
+        if best is not None:
+            cfg.set_fallback(tile_b=[-1, best.tile_b], tile_co=[-1, best.tile_co], tile_ci=[-1, best.tile_ci],
+                             oc_nthread=best.oc_nthread)
+    return dense(env, m, n, k, dense_knobs(cfg), shift=SHIFT)

@@ -1,0 +1,125 @@
+"""The model-based tuner (AutoTVM's ``XGBTuner`` / ``ModelBasedTuner``).
+
+It measures ``plan_size`` configs at a time: at first random ones (or, after
+:meth:`XGBTuner.load_history`, the base model's favourites); each time another ``plan_size``
+results arrive it refits the cost model and lets simulated annealing pick the next plan, the
+``plan_size`` unvisited configs the model rates best. The last 5% of each plan are random
+(epsilon-greedy), so the model keeps seeing configs it would not choose.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Sequence
+
+import numpy as np
+
+from vtakit.compiler.autotune.measure import MeasureInput, MeasureResult
+from vtakit.compiler.autotune.record import TuningRecord
+from vtakit.compiler.autotune.space import ConfigEntity
+from vtakit.compiler.autotune.task import Task, create_task
+from vtakit.compiler.autotune.tuner.base import Tuner
+from vtakit.compiler.autotune.tuner.cost_model import XGBoostCostModel
+from vtakit.compiler.autotune.tuner.features import FEATURE_TYPES, config_features
+from vtakit.compiler.autotune.tuner.sa import SimulatedAnnealingOptimizer
+from vtakit.errors import TuningError, VtakitError
+from vtakit.hw.config import VTAConfig
+
+__all__ = ["XGBTuner"]
+
+_EPS_GREEDY = 0.05
+
+
+class XGBTuner(Tuner):
+    name = "xgb"
+
+    def __init__(self, task: Task, plan_size: int = 64, feature_type: str = "itervar", loss_type: str = "rank",
+                 num_threads: int | None = None, seed: int | None = None, sa_iters: int = 500,
+                 sa_parallel: int = 128, max_new_features: int | None = None) -> None:
+        super().__init__(task, seed)
+        if feature_type not in FEATURE_TYPES:
+            raise TuningError(f"unknown feature_type {feature_type!r}; expected one of {FEATURE_TYPES}")
+        self.plan_size = plan_size
+        self.feature_type = feature_type
+        self.model = XGBoostCostModel(task, feature_type, loss_type, num_threads, seed)
+        if max_new_features is None and feature_type != "knob":
+            max_new_features = 8 * plan_size   # loop-IR features cost milliseconds each
+        self.optimizer = SimulatedAnnealingOptimizer(self.space, n_iter=sa_iters, parallel_size=sa_parallel,
+                                                     rng=self.rng, max_new_features=max_new_features)
+        self.xs: list[int] = []
+        self.ys: list[float] = []
+        self.plan: list[int] = []
+        self._pos = 0
+        self._fits = 0
+
+    def next_batch(self, n: int) -> list[ConfigEntity]:
+        out: list[ConfigEntity] = []
+        while len(out) < n and self.has_next():
+            while self._pos < len(self.plan) and self.plan[self._pos] in self.visited:
+                self._pos += 1
+            greedy = self._pos < len(self.plan) - int(_EPS_GREEDY * self.plan_size)
+            if greedy:
+                index = self.plan[self._pos]
+                self._pos += 1
+            else:
+                index = self._random_unvisited()
+            self.visited.add(index)
+            out.append(self.space.get(index))
+        return out
+
+    def _random_unvisited(self) -> int:
+        n = len(self.space)
+        for _ in range(64):
+            index = int(self.rng.integers(n))
+            if index not in self.visited:
+                return index
+        return next(i for i in (int(j) for j in self.rng.permutation(n)) if i not in self.visited)
+
+    def update(self, inputs: Sequence[MeasureInput], results: Sequence[MeasureResult]) -> None:
+        super().update(inputs, results)
+        flop = max(self.task.flop, 1)
+        for inp, res in zip(inputs, results):
+            self.xs.append(inp.config.index)
+            self.ys.append(flop / res.cost if res.ok and res.cost > 0 else 0.0)
+        if len(self.xs) >= self.plan_size * (self._fits + 1) and max(self.ys) > 0:
+            self.model.fit(self.xs, self.ys)
+            self._fits += 1
+            self._replan()
+
+    def _replan(self) -> None:
+        self.plan = self.optimizer.find_maximums(self.model, self.plan_size, self.visited)
+        self._pos = 0
+
+    def load_history(self, records: Sequence[TuningRecord], min_seed_records: int = 16) -> None:
+        """Warm-start the model from records of other tasks (same kind of template, any workload):
+        a base model trained on them rates configs until this task's own records take over."""
+        by_task: dict[str, list[TuningRecord]] = defaultdict(list)
+        for r in records:
+            if r.task_key != self.task.key() and r.task_name == self.task.name:
+                by_task[r.task_key].append(r)
+        groups = []
+        for recs in by_task.values():
+            first = recs[0]
+            try:
+                task = create_task(first.task_name, first.args, target=first.target,
+                                   config=VTAConfig.from_dict(first.vta_config) if first.vta_config else None)
+            except VtakitError:
+                continue
+            x, y = [], []
+            for r in recs:
+                try:
+                    cfg = task.config_space.entity_from_json(r.entity)
+                except VtakitError:
+                    continue
+                x.append(config_features(task, cfg, self.feature_type))
+                y.append(task.flop / r.result.cost if r.result.ok and r.result.cost > 0 else 0.0)
+            if len(x) >= 2 and max(y) > 0 and len({len(v) for v in x}) == 1:
+                groups.append((np.stack(x), np.asarray(y)))
+        if sum(len(y) for _, y in groups) < min_seed_records:
+            return
+        if len({g[0].shape[1] for g in groups}) != 1:
+            raise TuningError("load_history: the records' features differ in length; use feature_type "
+                              "'itervar' or 'curve' to transfer between templates")
+        self.model.fit_base(groups)
+        self._replan()
+
