@@ -24,6 +24,7 @@ from vtakit.compiler.graph.passes.fuse_ops import VIEW_OPS
 from vtakit.compiler.graph.passes.plan_memory import plan_memory
 from vtakit.compiler.graph.targets import CompiledKernel, GraphTarget, get_graph_target
 from vtakit.errors import GraphError
+from vtakit.progress import QUICK_WORK_DELAY_SECONDS, progress
 from vtakit.runtime.graph_executor import Plan, Step, ValueInfo
 
 __all__ = ["build", "optimize", "extract_tasks", "Task", "BuildStats"]
@@ -120,14 +121,17 @@ def _compile_steps(g: Graph, tgt: GraphTarget, cache: KernelCache, stats: BuildS
     compiled: list[tuple[Node, CompiledKernel]] = []
     views: dict[str, str] = {}
     constants: dict[str, np.ndarray] = {}
-    for k, node in enumerate(g.nodes):
-        external = _external(g, node, consumers)
-        if not external:
-            continue
-        if _is_view(g, node):
-            views[node.outputs[0]] = node.inputs[0]
-            continue
-        compiled.append((node, tgt.compile(g, node, external, cache, f"{_ops(node)[-1].lower()}_{k}")))
+    with progress(f"compiling {g.name} for {tgt.name}", total=len(g.nodes), unit="node",
+                  delay=QUICK_WORK_DELAY_SECONDS) as bar:
+        for k, node in enumerate(g.nodes):
+            bar.advance()
+            external = _external(g, node, consumers)
+            if not external:
+                continue
+            if _is_view(g, node):
+                views[node.outputs[0]] = node.inputs[0]
+                continue
+            compiled.append((node, tgt.compile(g, node, external, cache, f"{_ops(node)[-1].lower()}_{k}")))
     stats.kernel_seconds = time.perf_counter() - start
     stats.kernels = len(compiled)
     stats.unique_kernels = len({c.key for _, c in compiled})

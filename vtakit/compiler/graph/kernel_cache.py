@@ -111,14 +111,22 @@ def workload_of(graph: Graph, node: Node, inputs: list[str], outputs: list[str],
     return Workload(f"{target}.{anchor.op}", json.dumps(description, sort_keys=True, separators=(",", ":")))
 
 
+# the parts of vtakit.compiler whose source decides a CPU kernel's code (relative to vtakit/compiler)
+_KERNEL_SOURCES = ("ir.py", "scope.py", "transform.py", "build.py", "arith", "te", "lower", "backend", "ops",
+                   "graph/ops", "graph/fused.py", "graph/lowering.py", "graph/passes/alter_layout.py")
+
+
 @cache
 def compiler_digest() -> str:
-    """A digest of vtakit's version and the compiler's source: kernels built by other code never load."""
+    """A digest of vtakit's version and of the compiler source that generates kernels: kernels built
+    by other code never load."""
     h = hashlib.sha256(str(getattr(vtakit, "__version__", "")).encode())
     root = Path(__file__).resolve().parents[1]
-    for path in sorted(root.rglob("*.py")):
-        h.update(str(path.relative_to(root)).encode())
-        h.update(path.read_bytes())
+    for part in _KERNEL_SOURCES:
+        path = root / part
+        for file in sorted(path.rglob("*.py")) if path.is_dir() else [path]:
+            h.update(str(file.relative_to(root)).encode())
+            h.update(file.read_bytes())
     return h.hexdigest()[:20]
 
 
