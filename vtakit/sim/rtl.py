@@ -48,7 +48,7 @@ __all__ = ["execute", "run_unchecked", "validate", "DramModel", "profile_counter
 
 #: A run that has neither finished nor deadlocked after this many cycles is a harness bug.
 MAX_CYCLES = 20_000_000
-_PROGRESS_CYCLES = 1023     # the progress bar shows the cycle count every 1024 cycles
+_PROGRESS_CYCLES = 255      # the progress bar shows the cycle count every 256 cycles
 _MODULES = STAGE_MODULES
 
 
@@ -323,6 +323,7 @@ def run_unchecked(launch: Launch) -> RunStats:
     result: dict = {}
 
     async def harness(ctx, bar: Progress):
+        bar.step("cycle 0")
         f = probe.field
         ctx.set(core.start, 1)
         ctx.set(core.insn_addr, launch.insn_addr)
@@ -389,20 +390,22 @@ def run_unchecked(launch: Launch) -> RunStats:
             result["end_cycle"] = cycle
 
     status_signals = _status_signals(core)
-    sim = Simulator(probe)
-    sim.add_clock(1e-8)
-    began = time.perf_counter()
     trace = Path(launch.trace) if launch.trace is not None else None
-    writer = (sim.write_vcd(str(trace), str(trace.with_suffix(".gtkw")), traces=_trace_signals(core))
-              if trace is not None else nullcontext())
-    try:
-        with writer, progress("rtl", total=n_insns, unit="insn") as bar:
-            sim.add_process(partial(harness, bar=bar))
-            sim.run()
-    except AssertionError as exc:   # an in-hardware Assert (vtakit/hw): the program did what the RTL forbids
-        error = MemoryAccessError if "out of range" in str(exc) else SimError
-        raise error(f"RTL {exc} (the fsim backend names the offending instruction)") from exc
-    elapsed = time.perf_counter() - began
+    with progress("rtl", total=n_insns, unit="insn") as bar:
+        bar.step("preparing the simulation")    # (seconds for the default configuration)
+        sim = Simulator(probe)
+        sim.add_clock(1e-8)
+        sim.add_process(partial(harness, bar=bar))
+        began = time.perf_counter()
+        writer = (sim.write_vcd(str(trace), str(trace.with_suffix(".gtkw")), traces=_trace_signals(core))
+                  if trace is not None else nullcontext())
+        try:
+            with writer:
+                sim.run()
+        except AssertionError as exc:   # an in-hardware Assert (vtakit/hw): the program did what the RTL forbids
+            error = MemoryAccessError if "out of range" in str(exc) else SimError
+            raise error(f"RTL {exc} (the fsim backend names the offending instruction)") from exc
+        elapsed = time.perf_counter() - began
 
     hw = result["status"]
     if result["deadlock"]:
