@@ -3,9 +3,10 @@
 Every comparison with the RTL goes through the session cache of tests/hw/rtl_cache.py (the same
 programs the RTL tests run, so a full session runs each on the RTL once). The programs are the
 shared corpus and the RTL tests' random programs on ``VTAConfig.small()``, the RTL tests' short
-default-configuration programs, and (``slow``) a campaign of 200 default-configuration random
-programs, plus the RTL tests' random programs on unusual configurations. Each comparison checks
-the final DRAM, ``cycles``, every retire cycle and the busy-cycle counters.
+default-configuration programs, a compiled default-configuration layer (ResNet-18 C10 with two
+virtual threads), and (``slow``) a campaign of 200 default-configuration random programs, plus the
+RTL tests' random programs on unusual configurations. Each comparison checks the final DRAM,
+``cycles``, every retire cycle (their number first) and the busy-cycle counters.
 
 The default engine (the solver) is also checked against the stepping model, and that against
 evaluating every cycle, on many more programs than the RTL could run: random programs over corner
@@ -18,10 +19,13 @@ import json
 import numpy as np
 import pytest
 
-from tests.hw.rtl_cache import rtl_run, session_cache_dir
+from tests.hw.rtl_cache import RtlResult, rtl_run, session_cache_dir
 from tests.hw.test_rtl_differential import DEFAULT_PROGRAMS, EXOTIC, RANDOM_SEEDS
 from tests.programs import CASES, Unsupported, run_program
 from tests.programs.runner import insn_address
+from vtakit.compiler.topi_vta.bench import CLIP, compile_conv2d, conv2d_data, range_shift
+from vtakit.compiler.topi_vta.workloads import RESNET18
+from vtakit.compiler.vta.env import get_env
 from vtakit.errors import DeadlockError, MemoryAccessError, ProgramError, RaceError, SimError
 from vtakit.hw import isa
 from vtakit.hw.config import VTAConfig
@@ -47,6 +51,9 @@ def first_divergence(program: Program, rtl_cache_dir) -> str | None:
     """None when cycle == rtl on ``program``; else the first difference, for the assertion message."""
     expected = rtl_run(program, rtl_cache_dir)
     dram, stats = run_program(program, "cycle")
+    if len(stats.retire_cycles) != len(expected.retire_cycles):
+        return (f"{program.name}: {len(stats.retire_cycles)} retire cycles, the RTL {len(expected.retire_cycles)} "
+                f"(the program has {len(program.insns)} instructions)")
     for index, (want, got) in enumerate(zip(expected.retire_cycles, stats.retire_cycles)):
         if want != got:
             return (f"{program.name}: instruction {index} ({isa.disasm(program.insns[index])}) retires in cycle "
@@ -97,6 +104,41 @@ def test_random_other_configs_match_rtl(config_name, seed, rtl_cache_dir):
 @pytest.mark.parametrize("seed", SLOW_SEEDS)
 def test_random_default_matches_rtl(seed, rtl_cache_dir):
     assert first_divergence(random_program(DEFAULT, seed), rtl_cache_dir) is None
+
+
+def test_compiled_resnet_layer_matches_rtl(rtl_cache_dir):
+    """A compiled default-configuration layer (ResNet-18 C10, 2 virtual threads; ~30 s of RTL): the
+    RTL computes numpy's result, and the cycle model equals it in cycles, every retire cycle, busy
+    cycles and DRAM."""
+    wl = RESNET18["C10"]
+    data = conv2d_data(get_env(DEFAULT), wl)
+    shift = range_shift(data.acc, data.bias, CLIP)
+    compiled = compile_conv2d(wl, DEFAULT, vthreads=2, shift=shift, clip=CLIP)
+    assert compiled.threads == 2
+    expect = data.expect(shift, CLIP)
+    dev = Device(DEFAULT)
+    arrays = [dev.array(h) for h in data.host] + [dev.empty(expect.shape, np.int8)]
+    program = compiled.module.program_for(*arrays)
+    assert first_divergence(program, rtl_cache_dir) is None
+    rtl = rtl_run(program, rtl_cache_dir)
+    assert len(rtl.retire_cycles) == len(program.insns) and rtl.cycles > 0
+    out = arrays[-1]
+    got = rtl.dram[out.phys_addr:out.phys_addr + out.nbytes].view(np.int8).reshape(expect.shape)
+    np.testing.assert_array_equal(got, expect)
+
+
+def test_first_divergence_counts_the_retire_cycles(rtl_cache_dir, monkeypatch):
+    """A retire list shorter than the other is a difference, not a shorter comparison."""
+    program = _corpus("acc_roundtrip", SMALL)
+    dram, stats = run_program(program, "cycle")
+    same = RtlResult(dram, stats.cycles, list(stats.retire_cycles), dict(stats.busy_cycles))
+    monkeypatch.setitem(globals(), "rtl_run", lambda p, d: same)
+    assert first_divergence(program, rtl_cache_dir) is None
+    short = RtlResult(dram, stats.cycles, list(stats.retire_cycles)[:-1], dict(stats.busy_cycles))
+    monkeypatch.setitem(globals(), "rtl_run", lambda p, d: short)
+    n = len(stats.retire_cycles)
+    assert first_divergence(program, rtl_cache_dir) == (f"acc_roundtrip: {n} retire cycles, the RTL {n - 1} "
+                                                        f"(the program has {len(program.insns)} instructions)")
 
 
 # ---------------------------------------------------------------------------- the contract on its own
