@@ -25,7 +25,7 @@ from vtakit.compiler.graph.frontend import registry
 from vtakit.compiler.graph.frontend.registry import MAX_OPSET, MIN_OPSET, OnnxNode, onnx_dtype
 from vtakit.compiler.graph.ir import Graph, Node, TensorType
 from vtakit.compiler.graph.op import fold_node, get_op, infer_types, normalize_attrs
-from vtakit.errors import GraphError, UnsupportedOperatorError
+from vtakit.errors import CompileError, GraphError, UnsupportedOperatorError
 
 __all__ = ["from_onnx", "load_model", "model_opset"]
 
@@ -163,7 +163,11 @@ class _Builder:
             for out, value in zip(node.outputs, folded):
                 self._set_constant(out, np.asarray(value))
             return
-        for out, ty in zip(node.outputs, infer_types(node, types, consts)):
+        try:
+            inferred = infer_types(node, types, consts)
+        except CompileError as exc:   # a compute refusing its input shapes or attributes
+            raise GraphError(f"{op} node {name!r}: {exc}") from exc
+        for out, ty in zip(node.outputs, inferred):
             self.graph.types[out] = ty
         deps = frozenset().union(*(self._deps.get(i, frozenset()) for i in node.inputs if i))
         self._deps.update((out, deps) for out in node.outputs)

@@ -93,13 +93,16 @@ def _dropout(ctx: ConvertContext, node: OnnxNode, ratio: Any, training: Any, mas
                                        "inference")
     ctx.emit("Identity", node.inputs[:1], node.outputs[:1], {}, node.name)
     if len(node.outputs) > 1 and node.outputs[1]:
-        ones = ctx.add_constant(np.ones(ctx.type_of(node.input(0)).shape, mask_dtype), f"{node.outputs[1]}_ones")
-        ctx.emit("Identity", [ones], [node.outputs[1]], {}, f"{node.name}_mask" if node.name else "")
+        # opset 12 defines the inference mask as all ones; onnxruntime gives zeros for the older forms
+        fill = np.ones if ctx.opset >= 12 else np.zeros
+        mask = ctx.add_constant(fill(ctx.type_of(node.input(0)).shape, mask_dtype), f"{node.outputs[1]}_mask")
+        ctx.emit("Identity", [mask], [node.outputs[1]], {}, f"{node.name}_mask" if node.name else "")
 
 
 @converter("Dropout", since=7)
 def _dropout_7(ctx: ConvertContext, node: OnnxNode) -> None:
-    """Dropout-7/10 in inference: the input; the mask (float before 10, bool from 10) all ones."""
+    """Dropout-7/10 in inference: the input; the mask (float before 10, bool from 10) all zeros, as onnxruntime
+    gives it."""
     _dropout(ctx, node, node.attrs.get("ratio", 0.5), None,
              "bool" if ctx.opset >= 10 else ctx.type_of(node.input(0)).dtype)
 
