@@ -150,7 +150,6 @@ def _bad_inputs(tmp_path, program_file):
         (["disasm", str(garbage)], "is not a vtakit program file"),
         (["info", "--config", str(bad_config)], r"unknown configuration key\(s\) \['NOT_A_KEY'\]"),
         (["info", "--config", str(tmp_path / "none.json")], "cannot read configuration file"),
-        (["run-program", str(program_file), "--backend", "quantum"], "unknown backend 'quantum'"),
         (["run-program", str(program_file), "--config", str(tmp_path / "default.json")], "was built for"),
         (["bench", "gemm", "--k", "0"], "GEMM size K=0 must be a positive integer"),
         (["info", "--config", str(log_block_3)], r"micro-op needs 36 bits of 32 .*; shrink LOG_ACC_BUFF_SIZE to 13$"),
@@ -175,6 +174,16 @@ def test_usage_errors_exit_2(capsys):
             main(argv)
         assert exit_info.value.code == 2
         capsys.readouterr()
+
+
+def test_unknown_backend_is_a_usage_error_before_any_work(capsys, program_file):
+    """A bench title or a run never starts on a backend that does not exist."""
+    for argv in (["run-program", str(program_file), "--backend", "quantum"], ["bench", "gemm", "--backend", "quantum"]):
+        with pytest.raises(SystemExit) as exit_info:
+            main(argv)
+        out, err = capsys.readouterr()
+        assert exit_info.value.code == 2 and out == ""
+        assert "argument --backend: unknown backend 'quantum'; expected one of ['cycle', 'fsim', 'rtl']" in err
 
 
 def test_module_entry_point_exit_status(tmp_path):

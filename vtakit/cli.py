@@ -43,8 +43,15 @@ def _json_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
 
 
+def _backend(text: str) -> str:
+    """argparse type of ``--backend``: a registered backend, checked before any work (and title) starts."""
+    if text not in BACKENDS:
+        raise argparse.ArgumentTypeError(f"unknown backend {text!r}; expected one of {sorted(BACKENDS)}")
+    return text
+
+
 def _backend_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--backend", default="fsim", metavar="B",
+    parser.add_argument("--backend", default="fsim", metavar="B", type=_backend,
                         help=f"simulator to run on: one of {', '.join(sorted(BACKENDS))} (default: fsim)")
 
 

@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from vtakit.cli import main
 from vtakit.hw.config import VTAConfig
 
@@ -38,8 +40,9 @@ def test_bench_errors(capsys):
     assert "dense: k = 0 must be a positive integer" in capsys.readouterr().err
     assert main(["bench", "conv2d", "--ci", "0"]) == 1
     assert "ci must be a positive int, got 0" in capsys.readouterr().err
-    assert main(["bench", "dense", "--backend", "nosuch"]) == 1
-    assert "nosuch" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_info:    # a usage error, before any work
+        main(["bench", "dense", "--backend", "nosuch"])
+    assert exit_info.value.code == 2 and "unknown backend 'nosuch'" in capsys.readouterr().err
 
 
 def test_bench_conv2d_batch_defaults_to_the_config(capsys, tmp_path):
