@@ -97,7 +97,7 @@ def test_prelu_slope_broadcasts(slope_shape):
     check(Case("PRelu", {"x": rand(2, 3, 5), "s": rand(*slope_shape, seed=3)}, weights=("s",)), rtol=1e-6)
 
 
-@pytest.mark.parametrize("op", ["Equal", "Less", "Greater"])
+@pytest.mark.parametrize("op", ["Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual"])
 @pytest.mark.parametrize("dtype", [F32, np.int32, np.uint8, np.int64])
 def test_comparisons_give_bool(op, dtype):
     a, b = rand(4, 6, dtype=dtype, low=0, high=4), rand(6, seed=1, dtype=dtype, low=0, high=4)
@@ -148,6 +148,11 @@ def test_where_broadcasts_all_three():
 
 def test_not():
     check(Case("Not", {"x": rand(3, 8) > 0}, opset=9))
+
+
+@pytest.mark.parametrize("op", ["And", "Or", "Xor"])
+def test_logical_ops_broadcast(op):
+    check(Case(op, {"a": rand(3, 1, 5) > 0, "b": rand(4, 5, seed=1) > 0}))
 
 
 # -- registry-level checks ------------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ import onnx
 
 from vtakit.compiler.graph import frontend  # noqa: F401  (registers every converter)
 from vtakit.compiler.graph.frontend import registry
-from vtakit.compiler.graph.frontend.registry import MAX_OPSET, MIN_OPSET, SUPPORTED_DTYPES
+from vtakit.compiler.graph.frontend.registry import MAX_OPSET, MIN_OPSET
 
 __all__ = ["EXCLUDED", "excluded_reason", "NodeTestPlan", "node_test_dir", "node_test_plan", "classify"]
 
@@ -93,7 +93,7 @@ def classify(model: onnx.ModelProto) -> str | None:
             bad.append(onnx.TensorProto.DataType.Name(value.type.tensor_type.elem_type) if kind == "tensor_type"
                        else kind or "untyped")
     if bad:
-        return f"unsupported value type(s) {', '.join(sorted(set(bad)))} (supported: {', '.join(SUPPORTED_DTYPES)})"
+        return f"unsupported value type(s) {', '.join(sorted(set(bad)))}"
     return None
 
 

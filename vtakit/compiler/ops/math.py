@@ -19,7 +19,8 @@ from vtakit.errors import CompileError
 
 __all__ = ["unary", "float_unary", "exp", "log", "sqrt", "erf", "tanh", "sigmoid", "negative", "absolute",
            "reciprocal", "leaky_relu", "elu", "selu", "hard_sigmoid", "hard_swish", "softplus", "convert", "logical_not",
-           "true_divide", "power", "prelu", "equal", "less", "greater"]
+           "true_divide", "power", "prelu", "equal", "less", "greater", "less_equal", "greater_equal", "logical_and",
+           "logical_or", "logical_xor"]
 
 Expr = ir.PrimExpr
 
@@ -173,4 +174,24 @@ def less(a: Operand, b: Operand) -> Tensor:
 
 def greater(a: Operand, b: Operand) -> Tensor:
     return binary(a, b, lambda x, y: x > y, "greater")
+
+
+def less_equal(a: Operand, b: Operand) -> Tensor:
+    return binary(a, b, lambda x, y: x <= y, "less_equal")
+
+
+def greater_equal(a: Operand, b: Operand) -> Tensor:
+    return binary(a, b, lambda x, y: x >= y, "greater_equal")
+
+
+def logical_and(a: Tensor, b: Tensor) -> Tensor:
+    return binary(a, b, lambda x, y: te.all(x, y), "logical_and")
+
+
+def logical_or(a: Tensor, b: Tensor) -> Tensor:
+    return binary(a, b, lambda x, y: te.any(x, y), "logical_or")
+
+
+def logical_xor(a: Tensor, b: Tensor) -> Tensor:
+    return binary(a, b, lambda x, y: x != y, "logical_xor")
 

@@ -24,7 +24,7 @@ from vtakit.compiler.graph.ir import TensorType
 from vtakit.errors import GraphError, UnsupportedOperatorError
 
 __all__ = ["OnnxNode", "ConvertContext", "Converter", "converter", "register_passthrough", "find_converter",
-           "supported_onnx_ops", "onnx_dtype", "MIN_OPSET", "MAX_OPSET", "SUPPORTED_DTYPES"]
+           "converters", "supported_onnx_ops", "onnx_dtype", "MIN_OPSET", "MAX_OPSET", "SUPPORTED_DTYPES"]
 
 MIN_OPSET = 7
 MAX_OPSET = 27
@@ -122,6 +122,8 @@ def register_passthrough(op_type: str, since: int = 1, graph_op: str | None = No
         ctx.emit(target, node.inputs, node.outputs, node.attrs, node.name)
 
     convert.__name__ = f"convert_{op_type}"
+    convert.__doc__ = (f"As the graph operator ``{target}``, attributes as given." if target != op_type
+                       else "One to one, attributes as given.")
     converter(op_type, since)(convert)
 
 
@@ -137,6 +139,11 @@ def find_converter(op_type: str, domain: str, opset: int) -> Converter | None:
         if since <= opset:
             chosen = fn
     return chosen
+
+
+def converters() -> dict[tuple[str, str], list[tuple[int, Converter]]]:
+    """(domain, op_type) -> [(since, converter)], oldest first (what ``docs/onnx_support.md`` is generated from)."""
+    return {key: list(versions) for key, versions in sorted(_CONVERTERS.items())}
 
 
 def supported_onnx_ops() -> dict[tuple[str, str], list[int]]:

@@ -141,6 +141,11 @@ BINARY: dict[str, Binary] = {
     "Equal": Binary(np.equal, tmath.equal, "a == b, as bool.", "bool"),
     "Less": Binary(np.less, tmath.less, "a < b, as bool.", "bool"),
     "Greater": Binary(np.greater, tmath.greater, "a > b, as bool.", "bool"),
+    "LessOrEqual": Binary(np.less_equal, tmath.less_equal, "a <= b, as bool.", "bool"),
+    "GreaterOrEqual": Binary(np.greater_equal, tmath.greater_equal, "a >= b, as bool.", "bool"),
+    "And": Binary(np.logical_and, tmath.logical_and, "Logical and of two bool tensors.", "bool"),
+    "Or": Binary(np.logical_or, tmath.logical_or, "Logical or of two bool tensors.", "bool"),
+    "Xor": Binary(np.logical_xor, tmath.logical_xor, "Logical exclusive or of two bool tensors.", "bool"),
 }
 
 
