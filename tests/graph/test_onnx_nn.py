@@ -370,23 +370,50 @@ def test_reference_evaluates_1d_windows_directly():
     np.testing.assert_allclose(ours, expected, rtol=1e-5, atol=1e-5)
 
 
-def test_conv_batchnorm_relu_fuse_into_one_kernel():
-    """Element-wise consumers of a Conv (BatchNormalization, Relu) and of a Gemm compile into the anchor's
-    kernel with its schedule."""
-    x, w = _rand(1, 4, 9, 8), _rand(6, 4, 3, 3)
-    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
-             helper.make_node("BatchNormalization", ["c", "s", "b", "m", "v"], ["n"]),
-             helper.make_node("Relu", ["n"], ["y"])]
-    params = {"w": w, "s": _rand(6, seed=1), "b": _rand(6, seed=2), "m": _rand(6, seed=3),
-              "v": np.abs(_rand(6, seed=4)) + 0.5}
-    graph = helper.make_graph(nodes, "fused", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)],
+def _chain(nodes: list, x: np.ndarray, params: dict[str, np.ndarray], opset: int = 15) -> onnx.ModelProto:
+    graph = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
                               [onnx.numpy_helper.from_array(v, k) for k, v in params.items()])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 15)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     model.ir_version = 8
+    return model
+
+
+FUSED_CASES = {
+    "conv_batchnorm_relu": (
+        [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+         helper.make_node("BatchNormalization", ["c", "s", "b", "m", "v"], ["n"]),
+         helper.make_node("Relu", ["n"], ["y"])],
+        _rand(1, 4, 9, 8), {"w": _rand(6, 4, 3, 3), "s": _rand(6, seed=1), "b": _rand(6, seed=2),
+                            "m": _rand(6, seed=3), "v": np.abs(_rand(6, seed=4)) + 0.5}),
+    "depthwise_bias_residual_add": (
+        [helper.make_node("Conv", ["x", "w", "b"], ["c"], group=4, pads=[1, 1, 1, 1]),
+         helper.make_node("Add", ["c", "x"], ["y"])],
+        _rand(1, 4, 7, 9), {"w": _rand(4, 1, 3, 3), "b": _rand(4)}),
+    "gemm_relu": ([helper.make_node("Gemm", ["x", "w", "b"], ["g"], transB=1), helper.make_node("Relu", ["g"], ["y"])],
+                  _rand(2, 24), {"w": _rand(10, 24), "b": _rand(10)}),
+    "matmul_add": ([helper.make_node("MatMul", ["x", "w"], ["g"]), helper.make_node("Add", ["g", "b"], ["y"])],
+                   _rand(3, 16), {"w": _rand(16, 5), "b": _rand(5)}),
+    "conv_transpose_relu": ([helper.make_node("ConvTranspose", ["x", "w"], ["c"], strides=[2, 2]),
+                             helper.make_node("Relu", ["c"], ["y"])], _rand(1, 3, 4, 5), {"w": _rand(3, 2, 3, 3)}),
+    "maxpool_relu": ([helper.make_node("MaxPool", ["x"], ["p"], kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1),
+                      helper.make_node("Relu", ["p"], ["y"])], _rand(1, 3, 8, 9), {}),
+    "avgpool_relu": ([helper.make_node("AveragePool", ["x"], ["p"], kernel_shape=[2, 3], pads=[1, 1, 0, 1]),
+                      helper.make_node("Relu", ["p"], ["y"])], _rand(1, 3, 8, 9), {}),
+    "reduce_mean_relu": ([helper.make_node("ReduceMean", ["x"], ["r"], axes=[1, 3]),
+                          helper.make_node("Relu", ["r"], ["y"])], _rand(2, 3, 4, 5), {}),
+}
+
+
+@pytest.mark.parametrize("name", FUSED_CASES)
+def test_elementwise_consumers_fuse_into_the_anchor_kernel(name):
+    """Element-wise consumers of a Conv (BatchNormalization, Relu, a residual Add), Gemm, MatMul, pool or
+    reduction compile into the anchor's kernel, with the anchor's schedule."""
+    nodes, x, params = FUSED_CASES[name]
+    model = _chain(nodes, x, params)
     want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     g = vg.from_onnx(model)
-    kernel = lower_group(g, g.nodes, name="conv_bn_relu")
+    kernel = lower_group(g, g.nodes, name=name)
     assert kernel.outputs == ["y"]
     env = {"x": x}
     run_group(kernel, g, env)
