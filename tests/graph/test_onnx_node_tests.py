@@ -126,3 +126,20 @@ def test_the_backend_is_reachable_as_attribute_and_submodule():
     import importlib
     assert vtakit.graph.onnx_backend is onnx_backend
     assert importlib.import_module("vtakit.graph.onnx_backend") is onnx_backend
+
+
+def test_docs_onnx_support_is_generated_from_the_current_registries():
+    """docs/onnx_support.md lists the operators and every node test not run with its reason; after registering
+    an operator or changing an exclusion, regenerate it with ``python3 scripts/gen_onnx_doc.py``."""
+    import importlib.util
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[2] / "scripts" / "gen_onnx_doc.py"
+    spec = importlib.util.spec_from_file_location("gen_onnx_doc", script)
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    text = gen.render()
+    for name, reason in _PLAN.excluded.items():
+        assert f"| `{name}` | {reason} |" in text
+    assert all(f"`{name}`" in text for name in _PLAN.out_of_scope)
+    assert gen.DOC.read_text() == text, "docs/onnx_support.md is out of date: run python3 scripts/gen_onnx_doc.py"
