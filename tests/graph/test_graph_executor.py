@@ -90,3 +90,14 @@ def test_inconsistent_plans_are_rejected(mutate, message):
 def test_plan_json_round_trip():
     plan = _plan()
     assert Plan.from_json(plan.to_json()) == plan
+
+
+def test_zero_dimensional_constants_and_values_keep_their_shape():
+    values = {"x": ValueInfo("x", (), "float32", 0), "c": ValueInfo("c", (), "float32", None),
+              "y": ValueInfo("y", (), "float32", 64)}
+    plan = Plan(values, ("x",), ("y",), (Step("add", 0, ("x", "c", "y"), 1),), 128)
+    c = np.array(2.5, np.float32)
+    ex = GraphExecutor(plan, [_add], {"c": c})
+    out = ex.run([np.array(1.0, np.float32)])
+    assert out[0].shape == () and out[0] == 3.5
+    assert c.flags.writeable  # the caller's array is not made read-only

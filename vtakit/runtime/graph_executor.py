@@ -121,7 +121,7 @@ class GraphExecutor:
             if info.offset is None:
                 if info.name not in constants:
                     raise ArgumentError(f"the plan's constant {info.name!r} was not given to the executor")
-                const = np.ascontiguousarray(constants[info.name], dtype=info.dtype)
+                const = np.require(constants[info.name], dtype=info.dtype, requirements="C").view()
                 if const.shape != info.shape:
                     raise ArgumentError(f"constant {info.name!r} has shape {const.shape}, the plan expects "
                                         f"{info.shape}")

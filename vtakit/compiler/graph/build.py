@@ -175,7 +175,7 @@ def _assemble(g: Graph, tgt: GraphTarget, compiled: list[tuple[Node, CompiledKer
         ty = g.type_of(name)
         if name in const_names:
             base = base_constant(name)
-            constants[name] = np.ascontiguousarray(g.constants[base]).reshape(ty.shape)
+            constants[name] = np.require(g.constants[base], requirements="C").reshape(ty.shape)
             values[name] = ValueInfo(name, ty.shape, ty.dtype, None)
         else:
             values[name] = ValueInfo(name, ty.shape, ty.dtype, memory.offsets[name])

@@ -65,7 +65,7 @@ def _add_constant(g: Graph, hint: str, value: np.ndarray) -> str:
     while name in g.constants or name in g.types:
         k += 1
         name = f"{hint}_bnfold{k}"
-    g.constants[name] = np.ascontiguousarray(value)
+    g.constants[name] = np.require(value, requirements="C")
     return name
 
 
