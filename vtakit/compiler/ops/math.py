@@ -17,12 +17,20 @@ from vtakit.compiler.ops.transform import static_shape
 from vtakit.compiler.te.tensor import Tensor
 from vtakit.errors import CompileError
 
-__all__ = ["unary", "float_unary", "exp", "log", "sqrt", "erf", "tanh", "sigmoid", "negative", "absolute",
+__all__ = ["select", "unary", "float_unary", "exp", "log", "sqrt", "erf", "tanh", "sigmoid", "negative", "absolute",
            "reciprocal", "leaky_relu", "elu", "selu", "hard_sigmoid", "hard_swish", "softplus", "convert", "logical_not",
            "true_divide", "power", "prelu", "equal", "less", "greater", "less_equal", "greater_equal", "logical_and",
            "logical_or", "logical_xor"]
 
 Expr = ir.PrimExpr
+
+
+def select(cond: Expr, t: Expr, f: Expr) -> Expr:
+    """``t`` if ``cond`` else ``f`` (both of one dtype), both evaluated: a vector select, for branches that
+    are safe to evaluate (``te.if_then_else`` evaluates one branch, at the price of vectorisation)."""
+    if t.dtype != f.dtype:
+        raise CompileError(f"select: branches {t} and {f} differ in dtype ({t.dtype} vs {f.dtype})")
+    return ir.Select(cond, t, f)
 
 
 def unary(x: Tensor, fn: Callable[[Expr], Expr], name: str) -> Tensor:
@@ -74,7 +82,7 @@ def negative(x: Tensor) -> Tensor:
 def absolute(x: Tensor) -> Tensor:
     if x.dtype.startswith("uint") or x.dtype == "bool":
         return unary(x, lambda v: v, "abs")
-    return unary(x, lambda v: te.if_then_else(v < _c(0, v), -v, v), "abs")
+    return unary(x, lambda v: select(v < _c(0, v), -v, v), "abs")
 
 
 def reciprocal(x: Tensor) -> Tensor:
@@ -82,16 +90,16 @@ def reciprocal(x: Tensor) -> Tensor:
 
 
 def leaky_relu(x: Tensor, alpha: float) -> Tensor:
-    return float_unary(x, lambda v: te.if_then_else(v < _c(0, v), v * _c(alpha, v), v), "leaky_relu")
+    return float_unary(x, lambda v: select(v < _c(0, v), v * _c(alpha, v), v), "leaky_relu")
 
 
 def elu(x: Tensor, alpha: float) -> Tensor:
-    return float_unary(x, lambda v: te.if_then_else(v < _c(0, v), _c(alpha, v) * (te.exp(v) - _c(1, v)), v), "elu")
+    return float_unary(x, lambda v: select(v < _c(0, v), _c(alpha, v) * (te.exp(v) - _c(1, v)), v), "elu")
 
 
 def selu(x: Tensor, alpha: float, gamma: float) -> Tensor:
     def fn(v: Expr) -> Expr:
-        return _c(gamma, v) * te.if_then_else(v <= _c(0, v), _c(alpha, v) * (te.exp(v) - _c(1, v)), v)
+        return _c(gamma, v) * select(v <= _c(0, v), _c(alpha, v) * (te.exp(v) - _c(1, v)), v)
     return float_unary(x, fn, "selu")
 
 
@@ -108,7 +116,7 @@ def hard_swish(x: Tensor) -> Tensor:
 def softplus(x: Tensor) -> Tensor:
     """``log(1 + exp(x))``, computed as ``max(x, 0) + log(1 + exp(-|x|))`` so large inputs do not overflow."""
     def fn(v: Expr) -> Expr:
-        neg_abs = te.if_then_else(v < _c(0, v), v, -v)
+        neg_abs = select(v < _c(0, v), v, -v)
         return te.max(v, _c(0, v)) + te.log(_c(1, v) + te.exp(neg_abs))
     return float_unary(x, fn, "softplus")
 
@@ -138,8 +146,8 @@ def true_divide(a: Operand, b: Operand) -> Tensor:
         if ir.is_float(x.dtype):
             return x / y
         zero = y == ir.const(0, y.dtype)
-        q = te.truncdiv(x, te.if_then_else(zero, ir.const(1, y.dtype), y))
-        return te.if_then_else(zero, ir.const(0, q.dtype), q)
+        q = te.truncdiv(x, select(zero, ir.const(1, y.dtype), y))
+        return select(zero, ir.const(0, q.dtype), q)
     return binary(a, b, div, "divide")
 
 
@@ -161,7 +169,7 @@ def power(a: Tensor, b: Tensor) -> Tensor:
 
 def prelu(x: Tensor, slope: Tensor) -> Tensor:
     """``x`` where positive, ``slope * x`` elsewhere; ``slope`` broadcasts to ``x``."""
-    return binary(x, slope, lambda v, s: te.if_then_else(v < ir.const(0, v.dtype), v * s, v), "prelu")
+    return binary(x, slope, lambda v, s: select(v < ir.const(0, v.dtype), v * s, v), "prelu")
 
 
 def equal(a: Operand, b: Operand) -> Tensor:

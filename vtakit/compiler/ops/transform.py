@@ -124,8 +124,8 @@ def _pad_index(i: ir.PrimExpr, before: int, n: int, mode: str) -> ir.PrimExpr:
         return te.max(te.min(j, n - 1), 0) if n > 1 else ir.const(0, "int32")
     if n == 1:
         return ir.const(0, "int32")
-    j = te.if_then_else(j < 0, 0 - j, j)
-    return te.if_then_else(j >= n, 2 * (n - 1) - j, j)
+    j = ir.Select(j < 0, 0 - j, j)
+    return ir.Select(j >= n, 2 * (n - 1) - j, j)
 
 
 def pad(x: Tensor, before: Sequence[int], after: Sequence[int], mode: str = "constant",
@@ -166,7 +166,7 @@ def take(data: Tensor, indices: Tensor, axis: int) -> Tensor:
 
     def read(*idx):
         k = indices(*idx[axis:axis + len(ishape)]).astype("int32")
-        k = te.if_then_else(k < 0, k + n, k)
+        k = ir.Select(k < 0, k + n, k)
         k = te.max(te.min(k, n - 1), 0)
         return data(*idx[:axis], k, *idx[axis + len(ishape):])
     return te.compute(out_shape, read, name="take", tag="injective")
@@ -198,5 +198,5 @@ def where(cond: Tensor, a: Tensor, b: Tensor) -> Tensor:
         c = _broadcast_read(cond, shape, idx)
         if c.dtype != "bool":
             c = c != ir.const(0, c.dtype)
-        return te.if_then_else(c, _broadcast_read(a, shape, idx), _broadcast_read(b, shape, idx))
+        return ir.Select(c, _broadcast_read(a, shape, idx), _broadcast_read(b, shape, idx))
     return te.compute(shape, read, name="where", tag="broadcast")
