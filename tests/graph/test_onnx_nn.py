@@ -39,7 +39,8 @@ def _model(case: Case) -> onnx.ModelProto:
     node = helper.make_node(case.op, [n if case.inputs[n] is not None else "" for n in names],
                             [f"y{i}" for i in range(case.outputs)], **case.attrs)
     elem = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.int64): TensorProto.INT64,
-            np.dtype(np.uint8): TensorProto.UINT8, np.dtype(np.int32): TensorProto.INT32}
+            np.dtype(np.uint8): TensorProto.UINT8, np.dtype(np.int32): TensorProto.INT32,
+            np.dtype(np.bool_): TensorProto.BOOL}
     runtime = [helper.make_tensor_value_info(n, elem[a.dtype], a.shape) for n, a in case.inputs.items()
                if a is not None and n not in case.weights]
     inits = [onnx.numpy_helper.from_array(case.inputs[n], n) for n in case.weights if case.inputs.get(n) is not None]
@@ -205,7 +206,8 @@ def _reduce(op, x, axes=None, opset=18, axes_input=None, **attrs) -> Case:
 
 REDUCE_CASES = {
     f"{op}_{form}": case
-    for op in ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin")
+    for op in ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
+               "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp")
     for form, case in {
         "attr_keepdims": _reduce(op, _rand(2, 3, 5), axes=[1], opset=11),
         "attr_negative_nokeep": _reduce(op, _rand(2, 3, 5, 2), axes=[-1, 1], keepdims=0, opset=12),
@@ -215,6 +217,8 @@ REDUCE_CASES = {
         "no_axes_all": _reduce(op, _rand(2, 3, 4), keepdims=0),
     }.items()
 }
+REDUCE_CASES["ReduceMax_bool"] = _reduce("ReduceMax", _rand(3, 4) > 0.5, axes_input=[1], opset=20)
+REDUCE_CASES["ReduceMin_bool"] = _reduce("ReduceMin", _rand(3, 4) > -0.5, axes_input=[0], keepdims=0, opset=20)
 REDUCE_CASES["ReduceSum_input_opset13"] = _reduce("ReduceSum", _rand(3, 2, 4), axes_input=[1], opset=13)
 
 

@@ -99,7 +99,10 @@ def pool2d_window(data: Tensor, kernel: Sequence[int], strides: Sequence[int], d
     return te.compute((n, c, oh, ow), average, name="avg_pool2d", tag="pool2d_avg")
 
 
-REDUCERS: dict[str, Callable] = {"sum": te.sum, "max": te.max, "min": te.min}
+REDUCERS: dict[str, Callable] = {
+    "sum": te.sum, "max": te.max, "min": te.min,
+    "prod": te.comm_reducer(lambda a, b: a * b, lambda dtype: ir.const(1, dtype), name="prod"),
+}
 
 
 def reduce(data: Tensor, axes: Sequence[int], kind: str, keepdims: bool = True, name: str = "reduce") -> Tensor:

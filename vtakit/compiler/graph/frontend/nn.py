@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from vtakit.compiler.graph.frontend.registry import ConvertContext, OnnxNode, converter, register_passthrough
+from vtakit.compiler.graph.ops.nn import REDUCTIONS
 from vtakit.errors import GraphError, UnsupportedOperatorError
 
 __all__: list[str] = []
@@ -82,7 +83,7 @@ converter("MaxPool", since=1)(_pool("MaxPool"))
 converter("AveragePool", since=1)(_pool("AveragePool"))
 
 for _op, _since in (("Gemm", 7), ("MatMul", 1), ("GlobalAveragePool", 1), ("GlobalMaxPool", 1),
-                    ("ReduceSum", 1), ("ReduceMean", 1), ("ReduceMax", 1), ("ReduceMin", 1),
+                    *((name, 1) for name in REDUCTIONS),
                     ("InstanceNormalization", 6), ("LRN", 1), ("Softmax", 13), ("LogSoftmax", 13)):
     register_passthrough(_op, since=_since)
 

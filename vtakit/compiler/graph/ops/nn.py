@@ -11,6 +11,8 @@ The window arithmetic (auto_pad, ceil_mode, output sizes) is :mod:`.window`'s.
 
 from __future__ import annotations
 
+import functools
+from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -25,7 +27,7 @@ from vtakit.compiler.ops.nn_extra import static_shape
 from vtakit.compiler.ops.resize import COORDINATE_TRANSFORMS, NEAREST_ROUNDING, ResizeAxis
 from vtakit.errors import GraphError, UnsupportedOperatorError
 
-__all__ = ["conv_window", "pool_window", "reduce_axes", "resize_plan"]
+__all__ = ["conv_window", "pool_window", "reduce_axes", "resize_plan", "Reduction", "REDUCTIONS"]
 
 _WINDOW_ATTRS = {"auto_pad": "NOTSET", "dilations": None, "kernel_shape": None, "pads": None, "strides": None}
 
@@ -260,8 +262,8 @@ def _global_avg_compute(ins: list, attrs: dict) -> list[te.Tensor]:
     xs = static_shape(x)
     if len(xs) == 4:
         return [ops.global_avg_pool2d(x)]
-    return _reduce_compute("mean")([x], {"axes": list(range(2, len(xs))), "keepdims": 1,
-                                         "noop_with_empty_axes": 0})
+    return _reduce_compute("ReduceMean")([x], {"axes": list(range(2, len(xs))), "keepdims": 1,
+                                               "noop_with_empty_axes": 0})
 
 
 @register_op("GlobalAveragePool", pattern=Pattern.COMM_REDUCE, compute=_global_avg_compute)
@@ -302,48 +304,95 @@ def _fill(kind: str, dtype: np.dtype) -> Any:
     return np.iinfo(dtype).min if kind == "max" else np.iinfo(dtype).max
 
 
+# element-wise maps applied before or after a reduction: name -> (numpy function, TE expression function)
+_MAPS: dict[str, tuple[Callable[[np.ndarray], np.ndarray], Callable[[ir.PrimExpr], ir.PrimExpr]]] = {
+    "abs": (np.abs, te.abs), "square": (np.square, lambda v: v * v), "exp": (np.exp, te.exp),
+    "sqrt": (np.sqrt, te.sqrt), "log": (np.log, te.log),
+}
+
+
+@dataclass(frozen=True)
+class Reduction:
+    """An ONNX reduction: an element-wise map, a commutative reduction (``sum``, ``prod``, ``max``, ``min``)
+    and a map of the result (``mean`` divides by the count)."""
+
+    reducer: str
+    before: str | None = None
+    after: str | None = None
+
+
+REDUCTIONS: dict[str, Reduction] = {
+    "ReduceSum": Reduction("sum"), "ReduceMean": Reduction("sum", after="mean"), "ReduceMax": Reduction("max"),
+    "ReduceMin": Reduction("min"), "ReduceProd": Reduction("prod"), "ReduceL1": Reduction("sum", before="abs"),
+    "ReduceL2": Reduction("sum", before="square", after="sqrt"), "ReduceSumSquare": Reduction("sum", before="square"),
+    "ReduceLogSum": Reduction("sum", after="log"), "ReduceLogSumExp": Reduction("sum", before="exp", after="log"),
+}
+
 _NUMPY_REDUCERS: dict[str, Callable[..., np.ndarray]] = {
     "sum": lambda x, axes, keep: np.sum(x, axis=axes, keepdims=keep),
-    "mean": lambda x, axes, keep: np.mean(x, axis=axes, keepdims=keep, dtype=np.float64),
+    "prod": lambda x, axes, keep: np.prod(x, axis=axes, keepdims=keep),
     "max": lambda x, axes, keep: np.max(x, axis=axes, keepdims=keep, initial=_fill("max", x.dtype)),
     "min": lambda x, axes, keep: np.min(x, axis=axes, keepdims=keep, initial=_fill("min", x.dtype)),
 }
 
 
-def _reduce_reference(kind: str) -> Callable[[list, dict], tuple[np.ndarray, ...]]:
+def _reduce_reference(name: str) -> Callable[[list, dict], tuple[np.ndarray, ...]]:
+    how = REDUCTIONS[name]
+
     def reference(ins: list, attrs: dict) -> tuple[np.ndarray, ...]:
         x = ins[0]
         axes = reduce_axes(x.ndim, ins[1] if len(ins) > 1 else None, attrs)
-        if axes is None:
-            return (x.copy(),)
-        return (np.asarray(_NUMPY_REDUCERS[kind](x, axes, bool(attrs["keepdims"]))).astype(x.dtype),)
-    reference.__doc__ = f"ONNX Reduce{kind.capitalize()}: axes from the attribute or input, keepdims."
+        mapped = _MAPS[how.before][0](x) if how.before else x
+        if how.after and np.issubdtype(x.dtype, np.floating):
+            mapped = mapped.astype(np.float64)
+        if axes is None:  # no reduction, but the maps apply (as onnxruntime does)
+            out, axes = mapped, ()
+        else:
+            out = np.asarray(_NUMPY_REDUCERS[how.reducer](mapped, axes, bool(attrs["keepdims"])))
+        if how.after == "mean":
+            out = out / max(1, int(np.prod([x.shape[a] for a in axes])))
+        elif how.after:
+            with np.errstate(divide="ignore", invalid="ignore"):
+                out = _MAPS[how.after][0](out)
+        return (np.asarray(out).astype(x.dtype),)
+    reference.__doc__ = f"ONNX {name}: axes from the attribute or input, keepdims, noop_with_empty_axes."
     return reference
 
 
-def _reduce_compute(kind: str) -> Callable[[list, dict], list[te.Tensor]]:
+def _reduce_compute(name: str) -> Callable[[list, dict], list[te.Tensor]]:
+    how = REDUCTIONS[name]
+
     def compute(ins: list, attrs: dict) -> list[te.Tensor]:
         x = ins[0]
         shape = static_shape(x)
         axes = reduce_axes(len(shape), ins[1] if len(ins) > 1 else None, attrs)
         if axes is None:
-            return [te.compute(shape, lambda *i: x[i], name="reduce_noop")]
-        if kind in ("max", "min") and any(shape[a] == 0 for a in axes):
-            empty = _const(_fill(kind, np.dtype(x.dtype)), x.dtype)
+            maps = [_MAPS[m][1] for m in (how.before, how.after) if m and m != "mean"]
+            return [te.compute(shape, lambda *i: functools.reduce(lambda v, f: f(v), maps, x[i]), name="reduce_noop")]
+        if how.reducer in ("max", "min") and any(shape[a] == 0 for a in axes):
+            empty = _const(_fill(how.reducer, np.dtype(x.dtype)), x.dtype)
             out_shape = [1 if a in axes else d for a, d in enumerate(shape) if attrs["keepdims"] or a not in axes]
             return [te.compute(tuple(out_shape), lambda *i: empty, name="reduce_empty")]
-        total = nn_extra.reduce(x, axes, "sum" if kind == "mean" else kind, bool(attrs["keepdims"]))
-        if kind != "mean":
-            return [total]
-        count = int(np.prod([shape[a] for a in axes]))
-        return [te.compute(static_shape(total), lambda *i: total[i] / _const(count, x.dtype), name="reduce_mean")]
+        mapped = x
+        if how.before:
+            mapped = te.compute(shape, lambda *i: _MAPS[how.before][1](x[i]), name=f"reduce_{how.before}")
+        if x.dtype == "bool":  # TE reduces numbers: bools as uint8
+            as_int = te.compute(shape, lambda *i: mapped[i].astype("uint8"), name="reduce_bool")
+            total = nn_extra.reduce(as_int, axes, how.reducer, bool(attrs["keepdims"]))
+            return [te.compute(static_shape(total), lambda *i: total[i] != 0, name="reduce_to_bool")]
+        total = nn_extra.reduce(mapped, axes, how.reducer, bool(attrs["keepdims"]))
+        if how.after == "mean":
+            count = int(np.prod([shape[a] for a in axes]))
+            return [te.compute(static_shape(total), lambda *i: total[i] / _const(count, x.dtype), name="reduce_mean")]
+        if how.after:
+            return [te.compute(static_shape(total), lambda *i: _MAPS[how.after][1](total[i]), name=f"reduce_{how.after}")]
+        return [total]
     return compute
 
 
-for _kind in ("sum", "mean", "max", "min"):
-    register_op(f"Reduce{_kind.capitalize()}", pattern=Pattern.COMM_REDUCE,
-                attrs={"axes": None, "keepdims": 1, "noop_with_empty_axes": 0}, const_inputs=(1,),
-                compute=_reduce_compute(_kind))(_reduce_reference(_kind))
+for _name in REDUCTIONS:
+    register_op(_name, pattern=Pattern.COMM_REDUCE, attrs={"axes": None, "keepdims": 1, "noop_with_empty_axes": 0},
+                const_inputs=(1,), compute=_reduce_compute(_name))(_reduce_reference(_name))
 
 
 # ---------------------------------------------------------------------------- normalisation
