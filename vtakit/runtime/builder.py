@@ -41,6 +41,8 @@ __all__ = ["ProgramBuilder", "HostArray", "DramArray", "Stage", "elem_bytes"]
 _QUEUES = {(Stage.LOAD, Stage.COMPUTE), (Stage.COMPUTE, Stage.LOAD),
            (Stage.COMPUTE, Stage.STORE), (Stage.STORE, Stage.COMPUTE)}
 _LOADABLE = (MemId.INP, MemId.WGT, MemId.ACC, MemId.ACC_8BIT)
+_STAGE_OF = {s.value: s for s in Stage}      # Stage(x) by lookup: the enum call is slow at 10^5 tokens
+_MEMORY_OF = {m.value: m for m in MemId}
 
 
 def elem_bytes(config: VTAConfig, mem: MemId) -> int:
@@ -205,7 +207,7 @@ class ProgramBuilder:
         INP/WGT loads run on the load stage, ACC/ACC_8BIT loads on compute. Returns the index of
         the LOAD instruction.
         """
-        mem = MemId(mem)
+        mem = _MEMORY_OF[mem] if mem in _MEMORY_OF else MemId(mem)
         if mem not in _LOADABLE:
             raise ProgramError(f"load_2d of memory {mem.name}; expected one of {[m.name for m in _LOADABLE]} "
                                "(micro-ops are loaded by gemm/alu kernels)")
@@ -214,9 +216,10 @@ class ProgramBuilder:
         self._note_access(mem, base, y_size, x_size, stride)
         if not isinstance(src, (int, np.integer)) and self.device is not None:
             self._sources[id(src)] = src
-        return self.append(MemInsn(opcode=Opcode.LOAD, memory_type=mem, sram_base=sram_base, dram_base=base,
-                                   y_size=y_size, x_size=x_size, x_stride=stride, y_pad_0=y_pad_0, y_pad_1=y_pad_1,
-                                   x_pad_0=x_pad_0, x_pad_1=x_pad_1))
+        stage = Stage.LOAD if mem in (MemId.INP, MemId.WGT) else Stage.COMPUTE
+        return self._new(stage, MemInsn, opcode=Opcode.LOAD, memory_type=mem, sram_base=sram_base, dram_base=base,
+                         y_size=y_size, x_size=x_size, x_stride=stride, y_pad_0=y_pad_0, y_pad_1=y_pad_1,
+                         x_pad_0=x_pad_0, x_pad_1=x_pad_1)
 
     def store_2d(self, sram_base: int, dst: DramArray | int, y_size: int, x_size: int, x_stride: int | None = None,
                  *, offset: int = 0) -> int:
@@ -225,8 +228,8 @@ class ProgramBuilder:
         stride = x_size if x_stride is None else x_stride
         base = self._dram_base(MemId.OUT, dst, offset)
         self._note_access(MemId.OUT, base, y_size, x_size, stride)
-        return self.append(MemInsn(opcode=Opcode.STORE, memory_type=MemId.OUT, sram_base=sram_base, dram_base=base,
-                                   y_size=y_size, x_size=x_size, x_stride=stride))
+        return self._new(Stage.STORE, MemInsn, opcode=Opcode.STORE, memory_type=MemId.OUT, sram_base=sram_base,
+                         dram_base=base, y_size=y_size, x_size=x_size, x_stride=stride)
 
     # ------------------------------------------------------------------ compute
     def _load_kernel(self, kernel: tuple[Uop, ...]) -> int:
@@ -236,8 +239,8 @@ class ProgramBuilder:
                 self._image_offset[kernel] = len(self._image)
                 self._image.extend(kernel)
             self._relocations.append((len(self._insns), self._image_offset[kernel]))
-            self.append(MemInsn(opcode=Opcode.LOAD, memory_type=MemId.UOP, sram_base=bgn, dram_base=0,
-                                y_size=1, x_size=len(kernel), x_stride=len(kernel)))
+            self._new(Stage.COMPUTE, MemInsn, opcode=Opcode.LOAD, memory_type=MemId.UOP, sram_base=bgn, dram_base=0,
+                      y_size=1, x_size=len(kernel), x_stride=len(kernel))
         return bgn
 
     def gemm(self, uops: Iterable[Uop | Sequence[int]], *, iter_out: int = 1, iter_in: int = 1,
@@ -247,10 +250,10 @@ class ProgramBuilder:
         with every index advanced by i * factor[0] + j * factor[1]; ``reset`` zeroes acc[dst] instead."""
         kernel = _as_uops(uops)
         bgn = self._load_kernel(kernel)
-        self.append(GemmInsn(reset_reg=reset, uop_bgn=bgn, uop_end=bgn + len(kernel), iter_out=iter_out,
-                             iter_in=iter_in, dst_factor_out=dst_factor[0], dst_factor_in=dst_factor[1],
-                             src_factor_out=src_factor[0], src_factor_in=src_factor[1],
-                             wgt_factor_out=wgt_factor[0], wgt_factor_in=wgt_factor[1]))
+        self._new(Stage.COMPUTE, GemmInsn, reset_reg=reset, uop_bgn=bgn, uop_end=bgn + len(kernel), iter_out=iter_out,
+                  iter_in=iter_in, dst_factor_out=dst_factor[0], dst_factor_in=dst_factor[1],
+                  src_factor_out=src_factor[0], src_factor_in=src_factor[1],
+                  wgt_factor_out=wgt_factor[0], wgt_factor_in=wgt_factor[1])
 
     def alu(self, op: AluOp, uops: Iterable[Uop | Sequence[int]], *, iter_out: int = 1, iter_in: int = 1,
             dst_factor: tuple[int, int] = (0, 0), src_factor: tuple[int, int] = (0, 0),
@@ -261,10 +264,10 @@ class ProgramBuilder:
             raise ProgramError("ALU MUL needs a configuration with ALU_MUL enabled")
         kernel = _as_uops(uops)
         bgn = self._load_kernel(kernel)
-        self.append(AluInsn(alu_opcode=op, use_imm=imm is not None, imm=0 if imm is None else imm,
-                            uop_bgn=bgn, uop_end=bgn + len(kernel), iter_out=iter_out, iter_in=iter_in,
-                            dst_factor_out=dst_factor[0], dst_factor_in=dst_factor[1],
-                            src_factor_out=src_factor[0], src_factor_in=src_factor[1]))
+        self._new(Stage.COMPUTE, AluInsn, alu_opcode=op, use_imm=imm is not None, imm=0 if imm is None else imm,
+                  uop_bgn=bgn, uop_end=bgn + len(kernel), iter_out=iter_out, iter_in=iter_in,
+                  dst_factor_out=dst_factor[0], dst_factor_in=dst_factor[1],
+                  src_factor_out=src_factor[0], src_factor_in=src_factor[1])
 
     # ------------------------------------------------------------------ instructions and tokens
     def append(self, insn: isa.Instruction) -> int:
@@ -272,19 +275,33 @@ class ProgramBuilder:
         self._check_open()
         if isinstance(insn, FinishInsn):
             raise ProgramError("FINISH is appended by finish(), not append()")
-        stage = isa.stage_of(insn)
-        if self._pending_prev[stage] or self._pending_next[stage]:
-            insn = dataclasses.replace(insn, pop_prev=insn.pop_prev or self._pending_prev[stage],
-                                       pop_next=insn.pop_next or self._pending_next[stage])
-            self._pending_prev[stage] = self._pending_next[stage] = False
+        pops = self._take_pending_pops(isa.stage_of(insn))
+        if pops:
+            insn = dataclasses.replace(insn, pop_prev=insn.pop_prev or pops["pop_prev"],
+                                       pop_next=insn.pop_next or pops["pop_next"])
         self._insns.append(insn)
         return len(self._insns) - 1
+
+    def _new(self, stage: Stage, kind: type, **fields: Any) -> int:
+        """Append a new instruction of ``kind`` (which runs on ``stage``), built with that stage's
+        pending pops (as :meth:`append`, without copying the instruction); return its index."""
+        self._check_open()
+        self._insns.append(kind(**fields, **self._take_pending_pops(stage)))
+        return len(self._insns) - 1
+
+    def _take_pending_pops(self, stage: Stage) -> dict[str, bool]:
+        """``stage``'s pending pops as instruction flags (none: empty), now no longer pending."""
+        if not (self._pending_prev[stage] or self._pending_next[stage]):
+            return {}
+        pops = {"pop_prev": self._pending_prev[stage], "pop_next": self._pending_next[stage]}
+        self._pending_prev[stage] = self._pending_next[stage] = False
+        return pops
 
     @staticmethod
     def _check_queue(src: Stage, dst: Stage) -> tuple[Stage, Stage]:
         try:
-            src, dst = Stage(src), Stage(dst)
-        except ValueError as exc:
+            src, dst = _STAGE_OF[src], _STAGE_OF[dst]
+        except (KeyError, TypeError) as exc:
             raise ProgramError(f"token queue ({src!r}, {dst!r}): stages must be Stage.LOAD/COMPUTE/STORE "
                                f"({', '.join(f'{s.name}={s.value}' for s in Stage)})") from exc
         if (src, dst) not in _QUEUES:
@@ -303,9 +320,9 @@ class ProgramBuilder:
         self._commit_pending_pop(Stage(stage))
 
     def _commit_pending_pop(self, stage: Stage) -> None:
-        if self._pending_prev[stage] or self._pending_next[stage]:
-            self._noop(stage, pop_prev=self._pending_prev[stage], pop_next=self._pending_next[stage])
-            self._pending_prev[stage] = self._pending_next[stage] = False
+        pops = self._take_pending_pops(stage)
+        if pops:
+            self._noop(stage, **pops)
 
     def dep_pop(self, src: Stage, dst: Stage) -> None:
         """Stage ``dst`` waits for a token from ``src`` before its next instruction."""

@@ -23,7 +23,7 @@ from vtakit.compiler.vta.env import (ACC_SCOPE, DEP_POP, DEP_PUSH, INP_SCOPE, LO
 from vtakit.errors import CompileError, DeadlockError, ISAError, MemoryAccessError, ProgramError
 from vtakit.hw import isa
 from vtakit.hw.config import ITER_BITS
-from vtakit.hw.isa import AluOp, MemId, Opcode, Stage
+from vtakit.hw.isa import AluOp, MemId, Opcode
 from vtakit.runtime.builder import ProgramBuilder
 from vtakit.sim.fsim import check_schedule
 
@@ -237,11 +237,11 @@ class _CodeGen(Interpreter):
         return 0
 
     def _dep_push(self, src: int, dst: int) -> int:
-        self.builder.dep_push(Stage(src), Stage(dst))
+        self.builder.dep_push(src, dst)        # the builder checks the stages
         return 0
 
     def _dep_pop(self, src: int, dst: int) -> int:
-        self.builder.dep_pop(Stage(src), Stage(dst))
+        self.builder.dep_pop(src, dst)
         return 0
 
     def _loop_begin(self, extent: int, dst: int, src: int, wgt: int) -> int:
