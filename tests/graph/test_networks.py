@@ -86,11 +86,11 @@ def _shape(value: onnx.ValueInfoProto) -> tuple[int, ...]:
     return tuple(d.dim_value for d in value.type.tensor_type.shape.dim)
 
 
-def _random_weight(name: str, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
-    """He-normal for kernels, positive around 1 for scales and variances, small for biases."""
+def _random_weight(positive: bool, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
+    """He-normal for kernels, around 1 for batch-norm scales and variances, small for biases."""
     if len(shape) >= 2:
         return (rng.standard_normal(shape) * np.sqrt(2.0 / max(1, int(np.prod(shape[1:]))))).astype(np.float32)
-    if any(key in name for key in ("var", "scale", "_s_", "bn_s")):
+    if positive:
         return rng.uniform(0.5, 1.5, shape).astype(np.float32)
     return (0.1 * rng.standard_normal(shape)).astype(np.float32)
 
@@ -102,11 +102,13 @@ def _with_random_weights(model: onnx.ModelProto, seed: int) -> onnx.ModelProto:
     model = onnx.ModelProto.FromString(model.SerializeToString())
     g = model.graph
     shapes = {t.name: numpy_helper.to_array(t) for t in g.initializer}
+    positive = {n.input[k] for n in g.node if n.op_type == "BatchNormalization" for k in (1, 4)}
     keep = []
     for node in g.node:
         if node.op_type == "ConstantOfShape":
             shape = tuple(int(d) for d in shapes[node.input[0]])
-            g.initializer.append(numpy_helper.from_array(_random_weight(node.output[0], shape, rng), node.output[0]))
+            value = _random_weight(node.output[0] in positive, shape, rng)
+            g.initializer.append(numpy_helper.from_array(value, node.output[0]))
             g.input.append(helper.make_tensor_value_info(node.output[0], onnx.TensorProto.FLOAT, shape))
         else:
             keep.append(node)
