@@ -5,8 +5,9 @@ references and the compiled CPU kernels; and the errors their bad attributes giv
 from __future__ import annotations
 
 import numpy as np
-import onnx
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
 from tests.graph.onnx_cases import Case, check, model_of, rand
@@ -275,3 +276,15 @@ def test_shape_and_size_fold_to_constants(attrs):
 def test_bad_attributes_and_shapes_are_graph_errors_naming_the_value(case, message):
     with pytest.raises(GraphError, match=message):
         vg.from_onnx(model_of(case))
+
+
+# -- property: Slice's clamping rules against onnxruntime ------------------------------------------------------
+@settings(max_examples=25, deadline=None, derandomize=True)
+@given(st.lists(st.tuples(st.integers(-9, 9), st.integers(-9, 9), st.sampled_from([-3, -2, -1, 1, 2, 3])),
+                min_size=1, max_size=3),
+       st.permutations([0, 1, 2]), st.booleans())
+def test_slice_matches_onnxruntime_on_random_bounds(bounds, axes, negative_axes):
+    starts, ends, steps = zip(*bounds)
+    axes = [a - 3 if negative_axes else a for a in axes[:len(bounds)]]
+    check(Case("Slice", {"x": rand(4, 5, 6), "s": ints(*starts), "e": ints(*ends), "a": ints(*axes),
+                         "t": ints(*steps)}, weights=("s", "e", "a", "t"), opset=13))
