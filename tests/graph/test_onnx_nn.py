@@ -40,7 +40,7 @@ def _model(case: Case) -> onnx.ModelProto:
                             [f"y{i}" for i in range(case.outputs)], **case.attrs)
     elem = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.int64): TensorProto.INT64,
             np.dtype(np.uint8): TensorProto.UINT8, np.dtype(np.int32): TensorProto.INT32,
-            np.dtype(np.bool_): TensorProto.BOOL}
+            np.dtype(np.bool_): TensorProto.BOOL, np.dtype(np.float16): TensorProto.FLOAT16}
     runtime = [helper.make_tensor_value_info(n, elem[a.dtype], a.shape) for n, a in case.inputs.items()
                if a is not None and n not in case.weights]
     inits = [onnx.numpy_helper.from_array(case.inputs[n], n) for n in case.weights if case.inputs.get(n) is not None]
@@ -149,6 +149,23 @@ MATMUL_CASES = {
 @pytest.mark.parametrize("name", [*GEMM_CASES, *MATMUL_CASES])
 def test_matrix_products(name):
     _check({**GEMM_CASES, **MATMUL_CASES}[name])
+
+
+HALF_CASES = {
+    "conv_bias": _conv(_rand(1, 96, 9, 7, dtype=np.float16), _rand(6, 96, 3, 3, dtype=np.float16),
+                       _rand(6, dtype=np.float16), pads=[1, 1, 1, 1]),
+    "depthwise": _conv(_rand(1, 4, 6, 6, dtype=np.float16), _rand(4, 1, 3, 3, dtype=np.float16), group=4),
+    "conv_transpose": _convt(_rand(1, 96, 5, 5, dtype=np.float16), _rand(96, 2, 3, 3, dtype=np.float16)),
+    "gemm": Case("Gemm", {"a": _rand(3, 1024, dtype=np.float16), "b": _rand(5, 1024, dtype=np.float16),
+                          "c": _rand(5, dtype=np.float16)}, {"transB": 1, "alpha": 0.5}),
+    "matmul_batched": Case("MatMul", {"a": _rand(2, 3, 768, dtype=np.float16),
+                                       "b": _rand(768, 4, dtype=np.float16)}),
+}
+
+
+@pytest.mark.parametrize("name", HALF_CASES)
+def test_half_precision_accumulates_in_float32(name):
+    _check(HALF_CASES[name], rtol=2e-3)
 
 
 def _pool(op, x, opset=19, **attrs) -> Case:

@@ -29,7 +29,8 @@ def static_shape(t: Tensor) -> tuple[int, ...]:
 
 
 def conv2d_transpose_nchw(data: Tensor, kernel: Tensor, strides: Sequence[int], dilations: Sequence[int],
-                          pads_begin: Sequence[int], output: Sequence[int], groups: int = 1) -> Tensor:
+                          pads_begin: Sequence[int], output: Sequence[int], groups: int = 1,
+                          out_dtype: str | None = None) -> Tensor:
     """Transposed convolution, kernel ``[C, O / groups, KH, KW]``, cropped by ``pads_begin`` to ``output``.
 
     Computed as TOPI does: the input is spread out by the strides (zeros between rows and columns,
@@ -55,7 +56,8 @@ def conv2d_transpose_nchw(data: Tensor, kernel: Tensor, strides: Sequence[int], 
     spread_data = te.compute(spread_shape, spread, name="conv_transpose_spread", tag="pad")
     flipped = te.compute((opg * groups, cpg, kh, kw), lambda o, i, y, x: kernel[
         (o // opg) * cpg + i, o % opg, kh - 1 - y, kw - 1 - x], name="conv_transpose_kernel")
-    return conv2d_nchw(spread_data, flipped, strides=1, padding=0, dilation=(dh, dw), groups=groups)
+    return conv2d_nchw(spread_data, flipped, strides=1, padding=0, dilation=(dh, dw), groups=groups,
+                       out_dtype=out_dtype)
 
 
 def _tap_count(o: ir.PrimExpr, stride: int, begin: int, kernel: int, dilation: int, lo: int, hi: int) -> ir.PrimExpr:
@@ -126,9 +128,10 @@ def reduce(data: Tensor, axes: Sequence[int], kind: str, keepdims: bool = True, 
     return te.compute(out_shape, body, name=name, tag="reduce")
 
 
-def batch_matmul(a: Tensor, b: Tensor) -> Tensor:
+def batch_matmul(a: Tensor, b: Tensor, out_dtype: str | None = None) -> Tensor:
     """numpy's ``matmul``: batch dims broadcast, a 1-D operand is a row (lhs) or column (rhs) vector whose
-    dim is dropped from the result. Stage tag ``batch_matmul``."""
+    dim is dropped from the result; products accumulate in ``out_dtype`` (default: ``a``'s). Stage tag
+    ``batch_matmul``."""
     sa, sb = static_shape(a), static_shape(b)
     if not sa or not sb:
         raise CompileError(f"matmul operands must have rank >= 1, got shapes {sa} and {sb}")
@@ -153,6 +156,8 @@ def batch_matmul(a: Tensor, b: Tensor) -> Tensor:
         j = idx[len(batch) + len(rows):]
         lhs = operand(a, sa, bidx, (*i, k))
         rhs = operand(b, sb, bidx, (k, *j))
+        if out_dtype and out_dtype != a.dtype:
+            lhs, rhs = lhs.astype(out_dtype), rhs.astype(out_dtype)
         return te.sum(lhs * rhs, axis=k)
 
     return te.compute(batch + rows + cols, body, name="batch_matmul", tag="batch_matmul")

@@ -72,10 +72,30 @@ def _per_channel(v: np.ndarray, rank: int) -> np.ndarray:
     return v.reshape((1, -1) + (1,) * (rank - 2))
 
 
-def _channel_bias(out: te.Tensor, bias: te.Tensor | None) -> te.Tensor:
-    if bias is None:
+# half-precision products accumulate in float32 (as onnxruntime does), the result is rounded once
+_ACCUMULATE = {"float16": "float32"}
+
+
+def _accumulator(dtype: str) -> str | None:
+    return _ACCUMULATE.get(dtype)
+
+
+def _finish(out: te.Tensor, bias: te.Tensor | None, dtype: str) -> te.Tensor:
+    """``out`` plus the per-channel ``bias``, in ``dtype`` (one element-wise epilogue stage)."""
+    if bias is None and out.dtype == dtype:
         return out
-    return te.compute(static_shape(out), lambda *i: out[i] + bias[i[1]], name="bias_add", tag="bias_add")
+
+    def value(*i):
+        v = out[i] if bias is None else out[i] + bias[i[1]].astype(out.dtype)
+        return v.astype(dtype) if out.dtype != dtype else v
+
+    return te.compute(static_shape(out), value, name="bias_add" if bias is not None else "cast",
+                      tag="bias_add" if bias is not None else "elemwise")
+
+
+def _wide(*arrays: np.ndarray) -> list[np.ndarray]:
+    """Reference operands widened as the kernels accumulate them."""
+    return [a.astype(np.float32) if a is not None and a.dtype == np.float16 else a for a in arrays]
 
 
 def _const(value: float, dtype: str) -> ir.PrimExpr:
@@ -85,8 +105,8 @@ def _const(value: float, dtype: str) -> ir.PrimExpr:
 # ---------------------------------------------------------------------------- convolution
 def _conv_reference(ins: list, attrs: dict) -> tuple[np.ndarray, ...]:
     """ONNX Conv: grouped, dilated, strided, padded correlation plus optional bias."""
-    x, w = ins[0], ins[1]
-    bias = ins[2] if len(ins) > 2 else None
+    dtype = ins[0].dtype
+    x, w, bias = _wide(ins[0], ins[1], ins[2] if len(ins) > 2 else None)
     win = conv_window("Conv", x.shape, w.shape, attrs)
     g = attrs["group"]
     n_sp = len(win.kernel)
@@ -99,7 +119,7 @@ def _conv_reference(ins: list, attrs: dict) -> tuple[np.ndarray, ...]:
     out = out.reshape((x.shape[0], w.shape[0]) + out.shape[3:])
     if bias is not None:
         out = out + _per_channel(bias, out.ndim)
-    return (out.astype(x.dtype),)
+    return (out.astype(dtype),)
 
 
 def _conv_compute(ins: list, attrs: dict) -> list[te.Tensor]:
@@ -114,10 +134,10 @@ def _conv_compute(ins: list, attrs: dict) -> list[te.Tensor]:
         mult = ws[0] // groups
         kernel = te.compute((groups, mult, ws[2], ws[3]), lambda c, m, y, x_: w[c * mult + m, 0, y, x_],
                             name="depthwise_kernel")
-        out = ops.depthwise_conv2d_nchw(x, kernel, win.strides, padding, win.dilations)
+        out = ops.depthwise_conv2d_nchw(x, kernel, win.strides, padding, win.dilations, _accumulator(x.dtype))
     else:
-        out = ops.conv2d_nchw(x, w, win.strides, padding, win.dilations, groups)
-    return [_channel_bias(out, bias)]
+        out = ops.conv2d_nchw(x, w, win.strides, padding, win.dilations, groups, _accumulator(x.dtype))
+    return [_finish(out, bias, x.dtype)]
 
 
 register_op("Conv", pattern=Pattern.OUT_ELEMWISE_FUSABLE, attrs={**_WINDOW_ATTRS, "group": 1},
@@ -126,8 +146,8 @@ register_op("Conv", pattern=Pattern.OUT_ELEMWISE_FUSABLE, attrs={**_WINDOW_ATTRS
 
 def _conv_transpose_reference(ins: list, attrs: dict) -> tuple[np.ndarray, ...]:
     """ONNX ConvTranspose: each input pixel scatters the kernel, strided and dilated, then the pads are cropped."""
-    x, w = ins[0], ins[1]
-    bias = ins[2] if len(ins) > 2 else None
+    dtype = ins[0].dtype
+    x, w, bias = _wide(ins[0], ins[1], ins[2] if len(ins) > 2 else None)
     win = conv_window("ConvTranspose", x.shape, w.shape, attrs)
     g = attrs["group"]
     n, c = x.shape[:2]
@@ -147,7 +167,7 @@ def _conv_transpose_reference(ins: list, attrs: dict) -> tuple[np.ndarray, ...]:
     out = out[(slice(None), slice(None)) + crop]
     if bias is not None:
         out = out + _per_channel(bias, out.ndim)
-    return (out.astype(x.dtype),)
+    return (out.astype(dtype),)
 
 
 def _conv_transpose_compute(ins: list, attrs: dict) -> list[te.Tensor]:
@@ -157,8 +177,8 @@ def _conv_transpose_compute(ins: list, attrs: dict) -> list[te.Tensor]:
     _spatial_rank("ConvTranspose", xs)
     win = conv_window("ConvTranspose", xs, static_shape(w), attrs)
     out = nn_extra.conv2d_transpose_nchw(x, w, win.strides, win.dilations, win.pads_begin, win.output,
-                                         attrs["group"])
-    return [_channel_bias(out, bias)]
+                                         attrs["group"], _accumulator(x.dtype))
+    return [_finish(out, bias, x.dtype)]
 
 
 register_op("ConvTranspose", pattern=Pattern.OUT_ELEMWISE_FUSABLE,
@@ -169,8 +189,7 @@ register_op("ConvTranspose", pattern=Pattern.OUT_ELEMWISE_FUSABLE,
 # ---------------------------------------------------------------------------- matrix products
 def _gemm_reference(ins: list, attrs: dict) -> tuple[np.ndarray, ...]:
     """alpha * A' @ B' + beta * C, A' and B' transposed as asked, C broadcast (and optional)."""
-    a, b = ins[0], ins[1]
-    c = ins[2] if len(ins) > 2 else None
+    a, b, c = _wide(ins[0], ins[1], ins[2] if len(ins) > 2 else None)
     a = a.T if attrs["transA"] else a
     b = b.T if attrs["transB"] else b
     out = np.matmul(a, b)
@@ -187,16 +206,16 @@ def _gemm_compute(ins: list, attrs: dict) -> list[te.Tensor]:
     if attrs["transA"]:
         k, m = static_shape(a)
         a = te.compute((m, k), lambda i, j: a[j, i], name="gemm_a_t")
-    prod = ops.dense(a, b) if attrs["transB"] else ops.matmul(a, b)
+    acc = _accumulator(a.dtype)
+    prod = ops.dense(a, b, out_dtype=acc) if attrs["transB"] else ops.matmul(a, b, out_dtype=acc)
     alpha, beta = attrs["alpha"], attrs["beta"]
     if alpha != 1.0:
         scaled = prod
         prod = te.compute(static_shape(prod), lambda *i: scaled[i] * _const(alpha, scaled.dtype), name="gemm_alpha")
     if c is None:
-        return [prod]
-    if beta != 1.0:  # also when beta is 0: C is still an input of the kernel
-        return [ops.binary(prod, c, lambda p, q: p + q * _const(beta, q.dtype), "gemm_beta")]
-    return [ops.add(prod, c)]
+        return [_finish(prod, None, a.dtype)]
+    out = ops.binary(prod, c, lambda p, q: p + q.astype(p.dtype) * _const(beta, p.dtype), "gemm_beta")
+    return [_finish(out, None, a.dtype)]
 
 
 register_op("Gemm", pattern=Pattern.OUT_ELEMWISE_FUSABLE,
@@ -205,15 +224,16 @@ register_op("Gemm", pattern=Pattern.OUT_ELEMWISE_FUSABLE,
 
 def _matmul_compute(ins: list, attrs: dict) -> list[te.Tensor]:
     a, b = ins
+    acc = _accumulator(a.dtype)
     if len(a.shape) == 2 and len(b.shape) == 2:
-        return [ops.matmul(a, b)]
-    return [nn_extra.batch_matmul(a, b)]
+        return [_finish(ops.matmul(a, b, out_dtype=acc), None, a.dtype)]
+    return [_finish(nn_extra.batch_matmul(a, b, acc), None, a.dtype)]
 
 
 @register_op("MatMul", pattern=Pattern.OUT_ELEMWISE_FUSABLE, compute=_matmul_compute)
 def _matmul_reference(ins, attrs):
     """numpy's matmul: batched, broadcast, 1-D operands promoted and their dim dropped."""
-    return (np.asarray(np.matmul(ins[0], ins[1])),)
+    return (np.asarray(np.matmul(*_wide(ins[0], ins[1]))).astype(ins[0].dtype),)
 
 
 # ---------------------------------------------------------------------------- pooling
