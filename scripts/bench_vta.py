@@ -6,8 +6,9 @@ accumulator's range so that the outputs are not clipped (``unsaturated`` is thei
 table and, with --json, a JSON object: per layer and thread count ``correct, cycles, ideal_cycles,
 utilization, sim_seconds, compile_seconds, instructions, knobs, shift, unsaturated``, plus the
 totals (sum of ideal cycles / sum of cycles) per thread count, and ``compile``: the seconds that
-scheduling and building take (no run) for every layer and for the dense GEMMs of --compile-dense
-(default 1024^3 and 4096^3), with their instruction counts.
+scheduling and building take (no run; wall clock and CPU time of the process, which a shared
+machine disturbs less) for every layer and for the dense GEMMs of --compile-dense (default 1024^3
+and 4096^3), with their instruction counts.
 
     python scripts/bench_vta.py                     # C2-C11, 1 and 2 threads, cycle backend
     python scripts/bench_vta.py --backend fsim --layers C2 C5 --json
@@ -35,10 +36,10 @@ def _compile_times(config: VTAConfig, layers: list[str], dense_sizes: list[int],
         times[name] = {}
         for vt in vthreads:
             c = compile_op(vt)
-            times[name][vt] = {"compile_seconds": c.seconds, "instructions": len(c.module.template.insns),
-                               "vthreads": c.threads}
+            times[name][vt] = {"compile_seconds": c.seconds, "compile_cpu_seconds": c.cpu_seconds,
+                               "instructions": len(c.module.template.insns), "vthreads": c.threads}
             if not quiet:
-                print(f"compile {name:9s} vthreads={vt}  {c.seconds:7.3f} s  "
+                print(f"compile {name:9s} vthreads={vt}  {c.seconds:7.3f} s ({c.cpu_seconds:.3f} s CPU)  "
                       f"{len(c.module.template.insns)} instructions", flush=True)
     return times
 
