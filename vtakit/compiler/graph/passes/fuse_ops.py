@@ -69,11 +69,44 @@ def fuse_ops(graph: Graph) -> Graph:
             groups.append(target)
         else:
             target.nodes.append(node)
+            target.kind = max(target.kind, pattern)
         for out in node.outputs:
             group_of[out] = target
+    groups = _merge_diamonds(g, groups, group_of, consumers)
+    order = {id(n): k for k, n in enumerate(g.nodes)}
+    for group in groups:
+        group.nodes.sort(key=lambda n: order[id(n)])
     last = {id(group.nodes[-1]): group for group in groups}
     g.nodes = [_fused_node(g, last[id(n)], consumers) for n in g.nodes if id(n) in last]
     return g
+
+
+def _merge_diamonds(g: Graph, groups: list[_Group], group_of: dict[str, _Group],
+                    consumers: dict[str, list[Node]]) -> list[_Group]:
+    """Merge an element-wise group into its element-wise producer group when the producer's values are
+    read by that group alone (a diamond such as hard-swish's ``x * clip(x + 3, 0, 6) / 6``, whose two
+    paths rejoin): every path out of the producer enters the consumer at once, so the merge cannot
+    form a cycle. Groups around a conv, dense or reduction are left alone: their CPU schedules take
+    a chain of element-wise stages after the anchor, not a diamond."""
+    merged = True
+    while merged:
+        merged = False
+        for group in groups:
+            readers = {id(group_of[o]): group_of[o] for v in group.produced if v not in g.outputs
+                       for c in consumers.get(v, []) for o in c.outputs[:1] if group_of[o] is not group}
+            if len(readers) != 1 or any(v in g.outputs for v in group.produced):
+                continue
+            (other,) = readers.values()
+            if group.kind > Pattern.INJECTIVE or any(_pattern(n) > Pattern.INJECTIVE for n in other.nodes):
+                continue  # the CPU's conv/dense/reduction schedules take a chain of element-wise stages only
+            group.nodes.extend(other.nodes)
+            for node in other.nodes:
+                for out in node.outputs:
+                    group_of[out] = group
+            groups = [x for x in groups if x is not other]
+            merged = True
+            break
+    return groups
 
 
 def _can_join(g: Graph, group: _Group, node: Node, pattern: Pattern, consumers: dict[str, list[Node]]) -> bool:
