@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from tests.graph.onnx_cases import Case, check, rand
+from tests.graph.onnx_cases import Case, check, model_of, rand
 from vtakit import graph as vg
 from vtakit.compiler.graph.ops.elementwise import BINARY, UNARY
 from vtakit.errors import GraphError
@@ -158,14 +158,13 @@ def test_logical_ops_broadcast(op):
 # -- registry-level checks ------------------------------------------------------------------------------------
 def test_every_table_operator_has_a_reference_and_a_compute():
     ops = vg.registered_ops()
-    for name in [*UNARY, *BINARY, "Min", "Max", "Sum", "Mean", "Clip", "Where", "Not"]:
+    for name in [*UNARY, *BINARY, "Min", "Max", "Sum", "Mean", "Mod", "Clip", "Where", "Not"]:
         assert ops[name].compute is not None and ops[name].doc, name
 
 
 def test_an_unknown_attribute_is_a_graph_error():
     with pytest.raises(GraphError, match=r"LeakyRelu node.*unknown attribute\(s\) \['beta'\]"):
-        vg.from_onnx(__import__("tests.graph.onnx_cases", fromlist=["model_of"]).model_of(
-            Case("LeakyRelu", {"x": rand(2, 2)}, {"alpha": 0.1, "beta": 1.0})))
+        vg.from_onnx(model_of(Case("LeakyRelu", {"x": rand(2, 2)}, {"alpha": 0.1, "beta": 1.0})))
 
 
 def test_float16_math_is_computed_in_float32():
@@ -173,3 +172,21 @@ def test_float16_math_is_computed_in_float32():
     x = np.array([0.1, 1.0, 5.5, 10.0], F16)
     g = check(Case("Exp", {"x": x}), rtol=1e-3)
     np.testing.assert_array_equal(vg.evaluate(g, {"x": x})["y0"], np.exp(x.astype(F32)).astype(F16))
+
+
+@pytest.mark.parametrize("dtype, fmod", [(np.int32, 0), (np.int64, 1), (np.int8, 0), (np.uint16, 0), (F32, 1),
+                                         (F64, 1)])
+def test_mod_sign_follows_the_divisor_or_with_fmod_the_dividend(dtype, fmod):
+    signed = not np.issubdtype(dtype, np.unsignedinteger)
+    a = np.array([[7, -7, 7, -7, 0, 5]] if signed else [[7, 9, 7, 200, 0, 5]]).astype(dtype)
+    b = np.array([3, 3, -3, -3, 2, 5] if signed else [3, 4, 5, 7, 2, 5]).astype(dtype)
+    if np.issubdtype(dtype, np.floating):
+        a = a + np.array(0.25, dtype)
+    check(Case("Mod", {"a": a, "b": b}, {"fmod": fmod}, opset=13))
+
+
+def test_mod_of_floats_needs_fmod_and_integer_mod_by_zero_is_zero():
+    with pytest.raises(GraphError, match="needs fmod=1"):
+        vg.from_onnx(model_of(Case("Mod", {"a": rand(2, 2), "b": rand(2, 2)}, opset=13)))
+    a, b = np.array([5, -5, 9], np.int32), np.array([0, 0, 4], np.int32)
+    check(Case("Mod", {"a": a, "b": b}, opset=13), want=[np.array([0, 0, 1], np.int32)])

@@ -255,6 +255,20 @@ def test_shape_and_size_fold_to_constants(attrs):
     assert not g.nodes and g.constants["y0"].shape == ()
 
 
+@pytest.mark.parametrize("start, limit, delta", [(0, 10, 3), (10, 4, -2), (1.5, 4.0, 0.5), (3, 1, 1)])
+def test_range_folds(start, limit, delta):
+    dtype = np.float32 if isinstance(start, float) else np.int64
+    scalars = {k: np.array(v, dtype) for k, v in zip("sld", (start, limit, delta))}
+    g = check(Case("Range", scalars, weights=("s", "l", "d"), opset=11))
+    assert not g.nodes
+
+
+def test_range_with_a_zero_delta_is_a_graph_error():
+    with pytest.raises(GraphError, match="delta is 0"):
+        vg.from_onnx(model_of(Case("Range", {k: np.array(v, I64) for k, v in zip("sld", (0, 4, 0))},
+                                   weights=("s", "l", "d"), opset=11)))
+
+
 # -- errors --------------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("case, message", [
     (Case("Reshape", {"x": rand(2, 3), "s": ints(-1, -1)}, weights=("s",)), "at most one -1"),

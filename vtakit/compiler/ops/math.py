@@ -19,7 +19,7 @@ from vtakit.errors import CompileError
 
 __all__ = ["select", "unary", "float_unary", "exp", "log", "sqrt", "erf", "tanh", "sigmoid", "negative", "absolute",
            "reciprocal", "leaky_relu", "elu", "selu", "hard_sigmoid", "hard_swish", "softplus", "convert", "logical_not",
-           "true_divide", "power", "prelu", "equal", "less", "greater", "less_equal", "greater_equal", "logical_and",
+           "true_divide", "modulo", "power", "prelu", "equal", "less", "greater", "less_equal", "greater_equal", "logical_and",
            "logical_or", "logical_xor"]
 
 Expr = ir.PrimExpr
@@ -149,6 +149,21 @@ def true_divide(a: Operand, b: Operand) -> Tensor:
         q = te.truncdiv(x, select(zero, ir.const(1, y.dtype), y))
         return select(zero, ir.const(0, q.dtype), q)
     return binary(a, b, div, "divide")
+
+
+def modulo(a: Tensor, b: Tensor, fmod: bool) -> Tensor:
+    """The remainder of ``a / b``: with the sign of ``a`` (C's ``fmod``, ``fmod=True``; the only form for floats)
+    or of ``b`` (Python's ``%``); an integer ``x % 0`` is 0 rather than a trap."""
+    def mod(x: Expr, y: Expr) -> Expr:
+        if ir.is_float(x.dtype):
+            if x.dtype == "float16":
+                return te.truncmod(x.astype("float32"), y.astype("float32")).astype("float16")
+            return te.truncmod(x, y)
+        zero = y == ir.const(0, y.dtype)
+        safe = select(zero, ir.const(1, y.dtype), y)
+        r = te.truncmod(x, safe) if fmod else te.floormod(x, safe)
+        return select(zero, ir.const(0, r.dtype), r)
+    return binary(a, b, mod, "mod")
 
 
 def power(a: Tensor, b: Tensor) -> Tensor:

@@ -17,7 +17,7 @@ __all__ = ["PASSTHROUGH"]
 # ONNX op -> the opset from which its semantics (as the graph operator of that name) hold
 PASSTHROUGH: dict[str, int] = {
     "Add": 7, "Sub": 7, "Mul": 7, "Div": 7, "Pow": 7, "PRelu": 7, "Equal": 7, "Less": 7, "Greater": 7,
-    "LessOrEqual": 12, "GreaterOrEqual": 12, "And": 7, "Or": 7, "Xor": 7,
+    "LessOrEqual": 12, "GreaterOrEqual": 12, "And": 7, "Or": 7, "Xor": 7, "Mod": 10,
     "Min": 6, "Max": 6, "Sum": 6, "Mean": 6,
     "Sqrt": 6, "Exp": 6, "Log": 6, "Neg": 6, "Abs": 6, "Reciprocal": 6, "Erf": 9, "Sigmoid": 6, "Tanh": 6,
     "Relu": 6, "LeakyRelu": 6, "Elu": 6, "Selu": 6, "HardSigmoid": 6, "HardSwish": 14, "Softplus": 1,

@@ -24,7 +24,7 @@ __all__ = ["PASSTHROUGH", "CONSTANT_FORMS"]
 
 PASSTHROUGH: dict[str, int] = {
     "Identity": 1, "Flatten": 1, "Reshape": 5, "Squeeze": 13, "Unsqueeze": 13, "Transpose": 1,
-    "Slice": 10, "Gather": 1, "Expand": 8, "Tile": 6, "ConstantOfShape": 9, "Shape": 1, "Size": 1,
+    "Slice": 10, "Gather": 1, "Expand": 8, "Tile": 6, "ConstantOfShape": 9, "Shape": 1, "Size": 1, "Range": 11,
 }
 
 for _op, _since in PASSTHROUGH.items():

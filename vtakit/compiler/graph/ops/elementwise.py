@@ -24,6 +24,7 @@ from vtakit.compiler import ops
 from vtakit.compiler.graph.op import Pattern, register_op
 from vtakit.compiler.ops import math as tmath
 from vtakit.compiler.ops import transform
+from vtakit.errors import GraphError
 
 __all__ = ["UNARY", "BINARY", "VARIADIC"]
 
@@ -205,6 +206,28 @@ def _mean(ins, attrs):
     total = _fold_inputs(ins, np.add)
     return (np.asarray(total / len(ins) if np.issubdtype(total.dtype, np.floating) else total // len(ins))
             .astype(ins[0].dtype),)
+
+
+def _mod_args(dtype: Any, attrs: dict) -> bool:
+    fmod = bool(attrs["fmod"])
+    if np.issubdtype(np.dtype(dtype), np.floating) and not fmod:
+        raise GraphError(f"Mod of {np.dtype(dtype).name} tensors needs fmod=1 (C's fmod), got fmod=0")
+    return fmod
+
+
+@register_op("Mod", pattern=Pattern.BROADCAST, attrs={"fmod": 0},
+             compute=lambda ins, attrs: [tmath.modulo(ins[0], ins[1], _mod_args(ins[0].dtype, attrs))])
+def _mod(ins, attrs):
+    """The remainder of a / b: sign of a with fmod=1 (the only form for floats), of b with fmod=0; x % 0 is 0."""
+    a, b = ins
+    fmod = _mod_args(a.dtype, attrs)
+    if np.issubdtype(a.dtype, np.floating):
+        work = np.float32 if a.dtype == np.float16 else a.dtype
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return (np.fmod(a.astype(work), b.astype(work)).astype(a.dtype),)
+    safe = np.where(b == 0, np.ones((), b.dtype), b)
+    r = np.fmod(a, safe) if fmod else np.mod(a, safe)
+    return (np.where(b == 0, np.zeros((), r.dtype), r).astype(a.dtype),)
 
 
 # -- clip, selection and logic -----------------------------------------------------------------------

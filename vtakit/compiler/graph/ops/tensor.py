@@ -58,6 +58,16 @@ def _constant_of_shape(ins, attrs):
     return (np.full(shape, value.reshape(()), dtype=value.dtype),)
 
 
+@register_op("Range", pattern=Pattern.OPAQUE, const_inputs=(0, 1, 2))
+def _range(ins, attrs):
+    """``start + i * delta`` for i below ``max(ceil((limit - start) / delta), 0)``, in the inputs' dtype."""
+    start, limit, delta = (np.asarray(v).reshape(()) for v in ins)
+    if delta == 0:
+        raise GraphError("Range: delta is 0")
+    count = max(int(np.ceil((float(limit) - float(start)) / float(delta))), 0)
+    return (np.asarray(start + np.arange(count, dtype=start.dtype) * delta).astype(start.dtype),)
+
+
 # -- casts and copies ----------------------------------------------------------------------------------
 def _dtype_name(dtype: str) -> str:
     try:
