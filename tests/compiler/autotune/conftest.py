@@ -8,7 +8,7 @@ def small_dense_task():
     from vtakit import autotune
     from vtakit.hw.config import VTAConfig
 
-    return autotune.create_task("vta.dense", "dense:16,32,32", config=VTAConfig.small())
+    return autotune.create_task("vta.dense", "dense:16,16,16", config=VTAConfig.small())
 
 
 @pytest.fixture

@@ -236,7 +236,7 @@ def run_trial(task: Task, index: int, builder: LocalBuilder, runner: LocalRunner
     try:
         while result is None:
             wait = deadline - time.monotonic()
-            ready = select.select([read_fd], [], [], max(0.0, wait))[0] if wait > 0 else []
+            ready = select.select([read_fd], [], [], min(wait, 3600.0))[0] if wait > 0 else []
             if not ready:
                 kind = MeasureErrorNo.BUILD_TIMEOUT if stage == "build" else MeasureErrorNo.RUN_TIMEOUT
                 limit = builder.timeout if stage == "build" else runner.timeout

@@ -1,0 +1,122 @@
+"""Tuners: no config measured twice, resume from a log, seeded orders, and a cost model that learns."""
+
+import fcntl
+
+import numpy as np
+import pytest
+
+from vtakit import autotune
+from vtakit.compiler.autotune.tuner.cost_model import XGBoostCostModel
+from vtakit.errors import TuningError
+from vtakit.hw.config import VTAConfig
+
+
+@pytest.fixture(scope="module")
+def exhaustive(small_dense_task, tmp_path_factory):
+    """Every config of the small dense space, measured once (the ground truth), shared by the
+    xdist workers through a locked file so the space is measured once per session."""
+    root = tmp_path_factory.getbasetemp().parent
+    log = root / "autotune-exhaustive.log"
+    n = len(small_dense_task.config_space)
+    with open(root / "autotune-exhaustive.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not log.exists() or len(autotune.load_records(log)) < n:
+            option = autotune.measure_option(autotune.LocalBuilder(timeout=30, n_parallel=2),
+                                             autotune.LocalRunner(timeout=30))
+            autotune.GridSearchTuner(small_dense_task).tune(n, option, log_file=log)
+    return {r.index: r.result for r in autotune.load_records(log)}
+
+
+def test_grid_search_measures_every_config_once(exhaustive, small_dense_task):
+    assert sorted(exhaustive) == list(range(len(small_dense_task.config_space)))
+    valid = [r for r in exhaustive.values() if r.ok]
+    assert len(valid) > len(exhaustive) // 2
+    assert len({r.cost for r in valid}) > 10                  # the knobs matter
+
+
+def _spearman(a, b):
+    ra, rb = np.argsort(np.argsort(a)), np.argsort(np.argsort(b))
+    return float(np.corrcoef(ra, rb)[0, 1])
+
+
+@pytest.mark.parametrize("feature_type", ["knob", "itervar", "curve"])
+def test_the_model_really_learns(exhaustive, small_dense_task, feature_type):
+    """Trained on half of an exhaustively measured space, it ranks the other half (Spearman >= 0.6)."""
+    valid = sorted(i for i, r in exhaustive.items() if r.ok)
+    rng = np.random.default_rng(0)
+    rng.shuffle(valid)
+    train, test = valid[:len(valid) // 2], valid[len(valid) // 2:]
+    model = XGBoostCostModel(small_dense_task, feature_type=feature_type, loss_type="rank", seed=0)
+    model.fit(train, [1.0 / exhaustive[i].cost for i in train])
+    predicted = model.predict(test)
+    assert _spearman(predicted, [1.0 / exhaustive[i].cost for i in test]) >= 0.6
+
+
+@pytest.mark.parametrize("make", [lambda t: autotune.RandomTuner(t, seed=1), lambda t: autotune.GATuner(t, pop_size=8,
+                                  seed=1), lambda t: autotune.XGBTuner(t, plan_size=8, feature_type="knob", seed=1)],
+                         ids=["random", "ga", "xgb"])
+def test_resume_measures_no_config_twice_and_reaches_n_in_total(make, small_dense_task, fast_option, tmp_path):
+    log = tmp_path / "t.log"
+    first = make(small_dense_task).tune(10, fast_option, log_file=log)
+    assert first.measured == 10
+    second = make(small_dense_task).tune(24, fast_option, log_file=log)
+    assert (second.resumed, second.measured) == (10, 14)
+    indices = [r.index for r in autotune.load_records(log)]
+    assert len(indices) == 24 == len(set(indices))
+    third = make(small_dense_task).tune(24, fast_option, log_file=log)
+    assert third.measured == 0 and third.resumed == 24
+
+
+def test_seeded_random_search_resumed_measures_the_same_set(small_dense_task, fast_option, tmp_path):
+    whole, parts = tmp_path / "whole.log", tmp_path / "parts.log"
+    autotune.RandomTuner(small_dense_task, seed=7).tune(20, fast_option, log_file=whole)
+    for n in (5, 13, 20):
+        autotune.RandomTuner(small_dense_task, seed=7).tune(n, fast_option, log_file=parts)
+    assert {r.index for r in autotune.load_records(whole)} == {r.index for r in autotune.load_records(parts)}
+
+
+def test_xgb_finds_a_good_config(exhaustive, small_dense_task, fast_option, tmp_path):
+    best = min(r.cost for r in exhaustive.values() if r.ok)
+    summary = autotune.XGBTuner(small_dense_task, plan_size=12, feature_type="knob", seed=0).tune(
+        40, fast_option, log_file=tmp_path / "x.log")
+    assert summary.best_cost <= 1.1 * best
+
+
+def test_records_of_another_config_or_target_are_ignored_with_a_note(small_dense_task, fast_option, tmp_path):
+    log = tmp_path / "t.log"
+    other = autotune.create_task("vta.dense", "dense:16,16,16", config=VTAConfig.small(bus_width=128))
+    autotune.RandomTuner(other, seed=0).tune(4, fast_option, log_file=log)
+    cpu = autotune.create_task("llvm.dense", "dense:16,16,16", target="llvm")
+    autotune.RandomTuner(cpu, seed=0).tune(2, fast_option, log_file=log)
+    with pytest.warns(UserWarning) as caught:
+        summary = autotune.RandomTuner(small_dense_task, seed=0).tune(4, fast_option, log_file=log)
+    notes = " ".join(str(w.message) for w in caught)
+    assert "ignored 4 record(s) of this workload measured on another VTAConfig" in notes
+    assert "ignored 2 record(s) of this workload measured for another target" in notes
+    assert summary.resumed == 0 and summary.measured == 4 and len(summary.notes) == 2
+
+
+def test_transfer_learning_warm_starts_the_model(exhaustive, small_dense_task, fast_option, tmp_path):
+    """Records of other workloads train a base model that picks the first trials."""
+    log = tmp_path / "other.log"
+    for wl in ("dense:16,32,16", "dense:32,16,16"):
+        task = autotune.create_task("vta.dense", wl, config=VTAConfig.small())
+        autotune.RandomTuner(task, seed=0).tune(24, fast_option, log_file=log)
+    tuner = autotune.XGBTuner(small_dense_task, plan_size=16, feature_type="knob", seed=0)
+    tuner.load_history(autotune.load_records(log))
+    assert tuner.model.base is not None and len(tuner.plan) == 16
+    best = min(r.cost for r in exhaustive.values() if r.ok)
+    planned = [exhaustive[i].cost for i in tuner.plan]
+    median_cost = float(np.median([r.cost for r in exhaustive.values() if r.ok]))
+    assert min(planned) <= median_cost and min(planned) < 2 * best
+
+
+def test_bad_tuner_input(small_dense_task):
+    with pytest.raises(TuningError, match="n_trial must be a positive int"):
+        autotune.RandomTuner(small_dense_task).tune(0)
+    with pytest.raises(TuningError, match="unknown feature_type 'loops'"):
+        autotune.XGBTuner(small_dense_task, feature_type="loops")
+    with pytest.raises(TuningError, match="unknown loss_type 'hinge'"):
+        autotune.XGBTuner(small_dense_task, loss_type="hinge")
+    with pytest.raises(TuningError, match="needs a Task"):
+        autotune.RandomTuner("vta.dense")
