@@ -93,6 +93,9 @@ def test_register_tiles_follow_the_register_file():
     assert cpu.gemm_tile("float32", "llvm -mcpu=haswell") == cpu.RegisterTile(6, 16, 2)
     assert cpu.gemm_tile("float32", "llvm -mcpu=x86-64") == cpu.RegisterTile(6, 8, 2)
     assert cpu.dense_pack_block("float32", "llvm -mcpu=skylake-avx512 -vector-width=256") == 16
+    assert cpu.dense_pack_block("float32", "llvm -mcpu=skylake-avx512", out_features=1000) == 25
+    assert cpu.dense_pack_block("float32", "llvm -mcpu=skylake-avx512", out_features=48) == 16
+    assert cpu.dense_pack_block("float32", "llvm -mcpu=haswell", out_features=21) == 7
     assert cpu.conv2d_channel_block(48, "float32", "llvm -mcpu=skylake-avx512") == 24
     assert cpu.conv2d_channel_block(64, "float32", "llvm -mcpu=haswell") == 16
     # a 7-wide output: 7 pixels x 1 ymm beat 1 pixel x 2 ymm on AVX2; AVX-512 keeps 7 x 2 zmm
@@ -208,3 +211,19 @@ def test_plain_conv_and_pool_odd_shapes(target):
 def test_cpu_target_is_a_dataclass_with_a_derived_width():
     t = CPUTarget(HOST.triple, "haswell", "")
     assert t.vector_width == 256 and t == parse_target("llvm -mcpu=haswell")
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_dense_packed_features_no_whole_vectors_divide(target):
+    """75 output features: the panel is the largest divisor below the tile (25 or 15 lanes)."""
+    rng = np.random.default_rng(5)
+    m, k, n = 16, 40, 75
+    x = rng.uniform(-1, 1, (m, k)).astype("float32")
+    w = rng.uniform(-1, 1, (n, k)).astype("float32")
+    block = cpu.dense_pack_block("float32", target, out_features=n)
+    assert n % block == 0
+    X, W = te.placeholder((m, k), name="x"), te.placeholder((n // block, k, block), name="w")
+    out = ops.dense_packed(X, W)
+    got = _run(cpu.schedule(out, target=target), [X, W, out], [x, ops.layout.pack_dense_weight(w, block)], (m, n),
+               target)
+    np.testing.assert_allclose(got, x.astype("float64") @ w.T, rtol=1e-5, atol=1e-5 * k)
