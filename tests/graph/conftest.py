@@ -1,6 +1,7 @@
 """Graph tests write nothing outside their temporary directories: onnx's test harness (ONNX_HOME),
 onnxruntime and other tools (XDG_CACHE_HOME) and vtakit's kernel cache (VTAKIT_CACHE_DIR) are pointed
-at one directory per test session."""
+at one directory per test run (shared by pytest-xdist's workers, so a kernel one worker compiled is
+loaded by the others: the kernel cache is safe for concurrent use)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,11 @@ import pytest
 
 @pytest.fixture(autouse=True, scope="session")
 def _private_caches(tmp_path_factory):
-    root = tmp_path_factory.mktemp("caches")
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # one directory for all the workers of this run: they share compiled kernels
+    root = base / "graph-caches"
+    root.mkdir(exist_ok=True)
     saved = {key: os.environ.get(key) for key in ("ONNX_HOME", "XDG_CACHE_HOME", "VTAKIT_CACHE_DIR")}
     for key in saved:
         os.environ[key] = str(root / key.lower())

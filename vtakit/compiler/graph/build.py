@@ -118,20 +118,30 @@ def _compile_steps(g: Graph, tgt: GraphTarget, cache: KernelCache, stats: BuildS
                    ) -> tuple[list[tuple[Node, CompiledKernel]], dict[str, str], dict[str, np.ndarray]]:
     start = time.perf_counter()
     consumers = g.consumers()
-    compiled: list[tuple[Node, CompiledKernel]] = []
     views: dict[str, str] = {}
     constants: dict[str, np.ndarray] = {}
-    with progress(f"compiling {g.name} for {tgt.name}", total=len(g.nodes), unit="node",
+    kernels: dict[int, CompiledKernel] = {}
+    todo = []
+    for k, node in enumerate(g.nodes):
+        if not _external(g, node, consumers):
+            continue
+        if _is_view(g, node):
+            views[node.outputs[0]] = node.inputs[0]
+        else:
+            todo.append(k)
+    with progress(f"compiling {g.name} for {tgt.name}", total=len(todo), unit="kernel",
                   delay=QUICK_WORK_DELAY_SECONDS) as bar:
-        for k, node in enumerate(g.nodes):
-            bar.advance()
-            external = _external(g, node, consumers)
-            if not external:
-                continue
-            if _is_view(g, node):
-                views[node.outputs[0]] = node.inputs[0]
-                continue
-            compiled.append((node, tgt.compile(g, node, external, cache, f"{_ops(node)[-1].lower()}_{k}")))
+        # kernels another process is building are skipped on the first pass and waited for on the second
+        for wait in (False, True):
+            for k in todo:
+                if k not in kernels:
+                    node = g.nodes[k]
+                    got = tgt.compile(g, node, _external(g, node, consumers), cache,
+                                      f"{_ops(node)[-1].lower()}_{k}", wait)
+                    if got is not None:
+                        kernels[k] = got
+                        bar.advance()
+    compiled = [(g.nodes[k], kernels[k]) for k in todo]
     stats.kernel_seconds = time.perf_counter() - start
     stats.kernels = len(compiled)
     stats.unique_kernels = len({c.key for _, c in compiled})

@@ -30,6 +30,11 @@ from functools import cache
 from pathlib import Path
 from typing import Any, Callable
 
+try:
+    import fcntl
+except ImportError:  # not POSIX: no cross-process locking, at worst a kernel is built twice
+    fcntl = None  # type: ignore[assignment]
+
 import numpy as np
 
 import vtakit
@@ -178,8 +183,13 @@ class KernelCache:
         except OSError:
             pass  # a cache that cannot be written only costs a rebuild next time
 
-    def get(self, key: str, build: Callable[[], KernelObject], workload: Workload) -> tuple[KernelObject, ObjectKernel]:
-        """The loaded kernel of ``key``: from memory, else from disk, else ``build()`` (and stored)."""
+    def get(self, key: str, build: Callable[[], KernelObject], workload: Workload, wait: bool = True
+            ) -> tuple[KernelObject, ObjectKernel] | None:
+        """The loaded kernel of ``key``: from memory, else from disk, else ``build()`` (and stored).
+
+        While one process builds a key, others wanting it wait for its entry instead of building it
+        again (a lock file per key); with ``wait=False`` they return None at once, so a build can do
+        other kernels first and come back."""
         with self._lock:
             loaded = self._loaded.get(key)
         if loaded is not None:
@@ -187,15 +197,51 @@ class KernelCache:
             return loaded.kernel, loaded
         kernel = self.read(key)
         if kernel is None:
-            self.misses += 1
-            kernel = build()
-            self.write(key, kernel, workload)
+            with _KeyLock(self._paths(key)[0].with_suffix(".lock"), wait) as locked:
+                if not locked:
+                    return None
+                kernel = self.read(key)  # built by whoever held the lock before us
+                if kernel is None:
+                    self.misses += 1
+                    kernel = build()
+                    self.write(key, kernel, workload)
+                else:
+                    self.disk_hits += 1
         else:
             self.disk_hits += 1
         loaded = load_object(kernel)
         with self._lock:
             loaded = self._loaded.setdefault(key, loaded)
         return kernel, loaded
+
+
+class _KeyLock:
+    """An exclusive lock on a file (POSIX ``flock``), held while a key is built; without a usable lock
+    file (no fcntl, a read-only cache) it is always granted: the worst case is a duplicate build."""
+
+    def __init__(self, path: Path, wait: bool) -> None:
+        self.path, self.wait, self.fd = path, wait, None
+
+    def __enter__(self) -> bool:
+        if fcntl is None:
+            return True
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError:
+            return True
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | (0 if self.wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            os.close(self.fd)
+            self.fd = None
+            return False
+        return True
+
+    def __exit__(self, *exc: object) -> None:
+        if self.fd is not None:
+            fcntl.flock(self.fd, fcntl.LOCK_UN)
+            os.close(self.fd)
 
 
 def _atomic_write(path: Path, data: bytes) -> None:

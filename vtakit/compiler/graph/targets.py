@@ -39,7 +39,9 @@ class GraphTarget:
     name: str
     passes: tuple[str, ...]
     workload: Callable[[Graph, Node, set[str]], tuple[Workload, tuple[str, ...], tuple[str, ...]]]
-    compile: Callable[[Graph, Node, set[str], KernelCache, str], CompiledKernel]
+    # (graph, node, external values, cache, kernel name, wait) -> the kernel, or None when another
+    # process is building it and wait is False
+    compile: Callable[[Graph, Node, set[str], KernelCache, str, bool], CompiledKernel | None]
 
 
 _TARGETS: dict[str, GraphTarget] = {}
@@ -72,13 +74,16 @@ def _llvm_workload(graph: Graph, node: Node, external: set[str]) -> tuple[Worklo
     return workload_of(graph, node, ins, outs, "llvm"), tuple(ins), tuple(outs)
 
 
-def _llvm_compile(graph: Graph, node: Node, external: set[str], cache: KernelCache, name: str) -> CompiledKernel:
+def _llvm_compile(graph: Graph, node: Node, external: set[str], cache: KernelCache, name: str,
+                  wait: bool = True) -> CompiledKernel | None:
     ins, placeholders, outs, tensors = group_tensors(graph, [node], external)
     workload = workload_of(graph, node, ins, outs, "llvm")
     key = workload.key(target_id())
-    code, function = cache.get(key, lambda: compile_object(lower_tensors(placeholders, tensors, name),
-                                                           f"vtakit_kernel_{key[:24]}"), workload)
-    return CompiledKernel(tuple(ins), tuple(outs), workload, key, function, code)
+    got = cache.get(key, lambda: compile_object(lower_tensors(placeholders, tensors, name), f"vtakit_kernel_{key[:24]}"),
+                    workload, wait)
+    if got is None:
+        return None
+    return CompiledKernel(tuple(ins), tuple(outs), workload, key, got[1], got[0])
 
 
 register_graph_target(GraphTarget("llvm", LLVM_PASSES, _llvm_workload, _llvm_compile))
