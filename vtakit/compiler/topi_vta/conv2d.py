@@ -82,7 +82,8 @@ def schedule_conv2d_packed(env: VTAEnv, tensors: list[Tensor], stages: dict[str,
     x_co0, x_co1 = s[out].split(x_co, factor=knobs.tile_co)
     x_i0, x_i1 = s[out].split(x_i, factor=knobs.tile_h)
     x_j0, x_j1 = s[out].split(x_j, factor=knobs.tile_w)
-    s[out].reorder(x_bo, x_i0, x_co0, x_j0, x_co1, x_i1, x_j1, x_bi, x_ci)
+    outer = (x_i0, x_co0) if knobs.tile_order == "h_co" else (x_co0, x_i0)
+    s[out].reorder(x_bo, *outer, x_j0, x_co1, x_i1, x_j1, x_bi, x_ci)
     schedule_requant(env, s, out, stages, conv, cbias, x_j0)
     if knobs.oc_nthread > 1:
         bind_cthreads(s, out, x_co0, knobs.oc_nthread, x_bo)

@@ -14,7 +14,10 @@ from vtakit.compiler.vta.env import VTAEnv
 from vtakit.errors import CompileError
 from vtakit.runtime.packing import blocks
 
-__all__ = ["Conv2dKnobs", "DenseKnobs", "conv2d_blocks", "dense_blocks"]
+__all__ = ["Conv2dKnobs", "DenseKnobs", "conv2d_blocks", "dense_blocks", "CONV2D_TILE_ORDERS"]
+
+#: Orders of conv2d's outer tile loops (the column tiles stay innermost: the epilogue sits there).
+CONV2D_TILE_ORDERS = ("h_co", "co_h")
 
 
 @dataclass(frozen=True)
@@ -27,8 +30,11 @@ class Conv2dKnobs:
     tile_ci: int
     oc_nthread: int = 1
     h_nthread: int = 1
+    tile_order: str = "h_co"   # outer tile loops: rows then channel blocks ("h_co") or the reverse ("co_h")
 
     def check(self, wl: Conv2dWorkload, env: VTAEnv) -> None:
+        if self.tile_order not in CONV2D_TILE_ORDERS:
+            raise CompileError(f"conv2d knob tile_order={self.tile_order!r} must be one of {CONV2D_TILE_ORDERS}")
         _, ci_blocks, co_blocks = conv2d_blocks(env, wl)
         for name, value, total, per_thread in (("tile_h", self.tile_h, wl.oh, self.h_nthread),
                                                ("tile_w", self.tile_w, wl.ow, 1),

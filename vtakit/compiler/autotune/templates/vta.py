@@ -3,7 +3,9 @@
 (``choose_*_tiles``) as the fallback config. Measured in cycles on the cycle model.
 
 Tiles are splits whose inner factor is the tile (``factors`` policy: tiles divide the axis, so no
-tail tiles); thread counts are knobs of 1, 2 or 4 per axis, kept to the token queues' depth. A
+tail tiles); thread counts are knobs of 1, 2 or 4 per axis, kept to the token queues' depth (so 4
+threads as 4 x 1, 1 x 4 or 2 x 2); conv2d's two outer tile loops (rows, channel blocks) come in
+either order. A
 config whose tiles overflow an SRAM fails to build and is recorded as an error, as AutoTVM
 records invalid kernels.
 """
@@ -20,7 +22,7 @@ from vtakit.compiler.te import Schedule, Tensor
 from vtakit.compiler.topi_vta.bench import SHIFT, conv2d_operands, dense_operands
 from vtakit.compiler.topi_vta.conv2d import conv2d
 from vtakit.compiler.topi_vta.dense import dense
-from vtakit.compiler.topi_vta.knobs import Conv2dKnobs, DenseKnobs, conv2d_blocks, dense_blocks
+from vtakit.compiler.topi_vta.knobs import CONV2D_TILE_ORDERS, Conv2dKnobs, DenseKnobs, conv2d_blocks, dense_blocks
 from vtakit.compiler.topi_vta.tiling import choose_conv2d_tiles, choose_dense_tiles
 from vtakit.compiler.topi_vta.workloads import Conv2dWorkload
 from vtakit.compiler.vta.env import VTAEnv, get_env
@@ -44,7 +46,7 @@ def _inner(cfg: Any, name: str) -> int:
 def conv2d_knobs(cfg: Any) -> Conv2dKnobs:
     """The :class:`Conv2dKnobs` a ``vta.conv2d`` config names."""
     return Conv2dKnobs(_inner(cfg, "tile_h"), _inner(cfg, "tile_w"), _inner(cfg, "tile_co"), _inner(cfg, "tile_ci"),
-                       cfg["oc_nthread"].val, cfg["h_nthread"].val)
+                       cfg["oc_nthread"].val, cfg["h_nthread"].val, cfg["tile_order"].val)
 
 
 def dense_knobs(cfg: Any) -> DenseKnobs:
@@ -69,6 +71,7 @@ def _conv2d_template(cfg: Any, h: int, w: int, ci: int, co: int, k: int, pad: in
     cfg.define_split("tile_ci", ci_blocks)
     cfg.define_knob("oc_nthread", _threads(env))
     cfg.define_knob("h_nthread", _threads(env))
+    cfg.define_knob("tile_order", list(CONV2D_TILE_ORDERS))
     cfg.add_flop(2 * wl.macs)
     if isinstance(cfg, ConfigSpace):
         try:
@@ -77,7 +80,8 @@ def _conv2d_template(cfg: Any, h: int, w: int, ci: int, co: int, k: int, pad: in
             best = None
         if best is not None:
             cfg.set_fallback(tile_h=[-1, best.tile_h], tile_w=[-1, best.tile_w], tile_co=[-1, best.tile_co],
-                             tile_ci=[-1, best.tile_ci], oc_nthread=best.oc_nthread, h_nthread=best.h_nthread)
+                             tile_ci=[-1, best.tile_ci], oc_nthread=best.oc_nthread, h_nthread=best.h_nthread,
+                             tile_order=best.tile_order)
     knobs = conv2d_knobs(cfg)
     if knobs.oc_nthread * knobs.h_nthread > env.config.token_queue_depth:
         raise CompileError(f"{knobs.oc_nthread} x {knobs.h_nthread} virtual threads exceed TOKEN_QUEUE_DEPTH="

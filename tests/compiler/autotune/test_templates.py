@@ -1,0 +1,70 @@
+"""The shipped templates: their spaces, fallbacks and the choices the schedules honour (every
+measured config is checked against numpy, so NO_ERROR means the output equals numpy's)."""
+
+import pytest
+
+from vtakit import autotune
+from vtakit.compiler.autotune.measure import LocalBuilder, LocalRunner, MeasureErrorNo, run_trial
+from vtakit.compiler.autotune.templates.vta import conv2d_knobs
+from vtakit.compiler.topi_vta.tiling import choose_conv2d_tiles
+from vtakit.compiler.topi_vta.workloads import Conv2dWorkload
+from vtakit.compiler.vta.env import get_env
+from vtakit.hw.config import VTAConfig
+
+CONV = "conv2d:8,8,16,32,3,1,1"
+
+
+def _find(space, **want):
+    for cfg in space:
+        values = cfg.knob_values()
+        if all(values[k] == v for k, v in want.items()):
+            return cfg
+    raise AssertionError(f"no config with {want}")
+
+
+def test_conv2d_space_holds_todays_knobs_and_falls_back_to_the_default_tiler():
+    task = autotune.create_task("vta.conv2d", CONV, config=VTAConfig.small())
+    assert list(task.config_space.knobs) == ["tile_h", "tile_w", "tile_co", "tile_ci", "oc_nthread", "h_nthread",
+                                             "tile_order"]
+    fallback = task.config_space.fallback
+    env = get_env(VTAConfig.small())
+    assert fallback.is_fallback
+    assert conv2d_knobs(fallback) == choose_conv2d_tiles(env, Conv2dWorkload(8, 8, 16, 32, 3, 1, 1))
+
+
+@pytest.mark.parametrize("choice", [
+    dict(tile_order="co_h", oc_nthread=2, h_nthread=1),
+    dict(tile_order="co_h", oc_nthread=2, h_nthread=2, tile_h=[2]),     # 4 threads, 2 x 2
+    dict(tile_order="h_co", oc_nthread=4, h_nthread=1, tile_co=[1], tile_ci=[1], tile_h=[2], tile_w=[4]),  # 4 x 1
+], ids=["order", "2x2-threads", "4-threads"])
+def test_conv2d_choices_beyond_the_default_are_honoured_and_equal_numpy(choice):
+    task = autotune.create_task("vta.conv2d", CONV, config=VTAConfig.small())
+    cfg = _find(task.config_space, **choice)
+    res = run_trial(task, cfg.index, LocalBuilder(timeout=60), LocalRunner(timeout=60))
+    assert res.error_no == MeasureErrorNo.NO_ERROR, res.error_msg
+
+
+def test_threads_beyond_the_token_queues_are_not_offered_or_are_rejected():
+    cfg = VTAConfig.small(token_queue_depth=2)
+    task = autotune.create_task("vta.conv2d", CONV, config=cfg)
+    assert [e.val for e in task.config_space.knobs["oc_nthread"].entities] == [1, 2]
+    cfg4 = _find(task.config_space, oc_nthread=2, h_nthread=2, tile_h=[2], tile_co=[2])
+    res = run_trial(task, cfg4.index, LocalBuilder(), LocalRunner())
+    assert res.error_no == MeasureErrorNo.INSTANTIATION_ERROR and "TOKEN_QUEUE_DEPTH=2" in res.error_msg
+
+
+def test_cpu_gemm_space_has_more_than_ten_thousand_configs_and_random_ones_are_correct():
+    task = autotune.create_task("llvm.dense", "dense:1024,1024,1024", target="llvm")
+    assert len(task.config_space) >= 10 ** 4
+    small = autotune.create_task("llvm.dense", "dense:32,64,32", target="llvm")
+    runner = LocalRunner(timeout=60, number=1, repeat=1)
+    for index in (0, len(small.config_space) // 3, len(small.config_space) - 1):
+        res = run_trial(small, index, LocalBuilder(timeout=60), runner)
+        assert res.ok, (small.config_space.get(index), res.error_msg)
+
+
+def test_cpu_conv2d_template_is_correct():
+    task = autotune.create_task("llvm.conv2d", "conv2d:8,8,4,8,3,1,1", target="llvm")
+    res = run_trial(task, task.config_space.fallback.index, LocalBuilder(timeout=60),
+                    LocalRunner(timeout=60, number=1, repeat=1))
+    assert res.ok, res.error_msg
