@@ -17,9 +17,11 @@ def _private_caches(tmp_path_factory):
         base = base.parent  # one directory for all the workers of this run: they share compiled kernels
     root = base / "graph-caches"
     root.mkdir(exist_ok=True)
-    saved = {key: os.environ.get(key) for key in ("ONNX_HOME", "XDG_CACHE_HOME", "VTAKIT_CACHE_DIR")}
+    saved = {key: os.environ.get(key) for key in ("ONNX_HOME", "XDG_CACHE_HOME", "VTAKIT_CACHE_DIR",
+                                                 "VTAKIT_BUILD_JOBS")}
     for key in saved:
         os.environ[key] = str(root / key.lower())
+    os.environ["VTAKIT_BUILD_JOBS"] = "1"  # the workers already use every core; tests that fork say so
     yield root
     for key, value in saved.items():
         if value is None:

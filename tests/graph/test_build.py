@@ -7,7 +7,7 @@ import pytest
 
 from vtakit import graph as vg
 from vtakit.compiler.graph.ir import Graph, Node, TensorType
-from vtakit.errors import ArgumentError
+from vtakit.errors import ArgumentError, GraphError
 
 
 def _graph() -> Graph:
@@ -86,3 +86,34 @@ def test_profile_has_a_row_per_kernel():
     text = str(profile)
     assert "layer" in text and "kernels" in text
     assert profile.to_json()["layers"][0]["name"] == profile.layers[0].name
+
+
+def _many_kernels() -> Graph:
+    """Six additions with differently shaped constants: six kernels with distinct workloads (of shapes
+    no other test uses, so they are compiled here)."""
+    shapes = [(3, 7), (7,), (1, 7), (2, 3, 7), (1, 1, 7), (3, 1)]
+    nodes, g_types, consts, prev = [], {"x": TensorType((2, 3, 7), "float32")}, {}, "x"
+    for k, shape in enumerate(shapes):
+        consts[f"c{k}"] = np.full(shape, k + 1, np.float32)
+        g_types[f"c{k}"] = TensorType(shape, "float32")
+        nodes.append(Node("Add", [prev, f"c{k}"], [f"v{k}"], name=f"add{k}"))
+        g_types[f"v{k}"] = TensorType((2, 3, 7), "float32")
+        prev = f"v{k}"
+    return Graph(nodes, ["x"], [prev], g_types, consts)
+
+
+def test_a_cold_build_compiles_in_helper_processes(tmp_path, monkeypatch):
+    monkeypatch.setenv("VTAKIT_BUILD_JOBS", "2")
+    mod = vg.build(_many_kernels(), disabled_passes=("FuseOps",), cache_dir=tmp_path)
+    stats = mod.stats
+    assert stats.kernels == stats.unique_kernels == 6
+    assert stats.compiled + stats.loaded_from_disk + stats.already_loaded == 6
+    x = np.zeros((2, 3, 7), np.float32)
+    np.testing.assert_array_equal(mod.run([x])[0], np.full((2, 3, 7), 21, np.float32))
+    assert len(list(tmp_path.rglob("*.o"))) == 6 and not list(tmp_path.rglob("*.tmp"))
+
+
+def test_build_jobs_must_be_a_positive_integer(monkeypatch):
+    monkeypatch.setenv("VTAKIT_BUILD_JOBS", "zero")
+    with pytest.raises(GraphError, match="VTAKIT_BUILD_JOBS must be a positive integer, got 'zero'"):
+        vg.build(_many_kernels(), cache_dir=None)

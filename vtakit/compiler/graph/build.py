@@ -9,6 +9,7 @@ Nothing is compiled after ``build`` returns.
 from __future__ import annotations
 
 import os
+import signal
 import time
 from dataclasses import dataclass, field
 from typing import Any, Sequence
@@ -40,6 +41,7 @@ class BuildStats:
     unique_kernels: int = 0
     compiled: int = 0
     loaded_from_disk: int = 0
+    already_loaded: int = 0
     arena_bytes: int = 0
     lower_bound_bytes: int = 0
     seconds: float = 0.0
@@ -129,27 +131,90 @@ def _compile_steps(g: Graph, tgt: GraphTarget, cache: KernelCache, stats: BuildS
             views[node.outputs[0]] = node.inputs[0]
         else:
             todo.append(k)
-    with progress(f"compiling {g.name} for {tgt.name}", total=len(todo), unit="kernel",
-                  delay=QUICK_WORK_DELAY_SECONDS) as bar:
-        # kernels another process is building are skipped on the first pass and waited for on the second
-        for wait in (False, True):
-            for k in todo:
-                if k not in kernels:
+    helpers: list[int] = []
+    finished = False
+    try:
+        with progress(f"compiling {g.name} for {tgt.name}", total=len(todo), unit="kernel",
+                      delay=QUICK_WORK_DELAY_SECONDS) as bar:
+            # kernels another process is building are skipped on the first pass and waited for on the second
+            for wait in (False, True):
+                for k in todo:
+                    if k in kernels:
+                        continue
                     node = g.nodes[k]
-                    got = tgt.compile(g, node, _external(g, node, consumers), cache,
-                                      f"{_ops(node)[-1].lower()}_{k}", wait)
+                    got = tgt.compile(g, node, _external(g, node, consumers), cache, _kernel_name(node, k), wait)
                     if got is not None:
                         kernels[k] = got
                         bar.advance()
+                    if cache.misses == 1 and not helpers:  # a cold build: others compile alongside
+                        helpers = _start_helpers(g, tgt, todo, consumers, cache, build_jobs())
+        finished = True
+    finally:
+        _reap(helpers, stop=not finished)
     compiled = [(g.nodes[k], kernels[k]) for k in todo]
     stats.kernel_seconds = time.perf_counter() - start
     stats.kernels = len(compiled)
     stats.unique_kernels = len({c.key for _, c in compiled})
-    stats.compiled, stats.loaded_from_disk = cache.misses, cache.disk_hits
+    stats.compiled, stats.loaded_from_disk, stats.already_loaded = cache.misses, cache.disk_hits, cache.hits
     for node, _ in compiled:
         label = "+".join(_ops(node))
         stats.fused_ops[label] = stats.fused_ops.get(label, 0) + 1
     return compiled, views, constants
+
+
+def _kernel_name(node: Node, k: int) -> str:
+    return f"{_ops(node)[-1].lower()}_{k}"
+
+
+def build_jobs() -> int:
+    """Processes compiling a cold build's kernels: ``VTAKIT_BUILD_JOBS``, else the CPUs we may use (at most 4)."""
+    env = os.environ.get("VTAKIT_BUILD_JOBS")
+    if env is not None:
+        if not env.isdigit() or int(env) < 1:
+            raise GraphError(f"VTAKIT_BUILD_JOBS must be a positive integer, got {env!r}")
+        return int(env)
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(4, cpus))
+
+
+def _start_helpers(g: Graph, tgt: GraphTarget, todo: list[int], consumers: dict[str, list[Node]],
+                   cache: KernelCache, jobs: int) -> list[int]:
+    """Fork ``jobs - 1`` processes that compile the kernels of ``todo`` into the on-disk cache, each
+    starting at its own place in the list; the build loads what they store (the cache's per-key locks
+    keep two processes from compiling one kernel)."""
+    if tgt.prebuild is None or jobs < 2 or len(todo) < 4 or not hasattr(os, "fork"):
+        return []
+    pids = []
+    for helper in range(1, jobs):
+        start = helper * len(todo) // jobs
+        pid = os.fork()
+        if pid == 0:  # the helper: compile, store, exit without running any of the parent's cleanup
+            status = 0
+            try:
+                for k in todo[start:] + todo[:start]:
+                    node = g.nodes[k]
+                    tgt.prebuild(g, node, _external(g, node, consumers), cache, _kernel_name(node, k))
+            except BaseException:  # noqa: BLE001 -- the parent builds whatever a helper did not
+                status = 1
+            finally:
+                os._exit(status)
+        pids.append(pid)
+    return pids
+
+
+def _reap(pids: list[int], stop: bool) -> None:
+    """Wait for the helpers (after the build has every kernel they have nothing left to compile), or
+    stop them first when the build failed or was interrupted."""
+    for pid in pids:
+        if stop:
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        try:
+            os.waitpid(pid, 0)
+        except ChildProcessError:
+            pass
 
 
 def _assemble(g: Graph, tgt: GraphTarget, compiled: list[tuple[Node, CompiledKernel]], views: dict[str, str],

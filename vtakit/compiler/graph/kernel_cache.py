@@ -215,6 +215,19 @@ class KernelCache:
         return kernel, loaded
 
 
+    def prebuild(self, key: str, build: Callable[[], KernelObject], workload: Workload) -> None:
+        """Build and store ``key`` unless it is stored or another process is building it (helpers of a
+        parallel build call this: they store kernels and load none)."""
+        if self.read(key) is not None:
+            return
+        with _KeyLock(self._paths(key)[0].with_suffix(".lock"), False) as locked:
+            if locked and self.read(key) is None:
+                self.write(key, build(), workload)
+
+    def stored(self, key: str) -> bool:
+        return self._paths(key)[1].is_file()
+
+
 class _KeyLock:
     """An exclusive lock on a file (POSIX ``flock``), held while a key is built; without a usable lock
     file (no fcntl, a read-only cache) it is always granted: the worst case is a duplicate build."""

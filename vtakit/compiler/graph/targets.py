@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from vtakit.compiler.backend.llvm_object import ObjectKernel, compile_object, target_id
+from vtakit.compiler.backend.llvm_object import KernelObject, ObjectKernel, compile_object, target_id
 from vtakit.compiler.graph.ir import Graph, Node
 from vtakit.compiler.graph.kernel_cache import KernelCache, Workload, workload_of
 from vtakit.compiler.graph.lowering import group_tensors, lower_tensors
@@ -42,6 +42,9 @@ class GraphTarget:
     # (graph, node, external values, cache, kernel name, wait) -> the kernel, or None when another
     # process is building it and wait is False
     compile: Callable[[Graph, Node, set[str], KernelCache, str, bool], CompiledKernel | None]
+    # (graph, node, external values, cache, kernel name) -> compiles and stores the kernel when it is not
+    # stored yet, loading nothing (the helper processes of a parallel build); None: no parallel builds
+    prebuild: Callable[[Graph, Node, set[str], KernelCache, str], bool] | None = None
 
 
 _TARGETS: dict[str, GraphTarget] = {}
@@ -74,16 +77,32 @@ def _llvm_workload(graph: Graph, node: Node, external: set[str]) -> tuple[Worklo
     return workload_of(graph, node, ins, outs, "llvm"), tuple(ins), tuple(outs)
 
 
-def _llvm_compile(graph: Graph, node: Node, external: set[str], cache: KernelCache, name: str,
-                  wait: bool = True) -> CompiledKernel | None:
+def _llvm_kernel(graph: Graph, node: Node, external: set[str], name: str
+                 ) -> tuple[list[str], list[str], Workload, str, Callable[[], KernelObject]]:
+    """A node's kernel interface, workload, cache key and the function that compiles it."""
     ins, placeholders, outs, tensors = group_tensors(graph, [node], external)
     workload = workload_of(graph, node, ins, outs, "llvm")
     key = workload.key(target_id())
-    got = cache.get(key, lambda: compile_object(lower_tensors(placeholders, tensors, name), f"vtakit_kernel_{key[:24]}"),
-                    workload, wait)
+    return ins, outs, workload, key, lambda: compile_object(lower_tensors(placeholders, tensors, name),
+                                                           f"vtakit_kernel_{key[:24]}")
+
+
+def _llvm_compile(graph: Graph, node: Node, external: set[str], cache: KernelCache, name: str,
+                  wait: bool = True) -> CompiledKernel | None:
+    ins, outs, workload, key, compile_ = _llvm_kernel(graph, node, external, name)
+    got = cache.get(key, compile_, workload, wait)
     if got is None:
         return None
     return CompiledKernel(tuple(ins), tuple(outs), workload, key, got[1], got[0])
 
 
-register_graph_target(GraphTarget("llvm", LLVM_PASSES, _llvm_workload, _llvm_compile))
+def _llvm_prebuild(graph: Graph, node: Node, external: set[str], cache: KernelCache, name: str) -> bool:
+    """Store the node's kernel in the cache (for parallel builds); True when it was not stored yet."""
+    _, _, workload, key, compile_ = _llvm_kernel(graph, node, external, name)
+    if cache.stored(key):
+        return False
+    cache.prebuild(key, compile_, workload)
+    return True
+
+
+register_graph_target(GraphTarget("llvm", LLVM_PASSES, _llvm_workload, _llvm_compile, _llvm_prebuild))
