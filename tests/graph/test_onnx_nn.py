@@ -236,6 +236,8 @@ REDUCE_CASES = {
 }
 REDUCE_CASES["ReduceMax_bool"] = _reduce("ReduceMax", _rand(3, 4) > 0.5, axes_input=[1], opset=20)
 REDUCE_CASES["ReduceMin_bool"] = _reduce("ReduceMin", _rand(3, 4) > -0.5, axes_input=[0], keepdims=0, opset=20)
+REDUCE_CASES.update({f"{op}_empty_set": _reduce(op, np.zeros((2, 0, 4), np.float32), axes_input=[1])
+                     for op in ("ReduceMax", "ReduceMin", "ReduceSum", "ReduceProd", "ReduceLogSumExp")})
 REDUCE_CASES["ReduceSum_input_opset13"] = _reduce("ReduceSum", _rand(3, 2, 4), axes_input=[1], opset=13)
 
 

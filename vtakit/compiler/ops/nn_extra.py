@@ -101,8 +101,16 @@ def pool2d_window(data: Tensor, kernel: Sequence[int], strides: Sequence[int], d
     return te.compute((n, c, oh, ow), average, name="avg_pool2d", tag="pool2d_avg")
 
 
+def _extreme(sign: float, finite: Callable[[str], ir.PrimExpr]) -> Callable[[str], ir.PrimExpr]:
+    """The identity of max (``sign`` -1) or min (+1): infinite for floats, so an empty reduction gives
+    -inf / +inf as ONNX defines it; the dtype's extreme value for integers."""
+    return lambda dtype: ir.const(sign * float("inf"), dtype) if ir.is_float(dtype) else finite(dtype)
+
+
 REDUCERS: dict[str, Callable] = {
-    "sum": te.sum, "max": te.max, "min": te.min,
+    "sum": te.sum,
+    "max": te.comm_reducer(lambda a, b: te.max(a, b), _extreme(-1.0, te.min_value), name="max"),
+    "min": te.comm_reducer(lambda a, b: te.min(a, b), _extreme(1.0, te.max_value), name="min"),
     "prod": te.comm_reducer(lambda a, b: a * b, lambda dtype: ir.const(1, dtype), name="prod"),
 }
 

@@ -389,10 +389,6 @@ def _reduce_compute(name: str) -> Callable[[list, dict], list[te.Tensor]]:
         if axes is None:
             maps = [_MAPS[m][1] for m in (how.before, how.after) if m and m != "mean"]
             return [te.compute(shape, lambda *i: functools.reduce(lambda v, f: f(v), maps, x[i]), name="reduce_noop")]
-        if how.reducer in ("max", "min") and any(shape[a] == 0 for a in axes):
-            empty = _const(_fill(how.reducer, np.dtype(x.dtype)), x.dtype)
-            out_shape = [1 if a in axes else d for a, d in enumerate(shape) if attrs["keepdims"] or a not in axes]
-            return [te.compute(tuple(out_shape), lambda *i: empty, name="reduce_empty")]
         mapped = x
         if how.before:
             mapped = te.compute(shape, lambda *i: _MAPS[how.before][1](x[i]), name=f"reduce_{how.before}")
