@@ -117,3 +117,20 @@ def test_build_jobs_must_be_a_positive_integer(monkeypatch):
     monkeypatch.setenv("VTAKIT_BUILD_JOBS", "zero")
     with pytest.raises(GraphError, match="VTAKIT_BUILD_JOBS must be a positive integer, got 'zero'"):
         vg.build(_many_kernels(), cache_dir=None)
+
+
+def test_extract_tasks_lists_unique_kernels_with_counts():
+    g = _many_kernels()
+    g.nodes.append(Node("Add", ["v5", "c1"], ["w"], name="again"))  # the same workload as add1
+    g.types["w"] = TensorType((2, 3, 7), "float32")
+    g.outputs = ["w"]
+    tasks = vg.extract_tasks(g, "llvm", disabled_passes=("FuseOps",))
+    assert sorted(t.count for t in tasks) == [1, 1, 1, 1, 1, 2]
+    template, workload, count = next(t for t in tasks if t.count == 2)
+    assert template == "llvm.Add" and isinstance(workload, tuple) and count == 2
+    assert vg.build(g, disabled_passes=("FuseOps",)).stats.unique_kernels == len(tasks)
+
+
+def test_unknown_target_lists_the_registered_ones():
+    with pytest.raises(GraphError, match="unknown graph target 'tpu'; registered: llvm"):
+        vg.build(_graph(), "tpu")

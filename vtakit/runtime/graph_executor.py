@@ -17,7 +17,7 @@ step's arrays, it returns a callable that runs the step with no per-call argumen
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -71,32 +71,18 @@ class Plan:
     outputs: tuple[str, ...]
     steps: tuple[Step, ...]
     arena_bytes: int
-    # value name -> how a debug dump turns it back into the graph's layout (see LAYOUT_RESTORERS)
-    restore: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {"values": [[v.name, list(v.shape), v.dtype, v.offset] for v in self.values.values()],
                 "inputs": list(self.inputs), "outputs": list(self.outputs),
                 "steps": [[s.name, s.kernel, list(s.args), s.outputs, list(s.ops), s.target] for s in self.steps],
-                "arena_bytes": self.arena_bytes,
-                "restore": {k: list(v) for k, v in self.restore.items()}}
+                "arena_bytes": self.arena_bytes}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "Plan":
         values = {v[0]: ValueInfo(v[0], tuple(v[1]), v[2], v[3]) for v in data["values"]}
         steps = tuple(Step(s[0], s[1], tuple(s[2]), s[3], tuple(s[4]), s[5]) for s in data["steps"])
-        return cls(values, tuple(data["inputs"]), tuple(data["outputs"]), steps, int(data["arena_bytes"]),
-                   {k: tuple(v) for k, v in data.get("restore", {}).items()})
-
-
-def _unpack_channels(value: np.ndarray, channels: int) -> np.ndarray:
-    """NCHW[x]c -> NCHW (dropping padded channels)."""
-    n, c_outer, h, w, block = value.shape
-    return value.transpose(0, 1, 4, 2, 3).reshape(n, c_outer * block, h, w)[:, :channels]
-
-
-# how a value stored in a blocked layout is turned back into the graph's layout for debug_run
-LAYOUT_RESTORERS: dict[str, Callable[..., np.ndarray]] = {"NCHWc": _unpack_channels}
+        return cls(values, tuple(data["inputs"]), tuple(data["outputs"]), steps, int(data["arena_bytes"]))
 
 
 @dataclass(frozen=True)
@@ -189,8 +175,8 @@ class GraphExecutor:
         return self._outputs()
 
     def debug_run(self, inputs: Mapping[str, Any] | Sequence[Any]) -> dict[str, np.ndarray]:
-        """Every value (inputs, constants read by a step, each step's outputs) after its step, restored
-        to the graph's layout where the plan stored it blocked."""
+        """Every value (inputs, constants read by a step, each step's outputs) after its step. Kernels read
+        and write the graph's layouts (blocked layouts live inside kernels and in packed constants)."""
         self.set_inputs(inputs)
         seen: dict[str, np.ndarray] = {name: view.copy() for name, view in self._inputs}
         for step, call in zip(self.plan.steps, self._calls):
@@ -202,9 +188,6 @@ class GraphExecutor:
                 seen[name] = self._views[name].copy()
         for name in self.plan.outputs:
             seen.setdefault(name, self._views[name].copy())
-        for name, (kind, *args) in self.plan.restore.items():
-            if name in seen:
-                seen[name] = LAYOUT_RESTORERS[kind](seen[name], *args)
         return seen
 
     def profile(self, inputs: Mapping[str, Any] | Sequence[Any]) -> tuple[list[np.ndarray], list[LayerTiming]]:

@@ -66,6 +66,9 @@ class Workload:
 
 
 def _tuples(value: Any) -> Any:
+    """JSON as hashable nested tuples (an object becomes its sorted (key, value) pairs)."""
+    if isinstance(value, dict):
+        return tuple((k, _tuples(v)) for k, v in sorted(value.items()))
     return tuple(_tuples(v) for v in value) if isinstance(value, list) else value
 
 
