@@ -114,6 +114,11 @@ def test_prepare_specialises_on_inputs_needed_at_compile_time():
     (y,) = rep.run([x + 1, np.array([6, 1])])
     np.testing.assert_array_equal(y, (x + 1).reshape(6, 1))
     assert len(rep._specialised) == 2
+    np.testing.assert_array_equal(rep.run({"x": x, "s": np.array([3, 2])})[0], x.reshape(3, 2))
+    with pytest.raises(GraphError, match=r"inputs \['s'\] are missing"):
+        rep.run({"x": x})
+    with pytest.raises(GraphError, match="takes inputs"):
+        rep.run([x])
 
 
 def test_prepare_raises_an_unsupported_operator_at_once():

@@ -45,6 +45,9 @@ class VtakitRep(BackendRep):
         if isinstance(inputs, np.ndarray):
             inputs = [inputs]
         if isinstance(inputs, Mapping):
+            missing = [name for name in self._inputs if name not in inputs]
+            if missing:
+                raise GraphError(f"inputs {missing} are missing; the model takes {self._inputs}")
             return {k: np.asarray(v) for k, v in inputs.items()}
         arrays = list(inputs)
         if len(arrays) < len(self._inputs):
