@@ -134,3 +134,21 @@ def test_extract_tasks_lists_unique_kernels_with_counts():
 def test_unknown_target_lists_the_registered_ones():
     with pytest.raises(GraphError, match="unknown graph target 'tpu'; registered: llvm"):
         vg.build(_graph(), "tpu")
+
+
+def test_run_allocates_only_the_returned_outputs():
+    import tracemalloc
+
+    g = Graph([Node("Relu", ["x"], ["a"]), Node("Add", ["a", "x"], ["b"]), Node("Relu", ["b"], ["y"])],
+              ["x"], ["y"], {n: TensorType((64, 256), "float32") for n in "xaby"})
+    mod = vg.build(g, disabled_passes=("FuseOps",))  # three kernels, two 64 KiB intermediates
+    inputs = [np.ones((64, 256), np.float32)]
+    out_bytes = sum(o.nbytes for o in mod.run(inputs))
+    tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        mod.run(inputs)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < out_bytes + 8192  # the outputs plus Python's bookkeeping: no tensor storage per run
