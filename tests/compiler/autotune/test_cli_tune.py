@@ -109,3 +109,15 @@ def test_unknown_template_and_empty_space_are_tuning_errors():
     with pytest.raises(TuningError, match="a dense; template 'vta.conv2d' needs a conv2d"):
         autotune.create_task("vta.conv2d", "dense:16,16,16")
     assert isinstance(ConfigSpace(), ConfigSpace)
+
+
+def test_a_log_of_another_vta_config_is_ignored_and_the_command_says_so(tmp_path, capsys):
+    log = tmp_path / "t.log"
+    base = ["--quiet", "tune", "--workload", "dense:16,16,16", "--trials", "2", "--tuner", "random",
+            "--log", str(log), "--parallel", "2"]
+    assert main(base) == 0
+    capsys.readouterr()
+    assert main([*base, "--config", str(_small_config(tmp_path)), "--json"]) == 0
+    captured = capsys.readouterr()
+    assert "ignored 2 record(s) of this workload measured on another VTAConfig" in captured.err
+    assert json.loads(captured.out)["resumed"] == 0

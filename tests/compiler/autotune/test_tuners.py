@@ -1,6 +1,7 @@
 """Tuners: no config measured twice, resume from a log, seeded orders, and a cost model that learns."""
 
 import fcntl
+import os
 
 import numpy as np
 import pytest
@@ -15,8 +16,9 @@ from vtakit.hw.config import VTAConfig
 def exhaustive(small_dense_task, tmp_path_factory):
     """Every config of the small dense space, measured once (the ground truth), shared by the
     xdist workers through a locked file so the space is measured once per session."""
-    root = tmp_path_factory.getbasetemp().parent
-    log = root / "autotune-exhaustive.log"
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")     # shared by the workers of one xdist run
+    root = tmp_path_factory.getbasetemp().parent if run else tmp_path_factory.getbasetemp()
+    log = root / f"autotune-exhaustive-{run or 'serial'}.log"
     n = len(small_dense_task.config_space)
     with open(root / "autotune-exhaustive.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
