@@ -152,3 +152,16 @@ def test_run_allocates_only_the_returned_outputs():
     finally:
         tracemalloc.stop()
     assert peak < out_bytes + 8192  # the outputs plus Python's bookkeeping: no tensor storage per run
+
+
+@pytest.mark.parametrize("outputs", [["y"], ["y", "r"]])
+def test_view_ops_alias_their_input(outputs):
+    g = Graph([Node("Relu", ["x"], ["r"]), Node("Flatten", ["r"], ["y"], {"axis": 1})],
+              ["x"], outputs, {"x": TensorType((2, 3, 5), "float32")})
+    g = vg.passes.get_pass("InferType")(g)
+    mod = vg.build(g)
+    assert mod.num_kernels == 1 and mod.plan.values["y"].offset == mod.plan.values["r"].offset
+    x = np.linspace(-1, 1, 30, dtype=np.float32).reshape(2, 3, 5)
+    out = mod.run([x])
+    np.testing.assert_array_equal(out[0], np.maximum(x, 0).reshape(2, 15))
+    assert out[0].shape == (2, 15) and all(o.base is None or o.base is not out[0].base for o in out[1:])

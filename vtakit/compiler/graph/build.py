@@ -69,8 +69,10 @@ def optimize(graph: Graph, target: str = "llvm", *, opt_level: int = 3, disabled
                       opt_level=opt_level, dump_dir=dump_dir)
 
 
-def _is_view(g: Graph, node: Node) -> bool:
+def _is_view(g: Graph, node: Node, external: set[str]) -> bool:
+    """Whether ``node`` only reinterprets its input's bytes (and nothing reads its other outputs)."""
     return (node.op in VIEW_OPS and bool(node.inputs) and node.inputs[0] not in g.constants
+            and external == {node.outputs[0]}
             and g.type_of(node.inputs[0]).dtype == g.type_of(node.outputs[0]).dtype
             and g.type_of(node.inputs[0]).size == g.type_of(node.outputs[0]).size)
 
@@ -91,9 +93,10 @@ def extract_tasks(graph: Graph, target: str = "llvm", config: Any = None, *, opt
     consumers = g.consumers()
     counts: dict[tuple[str, str], int] = {}
     for node in g.nodes:
-        if _is_view(g, node) or not _external(g, node, consumers):
+        external = _external(g, node, consumers)
+        if not external or _is_view(g, node, external):
             continue
-        workload, _, _ = tgt.workload(g, node, _external(g, node, consumers))
+        workload, _, _ = tgt.workload(g, node, external)
         counts[(workload.template, workload.description)] = counts.get((workload.template, workload.description), 0) + 1
     return [Task(t, Workload(t, d).args, n) for (t, d), n in counts.items()]
 
@@ -101,7 +104,11 @@ def extract_tasks(graph: Graph, target: str = "llvm", config: Any = None, *, opt
 def build(graph: Graph, target: str = "llvm", *, config: Any = None, opt_level: int = 3,
           disabled_passes: Sequence[str] = (), tuning_log: Any = None,
           cache_dir: str | os.PathLike | None = None) -> NetModule:
-    """Compile ``graph`` for ``target`` into a module whose ``run`` executes the whole network."""
+    """Compile ``graph`` for ``target`` into a module whose ``run`` executes the whole network.
+
+    ``config`` is the accelerator configuration of targets that have one (the CPU has none);
+    ``opt_level`` and ``disabled_passes`` select the graph passes; kernels are cached in
+    ``cache_dir`` (else ``$VTAKIT_CACHE_DIR``, else ``~/.cache/vtakit``)."""
     start = time.perf_counter()
     tgt = get_graph_target(target)
     if tuning_log is not None:
@@ -125,9 +132,10 @@ def _compile_steps(g: Graph, tgt: GraphTarget, cache: KernelCache, stats: BuildS
     kernels: dict[int, CompiledKernel] = {}
     todo = []
     for k, node in enumerate(g.nodes):
-        if not _external(g, node, consumers):
+        external = _external(g, node, consumers)
+        if not external:
             continue
-        if _is_view(g, node):
+        if _is_view(g, node, external):
             views[node.outputs[0]] = node.inputs[0]
         else:
             todo.append(k)
