@@ -23,7 +23,10 @@ UNARY_CASES = [
     ("Relu", {}, {}), ("LeakyRelu", {}, {}), ("LeakyRelu", {"alpha": 0.3}, {}), ("Elu", {}, {}),
     ("Elu", {"alpha": 0.5}, {}), ("Selu", {}, {}), ("Selu", {"alpha": 2.0, "gamma": 3.0}, {}),
     ("HardSigmoid", {}, {}), ("HardSigmoid", {"alpha": 0.5, "beta": 0.25}, {}), ("HardSwish", {}, {}),
-    ("Softplus", {}, {"low": -40, "high": 40}),
+    ("Softplus", {}, {"low": -40, "high": 40}), ("Softsign", {}, {}), ("ThresholdedRelu", {}, {}),
+    ("ThresholdedRelu", {"alpha": -0.5}, {}), ("Celu", {}, {}), ("Celu", {"alpha": 2.0}, {}), ("Shrink", {}, {}),
+    ("Shrink", {"bias": 0.5, "lambd": 1.0}, {}), ("Sign", {}, {}), ("Floor", {}, {}), ("Ceil", {}, {}),
+    ("Sin", {}, {}), ("Cos", {}, {}),
 ]
 
 
@@ -148,6 +151,20 @@ def test_where_broadcasts_all_three():
 
 def test_not():
     check(Case("Not", {"x": rand(3, 8) > 0}, opset=9))
+
+
+def test_is_nan_and_is_inf_of_special_values():
+    x = np.array([np.nan, np.inf, -np.inf, 0.0, -1.5, 3e38], F32)
+    check(Case("IsNaN", {"x": x}, opset=13))
+    for neg, pos in [(1, 1), (0, 1), (1, 0)]:
+        check(Case("IsInf", {"x": x}, {"detect_negative": neg, "detect_positive": pos}, opset=10))
+
+
+@pytest.mark.parametrize("op", ["Sign", "Shrink"])
+@pytest.mark.parametrize("dtype", [np.int32, np.int8])
+def test_sign_and_shrink_of_integers(op, dtype):
+    check(Case(op, {"x": np.array([-9, -1, 0, 1, 7], dtype)}, {"lambd": 1.0, "bias": 2.0} if op == "Shrink" else {},
+               opset=13))
 
 
 @pytest.mark.parametrize("op", ["And", "Or", "Xor"])

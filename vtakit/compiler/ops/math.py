@@ -18,7 +18,9 @@ from vtakit.compiler.te.tensor import Tensor
 from vtakit.errors import CompileError
 
 __all__ = ["select", "unary", "float_unary", "exp", "log", "sqrt", "erf", "tanh", "sigmoid", "negative", "absolute",
-           "reciprocal", "leaky_relu", "elu", "selu", "hard_sigmoid", "hard_swish", "softplus", "convert", "logical_not",
+           "reciprocal", "leaky_relu", "elu", "selu", "hard_sigmoid", "hard_swish", "softplus", "softsign",
+           "thresholded_relu", "celu", "shrink", "sign", "floor", "ceil", "sin", "cos", "is_nan", "is_inf", "convert",
+           "logical_not",
            "true_divide", "modulo", "power", "prelu", "equal", "less", "greater", "less_equal", "greater_equal", "logical_and",
            "logical_or", "logical_xor"]
 
@@ -133,6 +135,61 @@ def convert(x: Tensor, dtype: str) -> Tensor:
     """``x`` converted to ``dtype`` as numpy's ``astype`` does: floats truncate towards zero into integers,
     anything non-zero is ``True``; float64 reaches float16 through float32."""
     return unary(x, lambda v: _convert(v, dtype), "cast")
+
+
+def softsign(x: Tensor) -> Tensor:
+    return float_unary(x, lambda v: v / (_c(1, v) + select(v < _c(0, v), -v, v)), "softsign")
+
+
+def thresholded_relu(x: Tensor, alpha: float) -> Tensor:
+    return float_unary(x, lambda v: select(v > _c(alpha, v), v, _c(0, v)), "thresholded_relu")
+
+
+def celu(x: Tensor, alpha: float) -> Tensor:
+    def fn(v: Expr) -> Expr:
+        return te.max(v, _c(0, v)) + te.min(_c(0, v), _c(alpha, v) * (te.exp(v / _c(alpha, v)) - _c(1, v)))
+    return float_unary(x, fn, "celu")
+
+
+def shrink(x: Tensor, bias: float, lambd: float) -> Tensor:
+    """``x + bias`` below ``-lambd``, ``x - bias`` above ``lambd``, else 0 (integers too, bounds as floats)."""
+    def fn(v: Expr) -> Expr:
+        w = v.astype("float64") if not ir.is_float(v.dtype) else v
+        hi = select(w > _c(lambd, w), w - _c(bias, w), _c(0, w))
+        return select(w < _c(-lambd, w), w + _c(bias, w), hi).astype(v.dtype)
+    return unary(x, fn, "shrink")
+
+
+def sign(x: Tensor) -> Tensor:
+    return unary(x, lambda v: select(v > _c(0, v), _c(1, v), select(v < _c(0, v), _c(-1, v), _c(0, v))), "sign")
+
+
+def floor(x: Tensor) -> Tensor:
+    return float_unary(x, te.floor, "floor")
+
+
+def ceil(x: Tensor) -> Tensor:
+    return float_unary(x, te.ceil, "ceil")
+
+
+def sin(x: Tensor) -> Tensor:
+    return float_unary(x, te.sin, "sin")
+
+
+def cos(x: Tensor) -> Tensor:
+    return float_unary(x, te.cos, "cos")
+
+
+def is_nan(x: Tensor) -> Tensor:
+    return unary(x, lambda v: v != v, "is_nan")
+
+
+def is_inf(x: Tensor, detect_negative: int = 1, detect_positive: int = 1) -> Tensor:
+    def fn(v: Expr) -> Expr:
+        inf = ir.const(float("inf"), v.dtype)
+        checks = [c for c, on in ((v == inf, detect_positive), (v == -inf, detect_negative)) if on]
+        return te.any(*checks) if checks else ir.const(False, "bool")
+    return unary(x, fn, "is_inf")
 
 
 def logical_not(x: Tensor) -> Tensor:

@@ -21,7 +21,8 @@ PASSTHROUGH: dict[str, int] = {
     "Min": 6, "Max": 6, "Sum": 6, "Mean": 6,
     "Sqrt": 6, "Exp": 6, "Log": 6, "Neg": 6, "Abs": 6, "Reciprocal": 6, "Erf": 9, "Sigmoid": 6, "Tanh": 6,
     "Relu": 6, "LeakyRelu": 6, "Elu": 6, "Selu": 6, "HardSigmoid": 6, "HardSwish": 14, "Softplus": 1,
-    "Where": 9, "Not": 1, "Clip": 11,
+    "Where": 9, "Not": 1, "Clip": 11, "Softsign": 1, "ThresholdedRelu": 10, "Celu": 12, "Shrink": 9, "Sign": 9,
+    "Floor": 6, "Ceil": 6, "Sin": 7, "Cos": 7, "IsNaN": 9, "IsInf": 10,
 }
 
 for _op, _since in PASSTHROUGH.items():

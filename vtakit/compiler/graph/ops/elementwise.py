@@ -31,12 +31,14 @@ __all__ = ["UNARY", "BINARY", "VARIADIC"]
 _erf = np.vectorize(math.erf, otypes=[np.float64])
 
 
-def _float_math(fn: Callable[[np.ndarray], np.ndarray]) -> Callable[[np.ndarray], np.ndarray]:
-    """``fn`` in the input's float dtype, half precision computed in float32."""
+def _float_math(fn: Callable[[np.ndarray], np.ndarray], result_dtype: str | None = None
+                ) -> Callable[[np.ndarray], np.ndarray]:
+    """``fn`` in the input's float dtype (half precision computed in float32), the result in ``result_dtype``
+    (default: the input's)."""
     def run(x: np.ndarray) -> np.ndarray:
         work = x.astype(np.float32) if x.dtype == np.float16 else x
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-            return np.asarray(fn(work)).astype(x.dtype)
+            return np.asarray(fn(work)).astype(result_dtype or x.dtype)
     return run
 
 
@@ -57,6 +59,11 @@ class Unary:
     doc: str
     attrs: dict[str, Any] = field(default_factory=dict)
     float_only: bool = True
+    result_dtype: str | None = None   # the output dtype, when not the input's
+
+
+def _shrink(x: np.ndarray, bias: float, lambd: float) -> np.ndarray:
+    return np.where(x < -lambd, x + bias, np.where(x > lambd, x - bias, 0))
 
 
 UNARY: dict[str, Unary] = {
@@ -80,14 +87,30 @@ UNARY: dict[str, Unary] = {
                          "max(0, min(1, alpha * x + beta)).", {"alpha": 0.2, "beta": 0.5}),
     "HardSwish": Unary(lambda x: x * np.clip(x / 6 + 0.5, 0, 1), tmath.hard_swish, "x * max(0, min(1, x / 6 + 1/2))."),
     "Softplus": Unary(lambda x: np.logaddexp(np.zeros((), x.dtype), x), tmath.softplus, "log(1 + exp(x))."),
+    "Softsign": Unary(lambda x: x / (1 + np.abs(x)), tmath.softsign, "x / (1 + |x|)."),
+    "ThresholdedRelu": Unary(lambda x, alpha: np.where(x > alpha, x, 0), tmath.thresholded_relu,
+                             "x above alpha, else 0.", {"alpha": 1.0}),
+    "Celu": Unary(lambda x, alpha: np.maximum(x, 0) + np.minimum(0, alpha * np.expm1(x / alpha)), tmath.celu,
+                  "max(0, x) + min(0, alpha * (exp(x / alpha) - 1)).", {"alpha": 1.0}),
+    "Shrink": Unary(_shrink, tmath.shrink, "x + bias below -lambd, x - bias above lambd, else 0.",
+                    {"bias": 0.0, "lambd": 0.5}, float_only=False),
+    "Sign": Unary(np.sign, tmath.sign, "-1, 0 or 1 by the sign of x.", float_only=False),
+    "Floor": Unary(np.floor, tmath.floor, "Round down."),
+    "Ceil": Unary(np.ceil, tmath.ceil, "Round up."),
+    "Sin": Unary(np.sin, tmath.sin, "Sine."),
+    "Cos": Unary(np.cos, tmath.cos, "Cosine."),
+    "IsNaN": Unary(np.isnan, tmath.is_nan, "Whether x is NaN, as bool.", result_dtype="bool"),
+    "IsInf": Unary(lambda x, detect_negative, detect_positive: (np.isneginf(x) & bool(detect_negative))
+                   | (np.isposinf(x) & bool(detect_positive)), tmath.is_inf, "Whether x is an infinity (of the "
+                   "detected signs), as bool.", {"detect_negative": 1, "detect_positive": 1}, result_dtype="bool"),
 }
 
 
 def _register_unary(name: str, spec: Unary) -> None:
     def reference(ins: list, attrs: dict) -> tuple[np.ndarray, ...]:
         x = ins[0]
-        fn = _float_math(lambda v: spec.reference(v, **attrs)) if spec.float_only else (
-            lambda v: np.asarray(spec.reference(v, **attrs)).astype(v.dtype))
+        fn = _float_math(lambda v: spec.reference(v, **attrs), spec.result_dtype) if spec.float_only else (
+            lambda v: np.asarray(spec.reference(v, **attrs)).astype(spec.result_dtype or v.dtype))
         return (np.asarray(fn(x)),)
 
     reference.__doc__ = spec.doc
