@@ -441,3 +441,53 @@ def test_elementwise_consumers_fuse_into_the_anchor_kernel(name):
     env = {"x": x}
     run_group(kernel, g, env)
     np.testing.assert_allclose(env["y"], want, rtol=1e-4, atol=1e-4)
+
+
+def _random_window_case(seed: int) -> Case:
+    """A random Conv, ConvTranspose, MaxPool or AveragePool with random window attributes."""
+    rng = np.random.default_rng(seed)
+    op = ("Conv", "ConvTranspose", "MaxPool", "AveragePool")[seed % 4]
+    rank = 1 if rng.random() < 0.25 else 2
+    k = [int(v) for v in rng.integers(1, 4, rank)]
+    s = [int(v) for v in rng.integers(1, 3, rank)]
+    auto_pad = str(rng.choice(["NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID"]))
+    # (onnxruntime rejects dilations with SAME padding)
+    dilate = rng.random() < 0.5 and not auto_pad.startswith("SAME")
+    d = [int(v) for v in rng.integers(1, 3, rank)] if dilate else [1] * rank
+    size = [int(v) for v in rng.integers(5, 12, rank)]
+    attrs: dict[str, Any] = {"strides": s, "dilations": d}
+    if auto_pad == "NOTSET":
+        attrs["pads"] = [int(rng.integers(0, kk)) for kk in k + k]
+    else:
+        attrs["auto_pad"] = auto_pad
+    if op in ("MaxPool", "AveragePool"):
+        attrs["kernel_shape"] = k
+        if auto_pad == "NOTSET":
+            attrs["ceil_mode"] = int(rng.integers(0, 2))
+        if op == "AveragePool":
+            attrs["count_include_pad"] = int(rng.integers(0, 2))
+        return Case(op, {"x": _rand(1, 3, *size, seed=seed)}, attrs, opset=19)
+    groups = int(rng.choice([1, 2, 4]))
+    cin = 4
+    if op == "Conv":
+        w = _rand(groups * 2, cin // groups, *k, seed=seed + 1)
+    else:
+        w = _rand(cin, 3, *k, seed=seed + 1)
+        attrs["output_padding"] = [int(rng.integers(0, ss)) for ss in s]  # onnxruntime: below the stride
+    attrs["group"] = groups
+    return Case(op, {"x": _rand(1, cin, *size, seed=seed), "w": w, "b": _rand(w.shape[0] if op == "Conv"
+                                                                               else 3 * groups, seed=seed + 2)},
+                attrs, weights=("w", "b"), opset=19)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(120))
+def test_random_window_attributes(seed):
+    case = _random_window_case(seed)
+    try:
+        model = _model(case)
+        ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+            None, {"x": case.inputs["x"]})
+    except Exception as exc:  # noqa: BLE001 (onnxruntime's error classes are not exported)
+        pytest.skip(f"onnxruntime rejects this combination: {exc}")
+    _check(case)

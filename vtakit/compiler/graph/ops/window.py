@@ -121,7 +121,8 @@ def transposed_window(in_spatial: Sequence[int], kernel: Sequence[int], attrs: M
     if wanted is not None and len(wanted):
         wanted = tuple(int(v) for v in wanted)[-n:]
     elif mode in ("SAME_UPPER", "SAME_LOWER"):
-        wanted = tuple(i * s for i, s in zip(in_spatial, strides))
+        # in * stride, but never beyond the full result (a kernel smaller than the stride): onnxruntime's rule
+        wanted = tuple(min(i * s, f) for i, s, f in zip(in_spatial, strides, full))
     if wanted is not None and len(wanted):
         # a negative total (output_shape beyond the full result) adds zeros at the end, as onnxruntime does
         total = [f - w for f, w in zip(full, wanted)]
