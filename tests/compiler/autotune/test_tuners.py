@@ -122,3 +122,5 @@ def test_bad_tuner_input(small_dense_task):
         autotune.XGBTuner(small_dense_task, loss_type="hinge")
     with pytest.raises(TuningError, match="needs a Task"):
         autotune.RandomTuner("vta.dense")
+    with pytest.raises(TuningError, match="GATuner does not learn from history"):
+        autotune.GATuner(small_dense_task).load_history([])

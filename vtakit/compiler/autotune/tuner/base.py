@@ -79,7 +79,8 @@ class Tuner:
                 self.best_cost, self.best_config = res.cost, inp.config
 
     def load_history(self, records: Sequence[TuningRecord], min_seed_records: int = 16) -> None:
-        """Transfer learning from records of other tasks (model-based tuners only)."""
+        """Transfer learning from records of other tasks: only a model-based tuner learns from them."""
+        raise TuningError(f"{type(self).__name__} does not learn from history; use XGBTuner.load_history")
 
     # ------------------------------------------------------------------ the loop
     def tune(self, n_trial: int, measure_option: MeasureOption | None = None, early_stopping: int | None = None,

@@ -1,10 +1,11 @@
 """The model-based tuner (AutoTVM's ``XGBTuner`` / ``ModelBasedTuner``).
 
-It measures ``plan_size`` configs at a time: at first random ones (or, after
-:meth:`XGBTuner.load_history`, the base model's favourites); each time another ``plan_size``
-results arrive it refits the cost model and lets simulated annealing pick the next plan, the
-``plan_size`` unvisited configs the model rates best. The last 5% of each plan are random
-(epsilon-greedy), so the model keeps seeing configs it would not choose.
+It measures ``plan_size`` configs at a time: at first the template's fallback (so the result is
+never worse than the default schedule) and random ones, or after :meth:`XGBTuner.load_history`
+the base model's favourites; each time another ``plan_size`` results arrive it refits the cost
+model and lets simulated annealing pick the next plan, the ``plan_size`` unvisited configs the
+model rates best. The last 5% of each plan are random (epsilon-greedy), so the model keeps
+seeing configs it would not choose.
 """
 
 from __future__ import annotations
@@ -48,7 +49,8 @@ class XGBTuner(Tuner):
                                                      rng=self.rng, max_new_features=max_new_features)
         self.xs: list[int] = []
         self.ys: list[float] = []
-        self.plan: list[int] = []
+        self.plan: list[int] = [self.space.fallback.index]   # the template's default first: never worse than it
+        self._eps = 0                                          # random picks at the end of the plan
         self._pos = 0
         self._fits = 0
 
@@ -57,7 +59,7 @@ class XGBTuner(Tuner):
         while len(out) < n and self.has_next():
             while self._pos < len(self.plan) and self.plan[self._pos] in self.visited:
                 self._pos += 1
-            greedy = self._pos < len(self.plan) - int(_EPS_GREEDY * self.plan_size)
+            greedy = self._pos < len(self.plan) - self._eps
             if greedy:
                 index = self.plan[self._pos]
                 self._pos += 1
@@ -88,6 +90,7 @@ class XGBTuner(Tuner):
 
     def _replan(self) -> None:
         self.plan = self.optimizer.find_maximums(self.model, self.plan_size, self.visited)
+        self._eps = int(_EPS_GREEDY * self.plan_size)
         self._pos = 0
 
     def load_history(self, records: Sequence[TuningRecord], min_seed_records: int = 16) -> None:
