@@ -5,7 +5,6 @@ import os
 import time
 
 import numpy as np
-import pytest
 
 from vtakit import autotune
 from vtakit.compiler.autotune.measure import LocalBuilder, LocalRunner, MeasureErrorNo, run_trial
