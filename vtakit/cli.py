@@ -262,7 +262,8 @@ def _add_bench_conv2d(workloads: argparse._SubParsersAction) -> None:
                              description="out = clip((conv2d(x, w) >> shift) + bias, -128, 127) as int8, compiled "
                                          "from tensor expressions with the default schedule, run on a backend and "
                                          "checked against numpy; the shift is the smallest that saturates no output "
-                                         "of this workload's random data. Give --layer or an explicit shape.")
+                                         "of this workload's random data. Give --layer or an explicit shape; batch and "
+                                         "channels that are not whole blocks are zero-padded (see MACs).")
     p.add_argument("--layer", metavar="NAME", help="a named workload: resnet18.C2 ... resnet18.C11")
     for name, default, what in (("h", 14, "input height"), ("w", 14, "input width"), ("ci", 64, "input channels"),
                                 ("co", 64, "output channels"), ("kernel", 3, "kernel size"), ("pad", 1, "padding"),
