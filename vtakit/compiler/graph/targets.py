@@ -14,7 +14,8 @@ from vtakit.compiler.backend.llvm_object import KernelObject, ObjectKernel, comp
 from vtakit.compiler.graph.ir import Graph, Node
 from vtakit.compiler.graph.kernel_cache import KernelCache, Workload, workload_of
 from vtakit.compiler.graph.lowering import group_tensors, lower_tensors
-from vtakit.errors import GraphError
+from vtakit.compiler.backend.llvm_runtime import LLVM_LOCK
+from vtakit.errors import CompileError, GraphError
 
 __all__ = ["CompiledKernel", "GraphTarget", "register_graph_target", "get_graph_target", "graph_targets",
            "LLVM_PASSES"]
@@ -98,6 +99,12 @@ def _llvm_compile(graph: Graph, node: Node, external: set[str], cache: KernelCac
 
 def _llvm_prebuild(graph: Graph, node: Node, external: set[str], cache: KernelCache, name: str) -> bool:
     """Store the node's kernel in the cache (for parallel builds); True when it was not stored yet."""
+    # A helper is a forked copy of a build: if another thread of the parent held LLVM's lock at the
+    # fork, it stays held for good in the helper, which must give up rather than wait (and keep a
+    # key's lock file locked).
+    if not LLVM_LOCK.acquire(timeout=5):
+        raise CompileError("LLVM's lock was held when this build helper was forked; leaving the work to the build")
+    LLVM_LOCK.release()
     _, _, workload, key, compile_ = _llvm_kernel(graph, node, external, name)
     if cache.stored(key):
         return False
