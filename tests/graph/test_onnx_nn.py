@@ -491,3 +491,28 @@ def test_random_window_attributes(seed):
     except Exception as exc:  # noqa: BLE001 (onnxruntime's error classes are not exported)
         pytest.skip(f"onnxruntime rejects this combination: {exc}")
     _check(case)
+
+
+def _random_resize_case(seed: int) -> Case:
+    """A random Resize: mode, coordinate transformation, rounding, scales or sizes, region of interest."""
+    rng = np.random.default_rng(seed)
+    shape = (1, 2, *(int(v) for v in rng.integers(1, 9, 2)))
+    transform = str(rng.choice([*_TRANSFORMS, "tf_crop_and_resize"]))
+    attrs: dict[str, Any] = {"mode": str(rng.choice(["nearest", "linear"])), "coordinate_transformation_mode": transform,
+                             "nearest_mode": str(rng.choice(["round_prefer_floor", "round_prefer_ceil", "floor",
+                                                             "ceil"]))}
+    given: dict[str, Any] = {}
+    if transform == "tf_crop_and_resize":
+        given["roi"] = [0, 0, *np.round(rng.uniform(-0.3, 0.5, 2), 2), 1, 1, *np.round(rng.uniform(0.6, 1.3, 2), 2)]
+        attrs["extrapolation_value"] = 7.0
+    if rng.random() < 0.5:
+        given["scales"] = [1, 1, *np.round(rng.uniform(0.3, 3.0, 2), 2)]
+    else:
+        given["sizes"] = [1, 2, *(int(v) for v in rng.integers(1, 12, 2))]
+    return _resize(_rand(*shape, seed=seed), opset=int(rng.choice([13, 18, 19])), **given, **attrs)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(150))
+def test_random_resize(seed):
+    _check(_random_resize_case(seed))

@@ -35,9 +35,11 @@ class ResizeAxis:
     roi_start: float = 0.0
     roi_end: float = 1.0
 
-    def moves(self, transform: str) -> bool:
-        """Whether output indices differ from input indices on this axis."""
-        return not (self.in_len == self.out_len and self.scale == 1.0 and transform != "tf_crop_and_resize")
+    @property
+    def moves(self) -> bool:
+        """Whether output indices differ from input indices on this axis: not when it keeps its extent at
+        scale 1, not even cropped by ``tf_crop_and_resize``'s region of interest (onnxruntime's rule)."""
+        return not (self.in_len == self.out_len and self.scale == 1.0)
 
 
 def _half_pixel(x: Any, a: ResizeAxis) -> Any:
@@ -95,7 +97,7 @@ def resize(data: Tensor, axes: Sequence[ResizeAxis], mode: str = "nearest", tran
         raise CompileError(f"nearest_mode {nearest_mode!r} is not one of {sorted(NEAREST_ROUNDING)}")
     if len(axes) != len(data.shape):
         raise CompileError(f"resize of {data.name!r} needs {len(data.shape)} axes, got {len(axes)}")
-    moving = [k for k, a in enumerate(axes) if a.moves(transform)]
+    moving = [k for k, a in enumerate(axes) if a.moves]
     crop = transform == "tf_crop_and_resize"
 
     def body(*idx):

@@ -528,8 +528,8 @@ def resize_plan(shape: Sequence[int], roi: np.ndarray | None, scales: np.ndarray
             else:
                 common = np.float32(pick(ratios))
                 scale[a], out[a] = float(common), int(np.floor(common * np.float32(shape[a]) + np.float32(0.5)))
-    if min(out, default=1) < 1:
-        raise GraphError(f"Resize of {list(shape)} gives the empty shape {out}")
+    if out == list(shape):  # the shape is kept: a copy, whatever the scales (onnxruntime's rule)
+        scale = [1.0] * rank
     start, end = [0.0] * rank, [1.0] * rank
     if _given(roi) and attrs["coordinate_transformation_mode"] == "tf_crop_and_resize":
         box = np.asarray(roi, np.float32).reshape(-1)
@@ -549,7 +549,7 @@ def _resize_reference(ins: list, attrs: dict) -> tuple[np.ndarray, ...]:
     out = x
     inside = np.ones((1,) * x.ndim, bool)
     for k, axis in enumerate(plan):
-        if not axis.moves(transform):
+        if not axis.moves:
             continue
         coord = np.asarray(COORDINATE_TRANSFORMS[transform](np.arange(axis.out_len, dtype=np.float32), axis),
                            np.float32)
