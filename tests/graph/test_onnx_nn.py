@@ -325,7 +325,8 @@ RESIZE_CASES = {
     # one output row: the coordinate folds to a float constant at compile time
     "nearest_down_to_one_row": _resize(_rand(1, 1, 2, 4), scales=[1, 1, 0.6, 0.6]),
     "axes_scales_negative": _resize(_rand(2, 3, 4, 5), scales=[1.5, 2.0], axes=[-1, 2], mode="linear"),
-    "keep_aspect_not_larger": _resize(_rand(1, 2, 5, 8), sizes=[6, 6], axes=[2, 3], keep_aspect_ratio_policy="not_larger"),
+    "keep_aspect_not_larger": _resize(_rand(1, 2, 5, 8), sizes=[6, 6], axes=[2, 3],
+                                      keep_aspect_ratio_policy="not_larger"),
     "keep_aspect_not_smaller": _resize(_rand(1, 2, 5, 8), sizes=[6, 6], axes=[2, 3], mode="linear",
                                        keep_aspect_ratio_policy="not_smaller"),
     "linear_3d_axes": _resize(_rand(2, 5, 4), scales=[1, 1.4, 0.75], mode="linear", opset=18),
@@ -498,9 +499,9 @@ def _random_resize_case(seed: int) -> Case:
     rng = np.random.default_rng(seed)
     shape = (1, 2, *(int(v) for v in rng.integers(1, 9, 2)))
     transform = str(rng.choice([*_TRANSFORMS, "tf_crop_and_resize"]))
-    attrs: dict[str, Any] = {"mode": str(rng.choice(["nearest", "linear"])), "coordinate_transformation_mode": transform,
-                             "nearest_mode": str(rng.choice(["round_prefer_floor", "round_prefer_ceil", "floor",
-                                                             "ceil"]))}
+    attrs: dict[str, Any] = {
+        "mode": str(rng.choice(["nearest", "linear"])), "coordinate_transformation_mode": transform,
+        "nearest_mode": str(rng.choice(["round_prefer_floor", "round_prefer_ceil", "floor", "ceil"]))}
     given: dict[str, Any] = {}
     if transform == "tf_crop_and_resize":
         given["roi"] = [0, 0, *np.round(rng.uniform(-0.3, 0.5, 2), 2), 1, 1, *np.round(rng.uniform(0.6, 1.3, 2), 2)]

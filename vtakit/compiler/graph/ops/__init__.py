@@ -2,9 +2,9 @@
 
 One module per family: :mod:`.elementwise` (unary, binary with broadcasting, activations,
 comparisons), :mod:`.tensor` (shape manipulation, indexing, casts, constants), :mod:`.nn`
-(convolution, matrix products, pooling, normalisation, softmax, reductions, resize).
+(convolution, matrix products, pooling, normalisation, softmax, reductions), :mod:`.resize`.
 """
 
-from vtakit.compiler.graph.ops import elementwise, nn, tensor  # noqa: F401
+from vtakit.compiler.graph.ops import elementwise, nn, resize, tensor  # noqa: F401
 
 __all__: list[str] = []
