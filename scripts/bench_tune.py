@@ -10,7 +10,8 @@
 - Transfer: XGB on the last layer warm-started (``load_history``) from the other layers' records
   against cold, trials to reach 95% of the best found (median over seeds).
 
-Every run tunes from scratch into its own log under ``--out``; the curves (best-so-far per trial)
+Every run tunes from scratch into its own log under ``--out``; XGB measures the template's fallback
+(the default schedule) first, so its best is never worse than the default; the curves (best-so-far per trial)
 go to ``curves.json`` and, with matplotlib, ``curves.png``. ``--json`` prints the summary. The
 figures depend on the machine (and for the CPU on its load); the script reports, it asserts nothing.
 
@@ -24,6 +25,7 @@ import argparse
 import json
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -148,7 +150,8 @@ def main() -> int:
     p.add_argument("--no-transfer", action="store_true")
     p.add_argument("--parallel", type=int, default=None)
     p.add_argument("--plan-size", type=int, default=64, help="XGB's plan size (default 64, AutoTVM's)")
-    p.add_argument("--out", type=Path, default=Path("bench_tune_out"))
+    p.add_argument("--out", type=Path, default=Path(tempfile.gettempdir()) / "vtakit-bench-tune",
+                   help="where the logs, curves.json and curves.png go")
     p.add_argument("--json", action="store_true")
     args = p.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
