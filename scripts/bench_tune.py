@@ -53,8 +53,8 @@ def _curve(log: Path) -> list[float]:
     return out
 
 
-def _tune(task, tuner: str, trials: int, seed: int, option, out: Path, history=None) -> list[float]:
-    log = out / f"{task.name}-{'_'.join(map(str, task.args))}-{tuner}{'-warm' if history else ''}-s{seed}.log"
+def _tune(task, tuner: str, trials: int, seed: int, option, out: Path, history=None, tag: str = "") -> list[float]:
+    log = out / f"{task.name}-{'_'.join(map(str, task.args))}-{tuner}{tag}-s{seed}.log"
     log.unlink(missing_ok=True)
     t = TUNERS[tuner](task, seed)
     if history:
@@ -125,11 +125,12 @@ def bench_vta(layers: list[str], trials: int, seeds: int, exhaustive: bool, opti
 
 def bench_transfer(layers: list[str], trials: int, seeds: int, option, out: Path, curves: dict) -> dict:
     *others, target = layers
-    history = [r for p in out.glob("*.log") for r in load_records(p) if r.task_name == "vta.conv2d"
+    history = [r for p in out.glob("*.log") if "-warm-" not in p.name and "-cold-" not in p.name
+               for r in load_records(p) if r.task_name == "vta.conv2d"
                and tuple(r.args) != autotune.parse_workload(f"resnet18.{target}")[1]]
     task = autotune.create_task("vta.conv2d", f"resnet18.{target}")
-    cold = [_tune(task, "xgb", trials, s, option, out) for s in range(seeds)]
-    warm = [_tune(task, "xgb", trials, s, option, out, history) for s in range(seeds)]
+    cold = [_tune(task, "xgb", trials, s, option, out, tag="-cold") for s in range(seeds)]
+    warm = [_tune(task, "xgb", trials, s, option, out, history, tag="-warm") for s in range(seeds)]
     for s, (c, w) in enumerate(zip(cold, warm)):
         curves[f"{target} transfer / cold seed {s}"] = c
         curves[f"{target} transfer / warm seed {s}"] = w
