@@ -6,7 +6,7 @@ compiles it for a target into a module the runtime's graph executor runs.
 
 from vtakit.compiler.graph import ops  # noqa: F401  (registers the graph operators)
 from vtakit.compiler.graph import passes, zoo  # noqa: F401  (passes registers the graph passes)
-from vtakit.compiler.graph.build import extract_tasks, build
+from vtakit.compiler.graph.build import build, extract_tasks, optimize
 from vtakit.compiler.graph.evaluate import evaluate
 from vtakit.compiler.graph.frontend import from_onnx
 from vtakit.compiler.graph.ir import Graph, Node, TensorType
@@ -15,4 +15,4 @@ from vtakit.compiler.graph.op import Pattern, get_op, register_op, registered_op
 from vtakit.compiler.graph import onnx_backend  # noqa: E402  (needs build and from_onnx above)
 
 __all__ = ["from_onnx", "Graph", "Node", "TensorType", "evaluate", "Pattern", "get_op", "register_op",
-           "registered_ops", "build", "extract_tasks", "NetModule", "Profile", "InputInfo", "load", "onnx_backend", "passes", "zoo"]
+           "registered_ops", "build", "extract_tasks", "optimize", "NetModule", "Profile", "InputInfo", "load", "onnx_backend", "passes", "zoo"]
