@@ -27,6 +27,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from vtakit.progress import progress
+
 GOALS = {"latency_vs_onnxruntime_2_threads": 1.0, "warm_compile_seconds": 2.0, "cold_compile_seconds": 10.0,
          "peak_vs_lower_bound": 1.5}
 
@@ -114,13 +116,22 @@ def main() -> int:
             args.threads = args.threads[0]
         print(json.dumps(child_compile(args) if args.child == "compile" else child_latency(args)))
         return 0
+    threads = args.threads or [1, 2]
     try:
-        with tempfile.TemporaryDirectory(prefix="vtakit-bench-net-") as cache:
+        with tempfile.TemporaryDirectory(prefix="vtakit-bench-net-") as cache, \
+                progress("bench_net", total=2 + len(threads), unit="phase", delay=0) as bar:
             env = dict(os.environ, VTAKIT_CACHE_DIR=cache, VTAKIT_PROGRESS="0")
+            bar.step("cold compile")
             cold = _spawn("compile", args, env)
+            bar.advance()
+            bar.step("warm compile")
             warm = _spawn("compile", args, env)
-            latency = [_spawn("latency", args, dict(env, VTAKIT_NUM_THREADS=str(t)), t)
-                       for t in (args.threads or [1, 2])]
+            bar.advance()
+            latency = []
+            for t in threads:
+                bar.step(f"latency at {t} thread{'s' * (t > 1)}")
+                latency.append(_spawn("latency", args, dict(env, VTAKIT_NUM_THREADS=str(t)), t))
+                bar.advance()
     except KeyboardInterrupt:
         print("bench_net: interrupted", file=sys.stderr)
         return 130
