@@ -5,7 +5,8 @@ Nodes are visited in topological order. A node whose pattern is at most ``INJECT
 group of a producer when that group's values are read by this node alone (so merging cannot form
 a cycle or hide a value someone else needs) and the group's kind accepts it (:data:`ACCEPTS`):
 a conv/dense group (``OUT_ELEMWISE_FUSABLE``) or a reduction takes element-wise and broadcast ops
-of its own output shape, an element-wise/injective group takes any of them. View-only ops
+of its own output shape, an element-wise/injective group takes any of them. Element-wise groups
+that a diamond splits (hard-swish reads ``x`` twice) are then merged. View-only ops
 (``Reshape``, ``Flatten``, ...: :data:`VIEW_OPS`) stay on their own: the build turns them into
 aliases of their input's storage instead of kernels. Each group of two or more nodes becomes one
 ``Fused`` node (:mod:`vtakit.compiler.graph.fused`).
