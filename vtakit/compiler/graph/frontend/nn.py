@@ -11,11 +11,9 @@ Resize-10 and Upsample become Resize with their fixed coordinate rule.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
-from vtakit.compiler.graph.frontend.registry import ConvertContext, OnnxNode, converter, register_passthrough
+from vtakit.compiler.graph.frontend.registry import ConvertContext, Converter, OnnxNode, converter, register_passthrough
 from vtakit.compiler.graph.ops.nn import REDUCTIONS
 from vtakit.errors import GraphError, UnsupportedOperatorError
 
@@ -39,7 +37,7 @@ def _reshape(ctx: ConvertContext, value: str, shape: tuple[int, ...], hint: str)
     return out
 
 
-def _windowed(graph_op: str, weight_inputs: tuple[int, ...] = ()) -> Any:
+def _windowed(graph_op: str, weight_inputs: tuple[int, ...] = ()) -> Converter:
     """Converter of a windowed operator (Conv, ConvTranspose, pools): 2-D as is, 1-D through an H of 1."""
     def convert(ctx: ConvertContext, node: OnnxNode) -> None:
         rank = len(ctx.type_of(node.inputs[0]).shape)
@@ -68,7 +66,7 @@ converter("Conv", since=1)(_windowed("Conv", weight_inputs=(1,)))
 converter("ConvTranspose", since=1)(_windowed("ConvTranspose", weight_inputs=(1,)))
 
 
-def _pool(graph_op: str) -> Any:
+def _pool(graph_op: str) -> Converter:
     windowed = _windowed(graph_op)
 
     def convert(ctx: ConvertContext, node: OnnxNode) -> None:
@@ -102,7 +100,7 @@ def _batch_norm(ctx: ConvertContext, node: OnnxNode) -> None:
              node.name)
 
 
-def _coerced_softmax(graph_op: str) -> Any:
+def _coerced_softmax(graph_op: str) -> Converter:
     """Softmax/LogSoftmax before opset 13: the input is flattened to 2-D at ``axis`` (default 1)."""
     def convert(ctx: ConvertContext, node: OnnxNode) -> None:
         shape = ctx.type_of(node.inputs[0]).shape
