@@ -25,7 +25,10 @@ from vtakit.sim import cycle, fsim, native
 
 DEFAULT = VTAConfig()
 INTERRUPT_AFTER = 0.2      # seconds
-PROMPT = 1.0               # seconds the core may take to answer
+# CPU seconds the process may spend from the start of the run to the exception: the signal comes
+# after at most INTERRUPT_AFTER of them, the rest is the core's answer (CPU time, not wall time,
+# so that a loaded machine, which deschedules the test, does not make it fail).
+PROMPT = 1.0
 
 
 @pytest.fixture(autouse=True)
@@ -75,10 +78,10 @@ def _uops() -> list[Uop]:
 def test_functional_core_answers_ctrl_c_and_restores_dram():
     _, launch = _launch(DEFAULT, _gemm_after_store(16383), _uops())
     before = launch.dram.copy()
-    began = time.perf_counter()
+    began = time.process_time()
     with ctrl_c_after(INTERRUPT_AFTER), pytest.raises(KeyboardInterrupt):
         fsim.simulate(DEFAULT, launch.insns, launch.dram)
-    assert time.perf_counter() - began < INTERRUPT_AFTER + PROMPT
+    assert time.process_time() - began < INTERRUPT_AFTER + PROMPT
     assert np.array_equal(launch.dram, before)     # the STORE's bytes are undone
 
 
@@ -108,8 +111,8 @@ def _solve(stream: bytes):
 
 def test_timing_core_answers_ctrl_c():
     short = _solve(_many_reads(3))
-    began = time.perf_counter()
+    began = time.process_time()
     with ctrl_c_after(INTERRUPT_AFTER), pytest.raises(KeyboardInterrupt):
         _solve(_many_reads(3000))     # about 10 s
-    assert time.perf_counter() - began < INTERRUPT_AFTER + PROMPT
+    assert time.process_time() - began < INTERRUPT_AFTER + PROMPT
     assert not isinstance(short, str) and _solve(_many_reads(3)) == short
