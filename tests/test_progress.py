@@ -122,3 +122,26 @@ def test_ctrl_c_exits_130_with_one_line():
         proc.kill()
     assert title == "GEMM 256x256x256 int8 on rtl (1x16_i8w8a32_15_15_18_17)\n" and out == ""
     assert (proc.returncode, err) == (130, "vtakit: interrupted\n")
+
+
+INTERRUPTED_WORK = """
+import sys, warnings
+import vtakit.cli as cli
+
+class HalfBuilt:    # as an Amaranth memory of an interrupted elaboration: it warns when collected
+    def __del__(self):
+        warnings.warn("created but never used")
+
+def interrupted_work(args):
+    half_built = HalfBuilt()
+    raise KeyboardInterrupt
+
+cli.cmd_info = interrupted_work
+sys.exit(cli.main(["info"]))
+"""
+
+
+def test_ctrl_c_leaves_no_warnings_from_half_built_objects():
+    done = subprocess.run([sys.executable, "-c", INTERRUPTED_WORK], cwd=REPO, capture_output=True, text=True,
+                          timeout=60)
+    assert (done.returncode, done.stderr) == (130, "vtakit: interrupted\n")

@@ -20,6 +20,7 @@ import statistics
 import sys
 import tempfile
 import time
+import warnings
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -669,6 +670,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             progress.set_enabled(previous)
     except KeyboardInterrupt:
         print("vtakit: interrupted", file=sys.stderr)
+        # The process ends now: no warnings from objects the interrupted work left half built (an
+        # RTL elaboration leaves Amaranth's "created but never used" for each of its memories).
+        warnings.simplefilter("ignore")
         return 130
     except VtakitError as exc:
         print(f"vtakit: error: {exc}", file=sys.stderr)
