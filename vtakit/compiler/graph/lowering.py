@@ -99,7 +99,7 @@ def lower_group(graph: Graph, nodes: Sequence[Node], target: str = "llvm", name:
     in_names, placeholders, out_names, out_tensors = group_tensors(graph, nodes, external)
     if not out_tensors:
         raise GraphError(f"group {name!r} produces nothing that is used")
-    s = cpu.schedule(out_tensors)
+    s = cpu.schedule(out_tensors, target=target)  # blocking follows the target the code is built for
     module = build_schedule(s, [*placeholders, *out_tensors], target=target, name=name)
     return GroupKernel(name, list(nodes), in_names, out_names, module)
 
