@@ -1,4 +1,4 @@
-"""The ``vtakit`` command (DESIGN §5): tvmc-like verbs over the whole kit.
+"""The ``vtakit`` command (docs/architecture.md §6): tvmc-like verbs over the whole kit.
 
 Each verb is one ``_add_<verb>`` function that registers its sub-parser and one ``cmd_<verb>``
 function that runs it; adding a verb (``verilog``, ``bench conv2d``, ...) means adding such a pair

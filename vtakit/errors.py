@@ -1,4 +1,4 @@
-"""The vtakit exception hierarchy (DESIGN §1).
+"""The vtakit exception hierarchy (docs/architecture.md §1).
 
 Every error a user can reach derives from :class:`VtakitError`, so callers can catch the
 whole family, and each message names the offending value and what was expected.

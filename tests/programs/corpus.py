@@ -1,4 +1,4 @@
-"""The shared instruction-level program corpus (DESIGN §6): every backend is checked against it.
+"""The shared instruction-level program corpus (docs/architecture.md §8): every backend is checked against it.
 
 Each case is a generator ``config -> Case``: a :class:`~vtakit.sim.program.Program` plus the DRAM
 bytes it must leave behind, computed with numpy from the ISA description (never by a
@@ -98,7 +98,7 @@ def _acc_data(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
 
 # ---------------------------------------------------------------------------- reference semantics
 def alu_reference(op: AluOp, a: np.ndarray, b: np.ndarray | int) -> np.ndarray:
-    """The ALU of DESIGN §2.3 written element by element in Python integers, wrapped to int32."""
+    """The ALU of docs/architecture.md §2 written element by element in Python integers, wrapped to int32."""
     a = np.asarray(a, dtype=np.int64)
     b = np.broadcast_to(np.asarray(b, dtype=np.int64), a.shape)
     out = np.empty(a.shape, dtype=np.int64)

@@ -1,4 +1,4 @@
-"""The machine's per-instruction data effects against naive Python loops written from DESIGN §2.3.
+"""The machine's per-instruction data effects against naive Python loops written from docs/architecture.md §2.
 
 Hypothesis draws instructions over every field that matters (index factors, aliasing micro-ops,
 padding, strides); the references below walk the loops one element at a time.

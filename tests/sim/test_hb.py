@@ -31,7 +31,7 @@ def _describe(module: int, epoch: int) -> str:
 
 
 class _Reference:
-    """The race rule of DESIGN §2.3 spelled out per location, with nothing skipped."""
+    """The race rule of docs/architecture.md §2 spelled out per location, with nothing skipped."""
 
     def __init__(self, granule: int) -> None:
         self.clocks = [[0, 0, 0] for _ in MODULES]

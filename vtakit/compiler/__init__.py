@@ -1,4 +1,4 @@
-"""The tensor compiler: TVM classic TE on one shared loop IR (DESIGN §4).
+"""The tensor compiler: TVM classic TE on one shared loop IR (docs/architecture.md §5).
 
 - :mod:`.te` -- tensor expressions (``placeholder``, ``compute``, reductions) and schedules
   (``create_schedule``, split/fuse/reorder/tile, compute_at/inline/root, cache_read/write,

@@ -1,4 +1,4 @@
-"""The loop IR every compiler backend shares (DESIGN §4.2).
+"""The loop IR every compiler backend shares (docs/architecture.md §5).
 
 A small TIR: scalar/vector expressions, buffers, and statements (For with a kind, Allocate with
 a scope, BufferLoad/BufferStore, IfThenElse, AttrStmt, Evaluate of intrinsic calls, SeqStmt,

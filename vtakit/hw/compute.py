@@ -9,7 +9,7 @@ program order. GEMM and ALU share one three-stage micro-op pipeline, one micro-o
 
 Both ACC read ports are transparent to the ACC write port, so a micro-op reading the entry that
 the micro-op just before it writes (distance 1) sees the new value, and every greater distance
-reads the SRAM after the write: the strict micro-op order of DESIGN §2.3 holds with no stalls.
+reads the SRAM after the write: the strict micro-op order of docs/architecture.md §2 holds with no stalls.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The one definition of an accelerator instance: ``VTAConfig`` (DESIGN §2.1).
+"""The one definition of an accelerator instance: ``VTAConfig`` (docs/architecture.md §2).
 
 VTA describes a hardware variant with a ``vta_config.json`` of log2 sizes; every other number
 (element widths, SRAM depths, ISA field widths, MACs per cycle) follows from it. This module

@@ -1,4 +1,4 @@
-"""``VTACore``: the decoupled access-execute accelerator of DESIGN §2.4, minus the bus shell.
+"""``VTACore``: the decoupled access-execute accelerator of docs/architecture.md §2, minus the bus shell.
 
 Fetch feeds three command queues; load, compute and store run their queues in order and
 synchronise through four token queues; INP and WGT sit between load and compute, OUT between

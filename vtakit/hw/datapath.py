@@ -37,7 +37,7 @@ def gemm_datapath(config: VTAConfig, inp, wgt, acc):
 
 
 def alu_datapath(config: VTAConfig, alu_opcode, lhs, rhs):
-    """One ALU lane: op(lhs, rhs) on int32 with DESIGN §2.3's SHR and MUL rules (32-bit result)."""
+    """One ALU lane: op(lhs, rhs) on int32 with docs/architecture.md §2's SHR and MUL rules (32-bit result)."""
     a = lhs.as_signed()
     b = rhs.as_signed()
     shift = rhs[:6].as_signed()

@@ -1,4 +1,4 @@
-"""VTA's instruction set: one field table, and everything derived from it (DESIGN §2.2).
+"""VTA's instruction set: one field table, and everything derived from it (docs/architecture.md §2).
 
 Each 128-bit instruction is two 64-bit words; each word's fields are packed from bit 0 in table
 order, which reproduces VTA's layout (reference/vta.md §1.2) bit for bit on the default

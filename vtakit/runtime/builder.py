@@ -1,4 +1,4 @@
-"""``ProgramBuilder``: VTA's runtime command queue, building a :class:`Program` (DESIGN §3).
+"""``ProgramBuilder``: VTA's runtime command queue, building a :class:`Program` (docs/architecture.md §4).
 
 It mirrors ``tvm:vta/runtime/runtime.cc`` so that hand-written schedules (benchmarks, tests,
 random programs) and the compiler emit instruction streams the way VTA's runtime did:

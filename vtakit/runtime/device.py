@@ -1,4 +1,4 @@
-"""``Device``: one accelerator with its DRAM, as the host sees it (DESIGN §3).
+"""``Device``: one accelerator with its DRAM, as the host sees it (docs/architecture.md §4).
 
 This is VTA's driver API (``VTAMemAlloc``, ``VTAMemCopyFromHost``, ``VTADeviceRun``) in Python:
 a DRAM image the simulators execute in place, an allocator handing out physical addresses,

@@ -1,7 +1,7 @@
 """Running a self-contained program on fresh devices, and comparing backends on it.
 
 Every backend must leave byte-identical DRAM for every program the functional simulator accepts
-(DESIGN §2.3). ``run_fresh`` runs one program on a new device sized for it and returns the final
+(docs/architecture.md §2). ``run_fresh`` runs one program on a new device sized for it and returns the final
 bytes of the program's DRAM range; ``compare_backends`` does that for several backends, and when
 one raises or disagrees it saves the program (for ``vtakit run-program``) and says where.
 """

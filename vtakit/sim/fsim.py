@@ -1,4 +1,4 @@
-"""The functional simulator: bit-exact data, no time (DESIGN §2.3, backend ``fsim``).
+"""The functional simulator: bit-exact data, no time (docs/architecture.md §2, backend ``fsim``).
 
 It runs a program the way the hardware's four modules would, as a bounded Kahn network: fetch
 dispatches instructions in program order into per-module command queues of CMD_QUEUE_DEPTH

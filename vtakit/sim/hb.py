@@ -1,4 +1,4 @@
-"""Happens-before tracking and data-race detection for the three VTA modules (DESIGN §2.3).
+"""Happens-before tracking and data-race detection for the three VTA modules (docs/architecture.md §2).
 
 The order a program guarantees is program order within each module plus "the k-th push to a
 token queue happens before the k-th pop from it"; stalls on full queues order nothing. This is

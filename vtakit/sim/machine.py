@@ -1,7 +1,7 @@
 """The data effect of each VTA instruction on the machine state: the ISA's executable meaning.
 
 :class:`Machine` holds one core's architectural state, i.e. the DRAM image it works on and its
-SRAMs (micro-op cache, INP, WGT, ACC and the separate OUT buffer, DESIGN §2.3) with a
+SRAMs (micro-op cache, INP, WGT, ACC and the separate OUT buffer, docs/architecture.md §2) with a
 "has been written" mask per SRAM, and applies one instruction at a time with :meth:`Machine.apply`.
 It knows nothing about modules, queues or time: the functional simulator (``fsim``) wraps it in a
 scheduler, and the cycle-accurate simulator calls the same code when an instruction retires, so

@@ -1,4 +1,4 @@
-"""``Program``: the unit every backend runs, and its file format (DESIGN §3).
+"""``Program``: the unit every backend runs, and its file format (docs/architecture.md §4).
 
 A program is self-describing: the full configuration it was built for, its instructions, the
 micro-op image and the byte address it is loaded from, and the DRAM segments (inputs, weights,

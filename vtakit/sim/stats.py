@@ -1,4 +1,4 @@
-"""What a run reports: ``RunStats`` (DESIGN §2.5), shared by every backend.
+"""What a run reports: ``RunStats`` (docs/architecture.md §3), shared by every backend.
 
 The functional simulator fills the data counters only; timed backends add cycles, per-instruction
 retire cycles and per-module accounting. Counter names follow VTA's fsim profiler.

@@ -1,4 +1,4 @@
-"""``vtakit.autotune``: AutoTVM-style tuning of schedule templates (DESIGN §4.6).
+"""``vtakit.autotune``: AutoTVM-style tuning of schedule templates (docs/architecture.md §5).
 
 Templates (:mod:`.task`) declare a config space (:mod:`.space`); tuners (:mod:`.tuner`) pick
 configs to measure, guided by an XGBoost cost model or not; measurement (:mod:`.measure`) runs
