@@ -27,3 +27,12 @@ def test_no_pointer_outside_the_repository(path):
 def test_architecture_page_is_linked_from_the_readme():
     assert "](docs/architecture.md)" in (REPO / "README.md").read_text(encoding="utf-8")
     assert (REPO / "docs" / "architecture.md") in DOCS
+
+
+SOURCES = sorted(p for d in ("vtakit", "scripts", "examples") for p in (REPO / d).glob("**/*.py"))
+
+
+def test_source_docstrings_cite_the_repositorys_own_docs():
+    offenders = [p.relative_to(REPO).as_posix() for p in SOURCES
+                 if any(s in p.read_text(encoding="utf-8") for s in ("DESIGN §", "DESIGN.md", "../shared"))]
+    assert not offenders, f"these files cite a design page outside the repository: {offenders}"
