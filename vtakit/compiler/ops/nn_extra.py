@@ -191,18 +191,28 @@ def softmax_axes(x: Tensor, axes: Sequence[int], log: bool = False) -> Tensor:
     def outer(idx):
         return tuple(idx[:first]) + tuple(idx[stop:])
 
+    # float16 is normalised in float32 and rounded once at the end, as onnxruntime does
+    work = "float32" if x.dtype == "float16" else x.dtype
+
+    def read(idx):
+        v = x[idx]
+        return v.astype(work) if work != x.dtype else v
+
+    def result(v):
+        return v.astype(x.dtype) if work != x.dtype else v
+
     k1 = [te.reduce_axis((0, shape[a]), f"k1_{a}") for a in axes]
     k2 = [te.reduce_axis((0, shape[a]), f"k2_{a}") for a in axes]
-    mx = te.compute(reduced, lambda *i: te.max(x[full(i, k1)], axis=k1), name="softmax_max", tag="softmax")
+    mx = te.compute(reduced, lambda *i: te.max(read(full(i, k1)), axis=k1), name="softmax_max", tag="softmax")
     if log:
-        shifted = te.compute(shape, lambda *i: x[i] - mx[outer(i)], name="log_softmax_shift", tag="softmax")
+        shifted = te.compute(shape, lambda *i: read(i) - mx[outer(i)], name="log_softmax_shift", tag="softmax")
         total = te.compute(reduced, lambda *i: te.sum(te.exp(shifted[full(i, k2)]), axis=k2), name="softmax_sum",
                            tag="softmax")
-        return te.compute(shape, lambda *i: shifted[i] - te.log(total[outer(i)]), name="log_softmax",
+        return te.compute(shape, lambda *i: result(shifted[i] - te.log(total[outer(i)])), name="log_softmax",
                           tag="softmax_output", attrs={"axis": first})
-    ex = te.compute(shape, lambda *i: te.exp(x[i] - mx[outer(i)]), name="softmax_exp", tag="softmax")
+    ex = te.compute(shape, lambda *i: te.exp(read(i) - mx[outer(i)]), name="softmax_exp", tag="softmax")
     total = te.compute(reduced, lambda *i: te.sum(ex[full(i, k2)], axis=k2), name="softmax_sum", tag="softmax")
-    return te.compute(shape, lambda *i: ex[i] / total[outer(i)], name="softmax", tag="softmax_output",
+    return te.compute(shape, lambda *i: result(ex[i] / total[outer(i)]), name="softmax", tag="softmax_output",
                       attrs={"axis": first})
 
 

@@ -458,7 +458,8 @@ def _softmax_reference(log: bool) -> Callable[[list, dict], tuple[np.ndarray, ..
     def reference(ins: list, attrs: dict) -> tuple[np.ndarray, ...]:
         x = ins[0]
         axis = attrs["axis"] % x.ndim
-        shifted = x - x.max(axis=axis, keepdims=True)
+        work = x.astype(np.float32) if x.dtype == np.float16 else x  # float16 normalised in float32, as in the kernel
+        shifted = work - work.max(axis=axis, keepdims=True)
         total = np.exp(shifted).sum(axis=axis, keepdims=True)
         out = shifted - np.log(total) if log else np.exp(shifted) / total
         return (out.astype(x.dtype),)
