@@ -90,7 +90,8 @@ def test_records_of_another_config_or_target_are_ignored_with_a_note(small_dense
     other = autotune.create_task("vta.dense", "dense:16,16,16", config=VTAConfig.small(bus_width=128))
     autotune.RandomTuner(other, seed=0).tune(4, fast_option, log_file=log)
     cpu = autotune.create_task("llvm.dense", "dense:16,16,16", target="llvm")
-    autotune.RandomTuner(cpu, seed=0).tune(2, fast_option, log_file=log)
+    with pytest.warns(UserWarning, match="ignored 4 record.* for another target"):
+        autotune.RandomTuner(cpu, seed=0).tune(2, fast_option, log_file=log)
     with pytest.warns(UserWarning) as caught:
         summary = autotune.RandomTuner(small_dense_task, seed=0).tune(4, fast_option, log_file=log)
     notes = " ".join(str(w.message) for w in caught)
