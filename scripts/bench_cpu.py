@@ -92,12 +92,21 @@ class Contender:
         pass
 
 
+# Pause before each round. Thread pools spin for a while after their last call (onnxruntime's
+# intra-op pool, OpenBLAS's workers in the baseline child: about 0.1 s), and a round started at once
+# ran on the cores they still held: vtakit's 2-thread figures read as 1-thread ones (GEMM 19.5 ms
+# against 10.1 ms, measured on a quiet Zen 4).
+SETTLE_SECONDS = 0.3
+
+
 def interleaved(contenders: dict[str, Any], repeat: int) -> dict[str, float]:
     """Median seconds per call of each contender, rounds alternating between them so that every
-    contender sees the same machine load (the machine is shared; ratios are what to compare)."""
+    contender sees the same machine load (the machine is shared; ratios are what to compare), each
+    round after the others' thread pools have gone back to sleep."""
     samples: dict[str, list[float]] = {name: [] for name in contenders}
     for _ in range(repeat):
         for name, contender in contenders.items():
+            time.sleep(SETTLE_SECONDS)
             samples[name].append(contender.round())
     for contender in contenders.values():
         contender.close()
