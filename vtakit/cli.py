@@ -18,7 +18,6 @@ import json
 import os
 import statistics
 import sys
-import tempfile
 import time
 import warnings
 from pathlib import Path
@@ -26,6 +25,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from vtakit.atomic import atomic_write
 from vtakit import __version__, progress
 from vtakit.errors import VtakitError
 from vtakit.hw.config import VTAConfig
@@ -484,14 +484,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _save_npz(path: Path, arrays: dict[str, Any]) -> None:
     """Write ``arrays`` to ``path`` through a temporary file, so an error leaves no partial file."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent if str(path.parent) else ".", prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.savez(f, **arrays)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    with atomic_write(path) as f:
+        np.savez(f, **arrays)
 
 
 # ---------------------------------------------------------------------------- tune, tune-report

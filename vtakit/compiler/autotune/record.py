@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import json
 import os
-import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
+from vtakit.atomic import atomic_write
 from vtakit.compiler.autotune.measure import MeasureErrorNo, MeasureInput, MeasureResult
 from vtakit.compiler.autotune.task import Task
 from vtakit.errors import TuningError
@@ -168,7 +168,6 @@ def best_by_task(records: Iterable[TuningRecord]) -> dict[str, TuningRecord]:
 def pick_best(in_path: str | Path, out_path: str | Path) -> int:
     """Write the best record of each task of ``in_path`` to ``out_path``; returns how many."""
     best = best_by_task(load_records(in_path))
-    tmp = Path(f"{out_path}.tmp{os.getpid()}.{int(time.time())}")
-    tmp.write_text("".join(r.to_json() + "\n" for r in best.values()))
-    os.replace(tmp, out_path)
+    with atomic_write(out_path) as f:
+        f.write("".join(r.to_json() + "\n" for r in best.values()).encode())
     return len(best)

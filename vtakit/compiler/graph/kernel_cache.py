@@ -23,7 +23,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 import threading
 from dataclasses import dataclass
 from functools import cache
@@ -38,6 +37,7 @@ except ImportError:  # not POSIX: no cross-process locking, at worst a kernel is
 import numpy as np
 
 import vtakit
+from vtakit.atomic import atomic_write
 from vtakit.compiler.backend.llvm_object import KernelObject, ObjectKernel, load_object
 from vtakit.compiler.graph.fused import FUSED
 from vtakit.compiler.graph.ir import Graph, Node
@@ -261,14 +261,5 @@ class _KeyLock:
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    with atomic_write(path) as f:
+        f.write(data)

@@ -23,7 +23,6 @@ from __future__ import annotations
 import io
 import json
 import os
-import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from vtakit.atomic import atomic_write
 from vtakit.compiler.backend.llvm_object import KernelObject, target_id
 from vtakit.errors import GraphError
 from vtakit.runtime.graph_executor import Plan
@@ -63,20 +63,11 @@ def write_package(path: str | os.PathLike, package: Package) -> None:
             "kernels": [k.to_json() for k in kernels], "constants": names}
     buffer = io.BytesIO()
     np.savez(buffer, **{f"c{j}": package.constants[n] for j, n in enumerate(names)})
-    fd, tmp = tempfile.mkstemp(dir=path.parent if str(path.parent) else ".", prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f, zipfile.ZipFile(f, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as z:
-            z.writestr("meta.json", json.dumps(meta))
-            for i, k in enumerate(kernels):
-                z.writestr(f"kernels/{i}.o", k.code)
-            z.writestr("constants.npz", buffer.getvalue())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    with atomic_write(path) as f, zipfile.ZipFile(f, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as z:
+        z.writestr("meta.json", json.dumps(meta))
+        for i, k in enumerate(kernels):
+            z.writestr(f"kernels/{i}.o", k.code)
+        z.writestr("constants.npz", buffer.getvalue())
 
 
 def _read(path: Path) -> tuple[dict[str, Any], list[bytes], dict[str, np.ndarray]]:
