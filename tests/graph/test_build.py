@@ -136,6 +136,13 @@ def test_unknown_target_lists_the_registered_ones():
         vg.build(_graph(), "tpu")
 
 
+def test_target_options_are_refused_rather_than_ignored():
+    with pytest.raises(GraphError, match="'llvm -mcpu=haswell': options are not supported yet"):
+        vg.build(_graph(), "llvm -mcpu=haswell")
+    with pytest.raises(GraphError, match="options are not supported yet"):
+        vg.extract_tasks(_graph(), "llvm -vector-width=256")
+
+
 def test_run_allocates_only_the_returned_outputs():
     import tracemalloc
 

@@ -60,9 +60,14 @@ def register_graph_target(target: GraphTarget, override: bool = False) -> None:
 def get_graph_target(name: str) -> GraphTarget:
     kind = name.split()[0] if isinstance(name, str) and name.strip() else name
     try:
-        return _TARGETS[kind]
+        target = _TARGETS[kind]
     except (KeyError, TypeError):
         raise GraphError(f"unknown graph target {name!r}; registered: {', '.join(sorted(_TARGETS))}") from None
+    if name.strip() != kind:
+        # network kernels are cached and saved for the CPU they were built on; options would be ignored
+        raise GraphError(f"graph target {name!r}: options are not supported yet; network builds compile for this "
+                         f"host's CPU (use {kind!r})")
+    return target
 
 
 def graph_targets() -> list[str]:
