@@ -517,3 +517,12 @@ def _random_resize_case(seed: int) -> Case:
 @pytest.mark.parametrize("seed", range(150))
 def test_random_resize(seed):
     _check(_random_resize_case(seed))
+
+
+def test_gemm_with_beta_zero_reads_no_c():
+    """beta = 0 ignores C entirely, as onnxruntime does: a NaN or inf in C does not reach the output."""
+    c = _rand(3, 4)
+    c[0, 0], c[2, 1] = np.nan, np.inf
+    g = _check(Case("Gemm", {"a": _rand(3, 5), "b": _rand(5, 4), "c": c}, {"beta": 0.0}))
+    (node,) = g.nodes
+    assert node.inputs == ["a", "b"]

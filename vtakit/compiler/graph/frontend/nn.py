@@ -80,7 +80,14 @@ def _pool(graph_op: str) -> Converter:
 converter("MaxPool", since=1)(_pool("MaxPool"))
 converter("AveragePool", since=1)(_pool("AveragePool"))
 
-for _op, _since in (("Gemm", 7), ("MatMul", 1), ("GlobalAveragePool", 1), ("GlobalMaxPool", 1),
+@converter("Gemm", since=7)
+def _gemm(ctx: ConvertContext, node: OnnxNode) -> None:
+    """One to one; with beta = 0 the node reads no C (a NaN or inf in it is ignored, as in onnxruntime)."""
+    inputs = node.inputs[:2] if node.attrs.get("beta", 1.0) == 0.0 else node.inputs
+    ctx.emit("Gemm", inputs, node.outputs, node.attrs, node.name)
+
+
+for _op, _since in (("MatMul", 1), ("GlobalAveragePool", 1), ("GlobalMaxPool", 1),
                     *((name, 1) for name in REDUCTIONS),
                     ("InstanceNormalization", 6), ("LRN", 1), ("Softmax", 13), ("LogSoftmax", 13)):
     register_passthrough(_op, since=_since)
