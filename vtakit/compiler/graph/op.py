@@ -23,6 +23,7 @@ import numpy as np
 
 from vtakit.compiler import te
 from vtakit.compiler.graph.ir import Node, TensorType
+from vtakit.compiler.ops.common import static_shape
 from vtakit.errors import GraphError
 
 __all__ = ["Pattern", "REQUIRED", "OpDef", "register_op", "get_op", "registered_ops", "normalize_attrs",
@@ -153,7 +154,7 @@ def infer_types(node: Node, types: Sequence[TensorType | None],
                 assert ty is not None
                 args.append(te.placeholder(ty.shape, ty.dtype, name=f"in{i}"))
         tensors = opdef.compute(args, node.attrs)
-        out = [TensorType(tuple(int(getattr(d, "value", d)) for d in t.shape), t.dtype) for t in tensors]
+        out = [TensorType(static_shape(t), t.dtype) for t in tensors]
     if len(out) < len(node.outputs):
         raise GraphError(f"{node.op} node {node.name!r} has {len(node.outputs)} outputs, type inference gave "
                          f"{len(out)}")

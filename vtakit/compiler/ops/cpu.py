@@ -20,6 +20,7 @@ from vtakit.compiler.backend.llvm_runtime import CPUTarget, host_target, num_thr
 from vtakit.compiler.te.schedule import Schedule
 from vtakit.compiler.te.tensor import ComputeOp, Tensor
 from vtakit.errors import ScheduleError
+from vtakit.compiler.ops.common import static_shape
 
 __all__ = ["vector_lanes", "default_target", "RegisterTile", "gemm_tile", "dense_pack_block", "conv2d_channel_block",
            "schedule", "schedule_injective", "schedule_dense", "schedule_conv2d_nchw",
@@ -114,10 +115,6 @@ def _outputs(outs: Tensor | Sequence[Tensor]) -> list[Tensor]:
     return outs
 
 
-def _shape(t: Tensor) -> tuple[int, ...]:
-    return tuple(int(s.value) if isinstance(s, ir.IntImm) else int(s) for s in t.shape)
-
-
 def _is_injective(t: Tensor) -> bool:
     return isinstance(t.op, ComputeOp) and not isinstance(t.op.body, ir.Reduce)
 
@@ -189,7 +186,7 @@ def _materialize(s: Schedule, t: Tensor, target: CPUTarget) -> None:
     stage = s[t]
     axes = list(stage.op.axis)
     inner = axes[-1]
-    extent = _shape(t)[-1]
+    extent = static_shape(t)[-1]
     lanes = vector_lanes(t.dtype, target)
     if extent % lanes == 0 and t.op.tag == "weight_pack":
         io, ii = stage.split(inner, lanes)
@@ -199,7 +196,7 @@ def _materialize(s: Schedule, t: Tensor, target: CPUTarget) -> None:
 
 
 def _size(t: Tensor) -> int:
-    return math.prod(_shape(t))
+    return math.prod(static_shape(t))
 
 
 def _work(last: Tensor, reduction: Tensor) -> int:
@@ -244,7 +241,7 @@ def _schedule_elementwise(s: Schedule, t: Tensor, target: CPUTarget) -> None:
     axes = list(stage.op.axis)
     if not axes:
         return
-    inner = _shape(t)[-1]
+    inner = static_shape(t)[-1]
     lanes = vector_lanes(t.dtype, target)
     outer = axes[:-1]
     if inner >= lanes and inner % lanes == 0:
@@ -271,7 +268,7 @@ def schedule_dense(outs: Tensor | Sequence[Tensor], batch_block: int | None = No
     t = _target(target)
     s = te.create_schedule([o.op for o in outs])
     last, dense, tag = _main_stage(s, outs, ("dense", "dense_packed"))
-    batch, features = _shape(last)
+    batch, features = static_shape(last)
     b, n = s[last].op.axis
     packed = _input_tagged(dense, "weight_pack")
     if tag != "dense_packed":
@@ -279,7 +276,7 @@ def schedule_dense(outs: Tensor | Sequence[Tensor], batch_block: int | None = No
             _materialize(s, packed, t)
         _dense_plain(s, last, dense, t)
         return s
-    block = _shape(next(p for p in _producers(dense) if len(p.shape) == 3))[-1]
+    block = static_shape(next(p for p in _producers(dense) if len(p.shape) == 3))[-1]
     mb = batch_block or _divisor(batch, _tile_rows(block, dense.dtype, t))
     bo, no, bi, ni = s[last].tile(b, n, mb, block)
     s[last].reorder(no, bo, bi, ni)
@@ -318,7 +315,7 @@ def _dense_plain(s: Schedule, last: Tensor, dense: Tensor, target: CPUTarget, n_
     (k,) = s[dense].op.reduce_axis
     in_dim = k.dom.extent.value if isinstance(k.dom.extent, ir.IntImm) else 0
     lanes = vector_lanes(dense.dtype, target)
-    features = _shape(last)[1]
+    features = static_shape(last)[1]
     if in_dim % lanes or in_dim < lanes:
         fused = _parallel(s[last], [b, n], _work(last, dense))
         s[dense].compute_at(s[last], fused)
@@ -363,7 +360,7 @@ def schedule_conv2d_nchw(outs: Tensor | Sequence[Tensor], oc_block: int | None =
     padded = _input_tagged(conv, "pad")
     if padded is not None:
         _materialize(s, padded, t)
-    _, channels, _, width = _shape(last)
+    _, channels, _, width = static_shape(last)
     lanes = vector_lanes(conv.dtype, t)
     _conv_tile(s, last, conv, oc_block or _divisor(channels, 8), x_block or _divisor(width, lanes))
     return s
@@ -379,7 +376,7 @@ def schedule_depthwise_conv2d_nchw(outs: Tensor | Sequence[Tensor], x_block: int
     padded = _input_tagged(conv, "pad")
     if padded is not None:
         _materialize(s, padded, t)
-    _, channels, _, width = _shape(last)
+    _, channels, _, width = static_shape(last)
     _conv_tile(s, last, conv, _divisor(channels, 4), x_block or _divisor(width, vector_lanes(conv.dtype, t)))
     return s
 
@@ -405,10 +402,10 @@ def schedule_conv2d_nchw_packed(outs: Tensor | Sequence[Tensor], x_block: int | 
     padded = _input_tagged(blocked, "pad")
     if padded is not None:
         _materialize(s, padded, target)
-    block = _shape(blocked)[-1]
+    block = static_shape(blocked)[-1]
     n, o, y, x = s[last].op.axis
     oo, oi = s[last].split(o, block)
-    xo, xi = s[last].split(x, x_block or _divisor(_shape(last)[3], _tile_rows(block, blocked.dtype, target)))
+    xo, xi = s[last].split(x, x_block or _divisor(static_shape(last)[3], _tile_rows(block, blocked.dtype, target)))
     s[last].reorder(n, oo, y, xo, oi, xi)
     _parallel(s[last], [n, oo, y], _work(last, blocked))
     s[last].unroll(oi)  # constant indices into the tile: it stays in registers, transposed by shuffles
@@ -433,7 +430,7 @@ def schedule_pool(outs: Tensor | Sequence[Tensor], x_block: int | None = None,
     if padded is not None:
         _materialize(s, padded, t)
     n, c, y, x = s[last].op.axis
-    width = _shape(last)[3]
+    width = static_shape(last)[3]
     xo, xi = s[last].split(x, x_block or _divisor(width, vector_lanes(last.dtype, t)))
     _parallel(s[last], [n, c, y], _work(last, pool))
     if width > 1:
@@ -463,7 +460,7 @@ def schedule_softmax(outs: Tensor | Sequence[Tensor], target: str | CPUTarget | 
     for t in (mx, ex, total):
         s[t].compute_at(s[out], outer)
     lanes = vector_lanes(out.dtype, target)
-    if axis == len(axes) - 1 and _shape(out)[-1] % lanes == 0:
+    if axis == len(axes) - 1 and static_shape(out)[-1] % lanes == 0:
         for stage in (s[out], s[ex]):
             stage.vectorize(stage.split(stage.op.axis[-1], lanes)[1])
     return s

@@ -8,15 +8,12 @@ from vtakit.compiler import ir
 from vtakit.compiler import te
 from vtakit.compiler.te.tensor import Tensor
 from vtakit.errors import CompileError
+from vtakit.compiler.ops.common import static_shape
 
 __all__ = ["broadcast_shape", "binary", "add", "subtract", "multiply", "divide", "maximum", "minimum", "relu",
            "clip", "cast"]
 
 Operand = Union[Tensor, int, float]
-
-
-def _shape(t: Tensor) -> tuple[int, ...]:
-    return tuple(int(s.value) if isinstance(s, ir.IntImm) else int(s) for s in t.shape)
 
 
 def broadcast_shape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
@@ -34,7 +31,7 @@ def broadcast_shape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
 def _read(t: Operand, out_rank: int, idx: tuple) -> ir.PrimExpr:
     if not isinstance(t, Tensor):
         return t  # a Python scalar: the expression operator gives it the other side's dtype
-    shape = _shape(t)
+    shape = static_shape(t)
     lead = out_rank - len(shape)
     return t[tuple(0 if s == 1 else i for s, i in zip(shape, idx[lead:]))]
 
@@ -43,7 +40,7 @@ def binary(a: Operand, b: Operand, fn: Callable[[ir.PrimExpr, ir.PrimExpr], ir.P
     """``fn`` applied element-wise with broadcasting; either side may be a Python scalar."""
     if not isinstance(a, Tensor) and not isinstance(b, Tensor):
         raise CompileError(f"{name}: at least one operand must be a tensor, got {a!r} and {b!r}")
-    shape = broadcast_shape(_shape(a) if isinstance(a, Tensor) else (), _shape(b) if isinstance(b, Tensor) else ())
+    shape = broadcast_shape(static_shape(a) if isinstance(a, Tensor) else (), static_shape(b) if isinstance(b, Tensor) else ())
     return te.compute(shape, lambda *i: fn(_read(a, len(shape), i), _read(b, len(shape), i)), name=name,
                       tag="broadcast")
 
@@ -76,15 +73,15 @@ def minimum(a: Operand, b: Operand) -> Tensor:
 
 
 def relu(x: Tensor) -> Tensor:
-    return te.compute(_shape(x), lambda *i: te.max(x[i], ir.const(0, x.dtype)), name="relu", tag="elemwise")
+    return te.compute(static_shape(x), lambda *i: te.max(x[i], ir.const(0, x.dtype)), name="relu", tag="elemwise")
 
 
 def clip(x: Tensor, a_min: int | float, a_max: int | float) -> Tensor:
     if a_min > a_max:
         raise CompileError(f"clip: a_min={a_min} is greater than a_max={a_max}")
     lo, hi = ir.const(a_min, x.dtype), ir.const(a_max, x.dtype)
-    return te.compute(_shape(x), lambda *i: te.min(te.max(x[i], lo), hi), name="clip", tag="elemwise")
+    return te.compute(static_shape(x), lambda *i: te.min(te.max(x[i], lo), hi), name="clip", tag="elemwise")
 
 
 def cast(x: Tensor, dtype: str) -> Tensor:
-    return te.compute(_shape(x), lambda *i: x[i].astype(dtype), name="cast", tag="elemwise")
+    return te.compute(static_shape(x), lambda *i: x[i].astype(dtype), name="cast", tag="elemwise")

@@ -13,7 +13,7 @@ from typing import Callable
 from vtakit.compiler import ir
 from vtakit.compiler import te
 from vtakit.compiler.ops.elemwise import Operand, binary
-from vtakit.compiler.ops.transform import static_shape
+from vtakit.compiler.ops.common import static_shape
 from vtakit.compiler.te.tensor import Tensor
 from vtakit.errors import CompileError
 

@@ -14,6 +14,7 @@ from vtakit.compiler import ir
 from vtakit.compiler import te
 from vtakit.compiler.te.tensor import Tensor
 from vtakit.errors import CompileError
+from vtakit.compiler.ops.common import static_shape
 
 __all__ = ["pad", "dense", "dense_packed", "matmul", "conv2d_nchw", "conv2d_nchw_packed", "depthwise_conv2d_nchw",
            "pool2d", "global_avg_pool2d", "softmax", "conv2d_output_shape", "padding_of"]
@@ -41,12 +42,8 @@ def padding_of(padding: int | Sequence[int]) -> tuple[int, int, int, int]:
     return sides  # type: ignore[return-value]
 
 
-def _shape(t: Tensor) -> tuple[int, ...]:
-    return tuple(int(s.value) if isinstance(s, ir.IntImm) else int(s) for s in t.shape)
-
-
 def _check_rank(t: Tensor, rank: int, what: str) -> tuple[int, ...]:
-    shape = _shape(t)
+    shape = static_shape(t)
     if len(shape) != rank:
         raise CompileError(f"{what} {t.name!r} must have rank {rank}, got shape {shape}")
     return shape
@@ -55,7 +52,7 @@ def _check_rank(t: Tensor, rank: int, what: str) -> tuple[int, ...]:
 def pad(data: Tensor, pad_before: Sequence[int], pad_after: Sequence[int] | None = None,
         pad_value: float | int = 0, name: str = "pad") -> Tensor:
     """``data`` surrounded by ``pad_value``; reads of the border never touch ``data``."""
-    shape = _shape(data)
+    shape = static_shape(data)
     pad_after = pad_before if pad_after is None else pad_after
     if len(pad_before) != len(shape) or len(pad_after) != len(shape):
         raise CompileError(f"pad of {data.name!r} (rank {len(shape)}) needs {len(shape)} widths per side, "
@@ -115,7 +112,7 @@ def matmul(a: Tensor, b: Tensor, out_dtype: str | None = None, pack_block: int |
     if pack_block is None:
         out_dtype = out_dtype or a.dtype
         k = te.reduce_axis((0, k_a), name="k")
-        return te.compute((_shape(a)[0], n), lambda i, j: te.sum(_acc(a[i, k], out_dtype) * _acc(b[k, j], out_dtype),
+        return te.compute((static_shape(a)[0], n), lambda i, j: te.sum(_acc(a[i, k], out_dtype) * _acc(b[k, j], out_dtype),
                                                                  axis=k), name="matmul", tag="dense")
     _check_block(n, pack_block, "matmul")
     packed = te.compute((n // pack_block, k_a, pack_block), lambda z, k, x: b[k, z * pack_block + x],
@@ -150,10 +147,10 @@ def dense_packed(data: Tensor, packed_weight: Tensor, bias: Tensor | None = None
 def _add_bias(out: Tensor, bias: Tensor | None, channel_axis: int) -> Tensor:
     if bias is None:
         return out
-    channels = _shape(out)[channel_axis]
-    if _shape(bias) != (channels,):
-        raise CompileError(f"bias {bias.name!r} must have shape ({channels},), got {_shape(bias)}")
-    return te.compute(_shape(out), lambda *i: out[i] + _acc(bias[i[channel_axis]], out.dtype), name="bias_add",
+    channels = static_shape(out)[channel_axis]
+    if static_shape(bias) != (channels,):
+        raise CompileError(f"bias {bias.name!r} must have shape ({channels},), got {static_shape(bias)}")
+    return te.compute(static_shape(out), lambda *i: out[i] + _acc(bias[i[channel_axis]], out.dtype), name="bias_add",
                       tag="bias_add")
 
 
@@ -296,7 +293,7 @@ def global_avg_pool2d(data: Tensor) -> Tensor:
 
 def softmax(x: Tensor, axis: int = -1) -> Tensor:
     """``exp(x - max) / sum(exp(x - max))`` along ``axis`` (numerically stable)."""
-    shape = _shape(x)
+    shape = static_shape(x)
     if not ir.is_float(x.dtype):
         raise CompileError(f"softmax needs a float tensor, {x.name!r} is {x.dtype}")
     if not -len(shape) <= axis < len(shape):

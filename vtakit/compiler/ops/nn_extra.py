@@ -18,14 +18,10 @@ from vtakit.compiler.ops.elemwise import broadcast_shape
 from vtakit.compiler.ops.nn import conv2d_nchw, pad
 from vtakit.compiler.te.tensor import Tensor
 from vtakit.errors import CompileError
+from vtakit.compiler.ops.common import static_shape
 
-__all__ = ["static_shape", "conv2d_transpose_nchw", "pool2d_window", "reduce", "REDUCERS", "batch_matmul",
+__all__ = ["conv2d_transpose_nchw", "pool2d_window", "reduce", "REDUCERS", "batch_matmul",
            "softmax_axes", "lrn", "instance_norm"]
-
-
-def static_shape(t: Tensor) -> tuple[int, ...]:
-    """The shape of ``t`` as Python ints."""
-    return tuple(int(s.value) if isinstance(s, ir.IntImm) else int(s) for s in t.shape)
 
 
 def conv2d_transpose_nchw(data: Tensor, kernel: Tensor, strides: Sequence[int], dilations: Sequence[int],

@@ -18,16 +18,12 @@ from vtakit.compiler import te
 from vtakit.compiler.ops.elemwise import broadcast_shape
 from vtakit.compiler.te.tensor import Tensor
 from vtakit.errors import CompileError
+from vtakit.compiler.ops.common import static_shape
 
-__all__ = ["static_shape", "reshape", "transpose", "concatenate", "strided_slice", "pad", "take", "broadcast_to",
+__all__ = ["reshape", "transpose", "concatenate", "strided_slice", "pad", "take", "broadcast_to",
            "tile", "where", "PAD_MODES"]
 
 PAD_MODES = ("constant", "edge", "reflect")
-
-
-def static_shape(t: Tensor) -> tuple[int, ...]:
-    """The shape of ``t`` as Python ints."""
-    return tuple(int(s.value) if isinstance(s, ir.IntImm) else int(s) for s in t.shape)
 
 
 def _broadcast_read(t: Tensor, out_shape: Sequence[int], idx: Sequence) -> ir.PrimExpr:

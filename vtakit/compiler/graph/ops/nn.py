@@ -22,7 +22,7 @@ from vtakit.compiler import ir, ops, te
 from vtakit.compiler.graph.op import REQUIRED, Pattern, register_op
 from vtakit.compiler.graph.ops.window import Window, sliding_window, transposed_window
 from vtakit.compiler.ops import nn_extra
-from vtakit.compiler.ops.nn_extra import static_shape
+from vtakit.compiler.ops.common import static_shape
 from vtakit.errors import GraphError
 
 __all__ = ["conv_window", "pool_window", "reduce_axes", "Reduction", "REDUCTIONS"]

@@ -16,7 +16,7 @@ import numpy as np
 from vtakit.compiler import te
 from vtakit.compiler.graph.op import Pattern, register_op
 from vtakit.compiler.ops import resize as ops_resize
-from vtakit.compiler.ops.nn_extra import static_shape
+from vtakit.compiler.ops.common import static_shape
 from vtakit.compiler.ops.resize import COORDINATE_TRANSFORMS, NEAREST_ROUNDING, ResizeAxis
 from vtakit.errors import GraphError, UnsupportedOperatorError
 

@@ -15,6 +15,7 @@ from vtakit.compiler.graph.ir import TensorType
 from vtakit.compiler.graph.op import REQUIRED, Pattern, register_op
 from vtakit.compiler.ops import math as tmath
 from vtakit.compiler.ops import transform
+from vtakit.compiler.ops.common import static_shape
 from vtakit.errors import GraphError, UnsupportedOperatorError
 
 __all__ = ["reshape_target", "split_sizes", "slices", "pad_widths", "PAD_MODES"]
@@ -109,7 +110,7 @@ def _flatten_shape(shape: tuple[int, ...], axis: int) -> tuple[int, int]:
 
 
 @register_op("Flatten", pattern=Pattern.INJECTIVE, attrs={"axis": 1},
-             compute=lambda ins, attrs: [transform.reshape(ins[0], _flatten_shape(transform.static_shape(ins[0]),
+             compute=lambda ins, attrs: [transform.reshape(ins[0], _flatten_shape(static_shape(ins[0]),
                                                                                   attrs["axis"]))])
 def _flatten(ins, attrs):
     """The input as a matrix: dims before ``axis`` make the rows, the rest the columns."""
@@ -140,7 +141,7 @@ def reshape_target(shape: tuple[int, ...], target: Any, allowzero: int = 0) -> t
 
 
 def _reshape_compute(ins: list, attrs: dict) -> list:
-    shape = transform.static_shape(ins[0])
+    shape = static_shape(ins[0])
     return [transform.reshape(ins[0], reshape_target(shape, ins[1], attrs["allowzero"]))]
 
 
@@ -162,7 +163,7 @@ def _squeeze_shape(shape: tuple[int, ...], axes: Any) -> tuple[int, ...]:
 
 
 @register_op("Squeeze", pattern=Pattern.INJECTIVE, const_inputs=(1,),
-             compute=lambda ins, attrs: [transform.reshape(ins[0], _squeeze_shape(transform.static_shape(ins[0]),
+             compute=lambda ins, attrs: [transform.reshape(ins[0], _squeeze_shape(static_shape(ins[0]),
                                                                                   _opt(ins, 1)))])
 def _squeeze(ins, attrs):
     """The input without the size-1 dims listed in input 1 (all of them when it is omitted)."""
@@ -179,7 +180,7 @@ def _unsqueeze_shape(shape: tuple[int, ...], axes: Any) -> tuple[int, ...]:
 
 
 @register_op("Unsqueeze", pattern=Pattern.INJECTIVE, const_inputs=(1,),
-             compute=lambda ins, attrs: [transform.reshape(ins[0], _unsqueeze_shape(transform.static_shape(ins[0]),
+             compute=lambda ins, attrs: [transform.reshape(ins[0], _unsqueeze_shape(static_shape(ins[0]),
                                                                                     ins[1]))])
 def _unsqueeze(ins, attrs):
     """The input with size-1 dims inserted at the output axes listed in input 1."""
@@ -194,7 +195,7 @@ def _expand_shape(shape: tuple[int, ...], target: Any) -> tuple[int, ...]:
 
 
 @register_op("Expand", pattern=Pattern.BROADCAST, const_inputs=(1,),
-             compute=lambda ins, attrs: [transform.broadcast_to(ins[0], _expand_shape(transform.static_shape(ins[0]),
+             compute=lambda ins, attrs: [transform.broadcast_to(ins[0], _expand_shape(static_shape(ins[0]),
                                                                                       ins[1]))])
 def _expand(ins, attrs):
     """The input broadcast with the shape in input 1 (numpy rules, either side may be 1)."""
@@ -236,7 +237,7 @@ def _split_parts(shape: tuple[int, ...], split: Any, attrs: dict) -> tuple[int, 
 
 
 def _split_compute(ins: list, attrs: dict) -> list:
-    shape = transform.static_shape(ins[0])
+    shape = static_shape(ins[0])
     axis, parts = _split_parts(shape, _opt(ins, 1), attrs)
     outs = []
     for start, n in parts:
@@ -288,7 +289,7 @@ def slices(shape: tuple[int, ...], starts: Any, ends: Any, axes: Any = None, ste
 
 
 def _slice_compute(ins: list, attrs: dict) -> list:
-    shape = transform.static_shape(ins[0])
+    shape = static_shape(ins[0])
     begin, step, count = [], [], []
     for sl, d in zip(slices(shape, *ins[1:3], _opt(ins, 3), _opt(ins, 4)), shape):
         start, _, st = sl.indices(d)
@@ -332,7 +333,7 @@ def _pad_compute(ins: list, attrs: dict) -> list:
     widths, mode, value = _pad_args(ins, attrs)
     x = ins[0]
     if any(b < 0 or a < 0 for b, a in widths):   # negative pads crop
-        shape = transform.static_shape(x)
+        shape = static_shape(x)
         begin = [max(0, -b) for b, _ in widths]
         count = [d + min(0, b) + min(0, a) for d, (b, a) in zip(shape, widths)]
         x = transform.strided_slice(x, begin, [1] * len(shape), count)
