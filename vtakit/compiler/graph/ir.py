@@ -15,13 +15,22 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator
+from typing import Any, Container, Iterable, Iterator
 
 import numpy as np
 
 from vtakit.errors import GraphError
 
-__all__ = ["TensorType", "Node", "Graph"]
+__all__ = ["TensorType", "Node", "Graph", "unique_name"]
+
+
+def unique_name(hint: str, taken: Container[str]) -> str:
+    """``hint``, or ``hint_1``, ``hint_2``, ...: the first that is not ``taken``."""
+    name, i = hint, 0
+    while name in taken:
+        i += 1
+        name = f"{hint}_{i}"
+    return name
 
 
 @dataclass(frozen=True)

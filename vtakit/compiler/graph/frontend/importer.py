@@ -23,7 +23,7 @@ from onnx import external_data_helper, helper, numpy_helper
 
 from vtakit.compiler.graph.frontend import registry
 from vtakit.compiler.graph.frontend.registry import MAX_OPSET, MIN_OPSET, OnnxNode, onnx_dtype
-from vtakit.compiler.graph.ir import Graph, Node, TensorType
+from vtakit.compiler.graph.ir import Graph, Node, TensorType, unique_name
 from vtakit.compiler.graph.op import fold_node, get_op, infer_types, normalize_attrs
 from vtakit.errors import CompileError, GraphError, UnsupportedOperatorError
 
@@ -110,11 +110,7 @@ class _Builder:
         self._deps: dict[str, frozenset[str]] = {name: frozenset([name]) for name in graph.inputs}
 
     def fresh(self, hint: str) -> str:
-        base = re.sub(r"\s+", "_", hint) or "v"
-        name, i = base, 0
-        while name in self._names:
-            i += 1
-            name = f"{base}_{i}"
+        name = unique_name(re.sub(r"\s+", "_", hint) or "v", self._names)
         self._names.add(name)
         return name
 

@@ -17,7 +17,7 @@ from typing import Any, Callable
 import numpy as np
 
 from vtakit.compiler import ops, te
-from vtakit.compiler.graph.ir import Graph, Node, TensorType
+from vtakit.compiler.graph.ir import Graph, Node, TensorType, unique_name
 from vtakit.compiler.graph.op import Pattern, get_op, normalize_attrs, register_op
 from vtakit.compiler.graph.ops.nn import conv_window
 from vtakit.compiler.graph.passes.registry import graph_pass
@@ -70,20 +70,12 @@ def _pack_conv(g: Graph, node: Node) -> Node | None:
     block = cpu.conv2d_channel_block(weight.shape[0], "float32")
     if block < cpu.vector_lanes("float32"):
         return None  # a block narrower than a vector does not pay
-    name = _fresh(g, f"{node.inputs[1]}_packed{block}")
+    name = unique_name(f"{node.inputs[1]}_packed{block}", g.types.keys() | g.constants.keys())
     g.constants[name] = pack_conv2d_kernel(weight, block)
     g.types[name] = TensorType(g.constants[name].shape, "float32")
     pads = (window.pads_begin[0], window.pads_begin[1], window.pads_end[0], window.pads_end[1])
     return Node(PACKED_CONV, [node.inputs[0], name, *node.inputs[2:3]], list(node.outputs),
                 {"strides": tuple(window.strides), "pads": pads}, node.name)
-
-
-def _fresh(g: Graph, hint: str) -> str:
-    name, k = hint, 0
-    while name in g.constants or name in g.types:
-        k += 1
-        name = f"{hint}_{k}"
-    return name
 
 
 # op -> rule giving its CPU-layout replacement (None: leave the node as it is)
