@@ -154,6 +154,23 @@ def _compute_producers(t: Tensor) -> list[Tensor]:
     return [p for p in _producers(t) if isinstance(p.op, ComputeOp)]
 
 
+def _inner_stages(outs: list[Tensor]) -> list[Tensor]:
+    """Every compute stage the outputs are computed from, once each, the outputs themselves excluded."""
+    out_ops = {id(t.op) for t in outs}
+    seen: set[int] = set()
+    stages: list[Tensor] = []
+    stack = list(outs)
+    while stack:
+        for p in _compute_producers(stack.pop()):
+            if id(p.op) in seen:
+                continue
+            seen.add(id(p.op))
+            stack.append(p)
+            if id(p.op) not in out_ops:
+                stages.append(p)
+    return stages
+
+
 def _side_stages(t: Tensor, last: Tensor) -> list[Tensor]:
     if not _is_injective(t):
         raise ScheduleError(f"output {last.name!r} reads the reduction {t.name!r} besides its main operator; "
@@ -214,21 +231,11 @@ def schedule_injective(outs: Tensor | Sequence[Tensor], target: str | CPUTarget 
     """Element-wise and broadcast ops: producers inlined, inner axis vectorised, outer axes parallel."""
     outs = _outputs(outs)
     s = te.create_schedule([t.op for t in outs])
-    out_ops = {id(t.op) for t in outs}
-    seen: set[int] = set()
-    stack = list(outs)
-    while stack:
-        t = stack.pop()
-        for p in _producers(t):
-            if id(p.op) in seen or not isinstance(p.op, ComputeOp):
-                continue
-            seen.add(id(p.op))
-            if id(p.op) not in out_ops:
-                if not _is_injective(p):
-                    raise ScheduleError(f"schedule_injective: stage {p.name!r} is a reduction; "
-                                        "use the operator's own schedule")
-                s[p].compute_inline()
-            stack.append(p)
+    for p in _inner_stages(outs):
+        if not _is_injective(p):
+            raise ScheduleError(f"schedule_injective: stage {p.name!r} is a reduction; "
+                                "use the operator's own schedule")
+        s[p].compute_inline()
     for t in outs:
         _schedule_elementwise(s, t, _target(target))
     return s
@@ -473,21 +480,11 @@ def schedule_reduce(outs: Tensor | Sequence[Tensor], target: str | CPUTarget | N
     output axes fused and parallel; element-wise stages are inlined; outputs are element-wise."""
     outs = _outputs(outs)
     s = te.create_schedule([t.op for t in outs])
-    out_ops = {id(t.op) for t in outs}
-    seen: set[int] = set()
-    stack = list(outs)
-    while stack:
-        for p in _compute_producers(stack.pop()):
-            if id(p.op) in seen:
-                continue
-            seen.add(id(p.op))
-            stack.append(p)
-            if id(p.op) in out_ops:
-                continue
-            if _is_injective(p):
-                s[p].compute_inline()
-            else:
-                _whole_reduction(s, p)
+    for p in _inner_stages(outs):
+        if _is_injective(p):
+            s[p].compute_inline()
+        else:
+            _whole_reduction(s, p)
     for t in outs:
         if _is_injective(t):
             _schedule_elementwise(s, t, _target(target))
