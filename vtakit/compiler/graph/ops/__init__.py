@@ -5,6 +5,6 @@ comparisons), :mod:`.tensor` (shape manipulation, indexing, casts, constants), :
 (convolution, matrix products, pooling, normalisation, softmax, reductions), :mod:`.resize`.
 """
 
-from vtakit.compiler.graph.ops import elementwise, nn, resize, tensor  # noqa: F401
+from vtakit.compiler.graph.ops import elementwise, nn, qnn, resize, tensor  # noqa: F401
 
 __all__: list[str] = []
