@@ -6,7 +6,7 @@ pragmas and the ``env.gemm`` tensor intrinsic into a :class:`VTAModule`. See
 :mod:`vtakit.compiler.vta.module` for the pass pipeline.
 """
 
-from vtakit.compiler.vta.codegen import ProgramTemplate, Relocation
+from vtakit.runtime.template import ProgramTemplate, Relocation
 from vtakit.compiler.vta.env import VTAEnv, get_env
 from vtakit.compiler.vta.module import VTAModule, build, build_config, lower
 

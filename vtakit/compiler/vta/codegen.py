@@ -25,6 +25,7 @@ from vtakit.hw import isa
 from vtakit.hw.config import ITER_BITS
 from vtakit.hw.isa import AluOp, MemId, Opcode
 from vtakit.runtime.builder import ProgramBuilder
+from vtakit.runtime.template import ProgramTemplate, Relocation
 from vtakit.sim.fsim import check_schedule
 
 __all__ = ["ProgramTemplate", "Relocation", "generate"]
@@ -32,29 +33,6 @@ __all__ = ["ProgramTemplate", "Relocation", "generate"]
 _PAD_MAX = 15          # 4-bit padding fields
 _SCOPE_OF_MEM = {MemId.INP: INP_SCOPE, MemId.WGT: WGT_SCOPE, MemId.ACC: ACC_SCOPE, MemId.ACC_8BIT: ACC_SCOPE,
                  MemId.OUT: ACC_SCOPE}
-
-
-@dataclass(frozen=True)
-class Relocation:
-    """Instruction ``insn`` addresses parameter ``param``: add its base in ``mem`` elements."""
-
-    insn: int
-    param: int
-    mem: MemId
-
-
-@dataclass
-class ProgramTemplate:
-    """Instructions and micro-ops with DRAM addresses relative to the parameters and the image."""
-
-    insns: list[isa.Instruction]
-    uops: list[isa.Uop]
-    relocations: list[Relocation]
-    uop_loads: list[int]               # LOAD UOP instructions: add the image base (in micro-ops)
-
-    def disasm(self) -> str:
-        lines = [f"{i:5d}  {isa.disasm(insn)}" for i, insn in enumerate(self.insns)]
-        return "\n".join(lines)
 
 
 def _dummy(size: int, dtype: str) -> np.ndarray:

@@ -15,7 +15,6 @@ relocates the template onto them, places the micro-op image and runs it on the a
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any, Sequence
 
 import numpy as np
@@ -27,18 +26,17 @@ from vtakit.compiler.lower.simplify import simplify_func
 from vtakit.compiler.lower.storage_reuse import storage_reuse_pass
 from vtakit.compiler.transform import PassContext
 from vtakit.compiler.vta.alu import in_place_accepts, inject_alu_intrin
-from vtakit.compiler.vta.codegen import ProgramTemplate, generate
+from vtakit.compiler.vta.codegen import generate
 from vtakit.compiler.vta.coproc_sync import inject_coproc_sync
 from vtakit.compiler.vta.dma import inject_dma_intrin
 from vtakit.compiler.vta.env import VTAEnv, get_env
 from vtakit.compiler.vta.lift import lift_coproc_scopes
 from vtakit.compiler.vta.uop_fold import fold_uop_loops
 from vtakit.errors import ArgumentError, CompileError
-from vtakit.hw import isa
 from vtakit.hw.config import VTAConfig
 from vtakit.progress import QUICK_WORK_DELAY_SECONDS, progress
-from vtakit.runtime.builder import elem_bytes
 from vtakit.runtime.device import DeviceArray
+from vtakit.runtime.template import ProgramTemplate, instantiate
 from vtakit.sim.program import Program, Segment
 from vtakit.sim.stats import RunStats
 
@@ -113,33 +111,13 @@ class VTAModule:
     def program_for(self, *arrays: DeviceArray) -> Program:
         """The program for these arrays, registered on their device (its micro-op image placed there)."""
         device = self._check(arrays)
-        t = self.template
-        insns = list(t.insns)
-        for r in t.relocations:
-            addr = arrays[r.param].phys_addr
-            size = elem_bytes(self.config, r.mem)
-            if addr % size:
-                raise ArgumentError(f"argument {r.param} ({self.func.params[r.param].name}) at {addr:#x} is not "
-                                    f"aligned to its {size}-byte DMA element")
-            insns[r.insn] = _rebase(insns[r.insn], addr // size)
-        uop_bytes = isa.encode_uops(t.uops, self.config)
-        region = device.allocator.alloc(len(uop_bytes)) if t.uops else None
-        if region is not None:
-            device.write(region, uop_bytes)
-            for i in t.uop_loads:
-                insns[i] = _rebase(insns[i], region // isa.UOP_BYTES)
         segments = [Segment(a.phys_addr, a.numpy().tobytes(), p.name) for a, p in zip(arrays, self.func.params)]
-        program = Program(self.config, insns, list(t.uops), region or 0, segments, name=self.func.name)
-        device.register_program(program, region)
-        return program
+        return instantiate(self.template, device, [a.phys_addr for a in arrays], self.func.name,
+                           [p.name for p in self.func.params], segments)
 
     def __call__(self, *arrays: DeviceArray) -> RunStats:
         program = self.program_for(*arrays)
         return arrays[0].device.run(program)
-
-
-def _rebase(insn: isa.Instruction, base: int) -> isa.Instruction:
-    return dataclasses.replace(insn, dram_base=insn.dram_base + base)
 
 
 def build(s: Any, args: Sequence[Any], name: str = "main", config: Any = None, target: str = "vta") -> VTAModule:
