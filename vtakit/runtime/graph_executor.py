@@ -29,13 +29,16 @@ __all__ = ["ValueInfo", "Step", "Plan", "LayerTiming", "GraphExecutor"]
 
 @dataclass(frozen=True)
 class ValueInfo:
-    """A tensor of the plan: its shape and dtype, and where it lives (``offset`` bytes into the arena,
-    or ``None`` for a constant, which the executor is given by name)."""
+    """A tensor of the plan: its shape and dtype, and where it lives: ``offset`` bytes into the host
+    arena (``space="host"``) or into the module's region of accelerator DRAM (``space="dram"``), or
+    ``None`` for a host constant, which the executor is given by name. A constant in DRAM has an
+    offset too; the executor copies it there once, when it places the module on a device."""
 
     name: str
     shape: tuple[int, ...]
     dtype: str
     offset: int | None = None
+    space: str = "host"
 
     @property
     def nbytes(self) -> int:
@@ -73,16 +76,18 @@ class Plan:
     arena_bytes: int
 
     def to_json(self) -> dict[str, Any]:
-        return {"values": [[v.name, list(v.shape), v.dtype, v.offset] for v in self.values.values()],
+        return {"values": [[v.name, list(v.shape), v.dtype, v.offset, v.space] for v in self.values.values()],
                 "inputs": list(self.inputs), "outputs": list(self.outputs),
                 "steps": [[s.name, s.kernel, list(s.args), s.outputs, list(s.ops), s.target] for s in self.steps],
-                "arena_bytes": self.arena_bytes}
+                "arena_bytes": self.arena_bytes, "dram_bytes": self.dram_bytes,
+                "config": None if self.config is None else dict(self.config)}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "Plan":
-        values = {v[0]: ValueInfo(v[0], tuple(v[1]), v[2], v[3]) for v in data["values"]}
+        values = {v[0]: ValueInfo(v[0], tuple(v[1]), v[2], v[3], *v[4:5]) for v in data["values"]}
         steps = tuple(Step(s[0], s[1], tuple(s[2]), s[3], tuple(s[4]), s[5]) for s in data["steps"])
-        return cls(values, tuple(data["inputs"]), tuple(data["outputs"]), steps, int(data["arena_bytes"]))
+        return cls(values, tuple(data["inputs"]), tuple(data["outputs"]), steps, int(data["arena_bytes"]),
+                   int(data.get("dram_bytes", 0)), data.get("config"))
 
 
 @dataclass(frozen=True)
