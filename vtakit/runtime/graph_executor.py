@@ -67,13 +67,19 @@ class Step:
 @dataclass(frozen=True)
 class Plan:
     """What the executor runs: the values (inputs and every intermediate in the arena, constants by
-    name), the steps in order, the arena's size and the outputs to return."""
+    name), the steps in order, the arena's size and the outputs to return.
+
+    A plan with accelerator steps (``target="vta"``, whose kernels are program templates) also
+    has the bytes of accelerator DRAM its values need (``dram_bytes``) and the accelerator
+    configuration it was compiled for (``config``, as ``VTAConfig.to_dict`` writes it)."""
 
     values: Mapping[str, ValueInfo]
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
     steps: tuple[Step, ...]
     arena_bytes: int
+    dram_bytes: int = 0
+    config: Mapping[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"values": [[v.name, list(v.shape), v.dtype, v.offset, v.space] for v in self.values.values()],
