@@ -29,10 +29,12 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from vtakit.compiler import ir, ops, te
 from vtakit.compiler.graph.ir import TensorType
 from vtakit.compiler.graph.op import REQUIRED, Pattern, register_op
+from vtakit.compiler.ops.common import static_shape
 from vtakit.errors import GraphError
-from vtakit.runtime.packing import requantize
+from vtakit.runtime.packing import requantize, rounding_addend
 
 __all__ = ["QNN_OPS", "INT_RANGES", "quantize_values", "conv2d_accumulate", "conv2d_output_hw"]
 
@@ -59,6 +61,90 @@ def quantize_values(x: np.ndarray, scale: float, zero_point: int = 0, dtype: str
     return np.clip(q, lo, hi).astype(dtype)
 
 
+# ---------------------------------------------------------------------------- TE computes (the CPU path)
+# The computes below are what ``build(graph, target="llvm")`` compiles: the same integer arithmetic
+# as the references, in int32 with wrap-around (the CPU backend's integer adds, multiplies and left
+# shifts wrap; ``>>`` on int32 is arithmetic).
+def _shift_expr(v: ir.PrimExpr, s: int) -> ir.PrimExpr:
+    """The ALU's SHR by a compile-time ``s`` on an int32 expression (``s < 0``: a wrapping left shift)."""
+    s = int(s)
+    if s == 0:
+        return v
+    if s > 0:
+        return v >> ir.const(s, "int32")
+    if s <= -32:  # every bit shifted out (C leaves a shift by the width undefined; the ALU gives 0)
+        return ir.const(0, "int32")
+    return v << ir.const(-s, "int32")
+
+
+def _requant_expr(t: ir.PrimExpr, channel: ir.PrimExpr, addend: te.Tensor | None, multiplier: te.Tensor | None,
+                  attrs: dict) -> ir.PrimExpr:
+    """:func:`vtakit.runtime.packing.requantize` on one int32 accumulator of output channel ``channel``."""
+    if addend is not None:
+        t = t + (addend[channel] if static_shape(addend) else addend[()]).astype("int32")
+    if multiplier is None:
+        t = _shift_expr(t, attrs["shift"])
+    else:
+        m = (multiplier[channel] if static_shape(multiplier) else multiplier[()]).astype("int32")
+        t = _shift_expr(t, attrs["pre_shift"]) * m
+        r = rounding_addend(int(attrs["shift"]))
+        if r:
+            t = t + ir.const(r, "int32")
+        t = _shift_expr(t, attrs["shift"])
+    lo, hi = (int(c) for c in attrs["clip"])
+    return te.min(te.max(t, ir.const(lo, "int32")), ir.const(hi, "int32")).astype("int8")
+
+
+def _requant_compute(acc: te.Tensor, ins: list, attrs: dict, name: str) -> te.Tensor:
+    addend, multiplier = _optional(ins, 2), _optional(ins, 3)
+    return te.compute(static_shape(acc), lambda *i: _requant_expr(acc(*i), i[1], addend, multiplier, attrs),
+                      name=name, tag="elemwise")
+
+
+def _quantize_compute(ins: list, attrs: dict) -> list[te.Tensor]:
+    x = ins[0]
+    lo, hi = _int_range(attrs["dtype"])
+    scale, zp = ir.const(float(np.float32(attrs["scale"])), "float32"), ir.const(float(attrs["zero_point"]), "float32")
+
+    def value(*i):
+        q = te.round(x(*i).astype("float32") / scale) + zp
+        return te.min(te.max(q, ir.const(float(lo), "float32")), ir.const(float(hi), "float32")).astype(attrs["dtype"])
+
+    return [te.compute(static_shape(x), value, name="quantize", tag="elemwise")]
+
+
+def _dequantize_compute(ins: list, attrs: dict) -> list[te.Tensor]:
+    x = ins[0]
+    zp, scale = ir.const(int(attrs["zero_point"]), "int32"), ir.const(float(np.float32(attrs["scale"])), "float32")
+    return [te.compute(static_shape(x), lambda *i: (x(*i).astype("int32") - zp).astype("float32") * scale,
+                       name="dequantize", tag="elemwise")]
+
+
+def _conv2d_compute(ins: list, attrs: dict) -> list[te.Tensor]:
+    acc = ops.conv2d_nchw(ins[0], ins[1], tuple(attrs["strides"]), tuple(attrs["pads"]), tuple(attrs["dilations"]),
+                          int(attrs["group"]), "int32")
+    return [_requant_compute(acc, ins, attrs, "qnn_conv2d_requant")]
+
+
+def _dense_compute(ins: list, attrs: dict) -> list[te.Tensor]:
+    return [_requant_compute(ops.dense(ins[0], ins[1], out_dtype="int32"), ins, attrs, "qnn_dense_requant")]
+
+
+def _add_compute(ins: list, attrs: dict) -> list[te.Tensor]:
+    a, b = ins[0], ins[1]
+
+    def value(*i):
+        t = _shift_expr(a(*i).astype("int32"), -int(attrs["lshift_a"])) + _shift_expr(b(*i).astype("int32"),
+                                                                                       -int(attrs["lshift_b"]))
+        if int(attrs["addend"]):
+            t = t + ir.const(int(attrs["addend"]), "int32")
+        t = _shift_expr(t, attrs["shift"])
+        lo, hi = (int(c) for c in attrs["clip"])
+        return te.min(te.max(t, ir.const(lo, "int32")), ir.const(hi, "int32")).astype("int8")
+
+    return [te.compute(static_shape(a), value, name="qnn_add", tag="elemwise")]
+
+
 # ---------------------------------------------------------------------------- float boundaries
 def _quantize_infer(types: list, consts: list, attrs: dict) -> list[TensorType]:
     _int_range(attrs["dtype"])
@@ -66,14 +152,14 @@ def _quantize_infer(types: list, consts: list, attrs: dict) -> list[TensorType]:
 
 
 @register_op("qnn.quantize", pattern=Pattern.ELEMWISE, attrs={"scale": REQUIRED, "zero_point": 0, "dtype": "int8"},
-             infer=_quantize_infer)
+             infer=_quantize_infer, compute=_quantize_compute)
 def _quantize(ins: list, attrs: dict) -> tuple[np.ndarray, ...]:
     """A float tensor to int8 (or uint8): ``saturate(round_half_even(x / scale) + zero_point)``."""
     return (quantize_values(ins[0], attrs["scale"], attrs["zero_point"], attrs["dtype"]),)
 
 
 @register_op("qnn.dequantize", pattern=Pattern.ELEMWISE, attrs={"scale": REQUIRED, "zero_point": 0},
-             infer=lambda types, consts, attrs: [TensorType(types[0].shape, "float32")])
+             compute=_dequantize_compute, infer=lambda types, consts, attrs: [TensorType(types[0].shape, "float32")])
 def _dequantize(ins: list, attrs: dict) -> tuple[np.ndarray, ...]:
     """An integer tensor to float32: ``(x - zero_point) * scale``."""
     x = ins[0].astype(np.int32) - np.int32(attrs["zero_point"])
@@ -139,7 +225,7 @@ def _conv2d_infer(types: list, consts: list, attrs: dict) -> list[TensorType]:
 
 @register_op("qnn.conv2d", pattern=Pattern.OPAQUE,
              attrs={"strides": (1, 1), "pads": (0, 0, 0, 0), "dilations": (1, 1), "group": 1, **_REQUANT_ATTRS},
-             infer=_conv2d_infer)
+             infer=_conv2d_infer, compute=_conv2d_compute)
 def _conv2d(ins: list, attrs: dict) -> tuple[np.ndarray, ...]:
     """int8 NCHW data x int8 OIHW weight -> int32 accumulator -> requantised int8 (inputs: data, weight,
     optional per-channel int32 addend, optional per-channel multiplier; pads are (top, left, bottom, right))."""
@@ -154,7 +240,8 @@ def _dense_infer(types: list, consts: list, attrs: dict) -> list[TensorType]:
     return [TensorType((x.shape[0], w.shape[0]), "int8")]
 
 
-@register_op("qnn.dense", pattern=Pattern.OPAQUE, attrs=dict(_REQUANT_ATTRS), infer=_dense_infer)
+@register_op("qnn.dense", pattern=Pattern.OPAQUE, attrs=dict(_REQUANT_ATTRS), infer=_dense_infer,
+             compute=_dense_compute)
 def _dense(ins: list, attrs: dict) -> tuple[np.ndarray, ...]:
     """int8 (M, K) data x int8 (N, K) weight -> int32 -> requantised int8 (inputs as ``qnn.conv2d``'s)."""
     acc = (ins[0].astype(np.int64) @ ins[1].astype(np.int64).T).astype(np.int32)
@@ -170,7 +257,8 @@ def _add_infer(types: list, consts: list, attrs: dict) -> list[TensorType]:
 
 
 @register_op("qnn.add", pattern=Pattern.OPAQUE,
-             attrs={"lshift_a": 0, "lshift_b": 0, "addend": 0, "shift": 0, "clip": (-128, 127)}, infer=_add_infer)
+             attrs={"lshift_a": 0, "lshift_b": 0, "addend": 0, "shift": 0, "clip": (-128, 127)}, infer=_add_infer,
+             compute=_add_compute)
 def _add(ins: list, attrs: dict) -> tuple[np.ndarray, ...]:
     """Two int8 tensors of one shape rescaled to a common scale by left shifts and added, then requantised:
     ``clip(((a << lshift_a) + (b << lshift_b) + addend) >> shift)``."""
