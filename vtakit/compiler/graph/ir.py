@@ -93,6 +93,9 @@ class Graph:
     types: dict[str, TensorType] = field(default_factory=dict)
     constants: dict[str, np.ndarray] = field(default_factory=dict)
     name: str = "main"
+    #: facts about the graph that are not values: what the importer learnt (``qdq_scale_error``: layer
+    #: name -> relative error bound of a power-of-two scale, see ``docs/quantization_import.md``), ...
+    metadata: dict[str, Any] = field(default_factory=dict)
 
     # -- queries ---------------------------------------------------------------------------------
     def type_of(self, value: str) -> TensorType:
@@ -123,9 +126,10 @@ class Graph:
         return len(self.nodes)
 
     def copy(self) -> "Graph":
-        """A copy whose node list, nodes and dicts can be changed freely; constant arrays are shared."""
+        """A copy whose node list, nodes and dicts (metadata included, one level deep) can be changed freely;
+        constant arrays are shared."""
         return Graph([copy.copy(n) for n in self.nodes], list(self.inputs), list(self.outputs), dict(self.types),
-                     dict(self.constants), self.name)
+                     dict(self.constants), self.name, dict(self.metadata))
 
     def with_nodes(self, nodes: Iterable[Node]) -> "Graph":
         g = self.copy()
