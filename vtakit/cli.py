@@ -351,7 +351,12 @@ def _input_shape(text: str) -> tuple[str, tuple[int, ...]]:
 
 
 def _network_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--target", default="llvm", help="what to compile for (default llvm: this CPU)")
+    parser.add_argument("--target", default="llvm", help="what to compile for: llvm (this CPU, the default) or vta "
+                        "(the accelerator; needs an int8 model or --calibration)")
+    parser.add_argument("--calibration", type=Path, metavar="CALIB.npz",
+                        help="quantise the float model to int8 first, calibrating on these samples (an .npz keyed "
+                        "by input name, the leading axis counting samples)")
+    _config_option(parser)
     parser.add_argument("--input-shape", dest="input_shapes", type=_input_shape, action="append", default=[],
                         metavar="NAME:DIMS", help="fix an input's shape, e.g. data:1x3x224x224 (repeatable)")
     parser.add_argument("--opt-level", type=int, default=3, help="graph optimisation level 0-3 (default 3)")
@@ -366,7 +371,18 @@ def _compile_model(args: argparse.Namespace) -> Any:
     if len(shapes) != len(args.input_shapes):
         raise VtakitError(f"--input-shape names an input twice: {[n for n, _ in args.input_shapes]}")
     g = graph.from_onnx(args.model, input_shapes=shapes)
-    return graph.build(g, args.target, opt_level=args.opt_level, disabled_passes=args.disabled_passes)
+    config = _load_config(args)
+    accelerated = args.target.split()[0] == "vta" if args.target.strip() else False
+    if config is not None and not accelerated:
+        raise VtakitError(f"--config applies to --target vta, not --target {args.target}")
+    if args.calibration is not None:
+        g = graph.quantize(g, args.calibration)
+    elif accelerated and not any(node.op.startswith("qnn.") for node in g.nodes):
+        raise VtakitError(f"{str(args.model)!r} is a float model: the accelerator runs int8 networks, so give "
+                          "--calibration CALIB.npz (samples keyed by input name) to quantise it, or compile a "
+                          "model that is already quantised (QDQ)")
+    return graph.build(g, args.target, config=config, opt_level=args.opt_level,
+                       disabled_passes=args.disabled_passes)
 
 
 def _add_compile(verbs: argparse._SubParsersAction) -> None:
@@ -413,7 +429,12 @@ def _add_run(verbs: argparse._SubParsersAction) -> None:
     p.add_argument("-o", "--output", type=Path, metavar="OUT.npz", help="save the outputs, keyed by output name")
     p.add_argument("--print-top", type=int, default=0, metavar="N", help="print the N largest entries of each row "
                    "of a 2-D output (class scores)")
-    p.add_argument("--profile", action="store_true", help="time each kernel and print the per-layer table")
+    p.add_argument("--profile", action="store_true", help="time each kernel (cycles on the accelerator) and print "
+                   "the per-layer table")
+    p.add_argument("--backend", choices=("fsim", "cycle", "rtl"), default=None,
+                   help="simulator for an accelerator module (default fsim; cycle with --profile)")
+    p.add_argument("--trace", type=Path, metavar="run.json", help="write a Chrome timeline of the whole network "
+                   "(cycle backend)")
     p.add_argument("--repeat", type=int, default=0, metavar="N", help="run N more times and report the median "
                    "latency")
     _network_options(p)
@@ -446,13 +467,22 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.repeat < 0 or args.print_top < 0:
         raise VtakitError(f"--repeat and --print-top must be >= 0, got {args.repeat} and {args.print_top}")
     module = _compile_model(args) if args.model.suffix == ".onnx" else graph.load(args.model)
+    accelerated = module.target == "vta"
+    if not accelerated and (args.backend is not None or args.trace is not None):
+        raise VtakitError(f"{str(args.model)!r} runs on the CPU only: --backend and --trace apply to modules "
+                          "compiled with --target vta")
+    if args.trace is not None and args.backend not in (None, "cycle"):
+        raise VtakitError(f"--trace needs the cycle backend, not --backend {args.backend}")
+    options: dict[str, Any] = {"backend": args.backend} if accelerated and args.backend is not None else {}
     inputs = _run_inputs(module, args)
-    profile = module.profile(inputs) if args.profile else None
-    outputs = profile.outputs if profile else module.run(inputs)
+    profiling = args.profile or args.trace is not None
+    trace = {"trace": args.trace} if args.trace is not None else {}
+    profile = module.profile(inputs, **options, **trace) if profiling else None
+    outputs = profile.outputs if profile else module.run(inputs, **options)
     times = []
     for _ in range(args.repeat):
         start = time.perf_counter()
-        module.run(inputs)
+        module.run(inputs, **options)
         times.append(time.perf_counter() - start)
     if args.output is not None:
         _save_npz(args.output, dict(zip(module.output_names, outputs)))
@@ -466,7 +496,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     if times:
         report["median_ms"] = statistics.median(times) * 1e3
         report["repeat"] = len(times)
-    if profile is not None:
+    if accelerated and module.last_stats.cycles is not None:
+        report["cycles"] = module.last_stats.cycles
+    if profile is not None and args.profile:
         report["profile"] = profile.to_json()
     if args.json:
         print(json.dumps(report))
@@ -477,8 +509,36 @@ def cmd_run(args: argparse.Namespace) -> int:
             print(f"  row {r} top {len(row)}: " + ", ".join(f"{k} ({v:.4g})" for k, v in row))
     if times:
         print(f"median latency: {report['median_ms']:.3f} ms over {len(times)} runs")
-    if profile is not None:
+    if "cycles" in report:
+        print(f"accelerator cycles: {report['cycles']:,}")
+    if profile is not None and args.profile:
         print(profile)
+    return 0
+
+
+# ---------------------------------------------------------------------------- demo
+def _add_demo(verbs: argparse._SubParsersAction) -> None:
+    from vtakit.demo import DEMO_BACKENDS, DEMO_MODELS  # noqa: PLC0415
+
+    p = verbs.add_parser("demo", help="quantise a built-in network, run it on the accelerator and report accuracy "
+                         "and cycles", description="The whole flow on a built-in network: the digits CNN shipped "
+                         "with vtakit (default) is quantised to int8, compiled for the accelerator and run on every "
+                         "test image; float accuracy (CPU) vs int8 accuracy (accelerator), cycles per image, "
+                         "utilization and the per-layer table are printed. --model resnet18 runs one image of "
+                         "ResNet-18 with seeded weights.")
+    p.add_argument("--model", choices=DEMO_MODELS, default="digits", help="the network (default digits)")
+    p.add_argument("--backend", choices=DEMO_BACKENDS, default="fsim", help="simulator (default fsim)")
+    p.add_argument("--limit", type=_positive, default=None, metavar="N", help="run only the first N test images")
+    _config_option(p)
+    _json_option(p)
+    p.set_defaults(func=cmd_demo)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from vtakit.demo import run_demo  # noqa: PLC0415
+
+    result = run_demo(args.model, args.backend, _load_config(args), args.limit)
+    print(json.dumps(result.to_dict()) if args.json else result)
     return 0
 
 
@@ -622,7 +682,7 @@ def cmd_tune_report(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------------------- entry point
 _VERBS: list[Callable[[argparse._SubParsersAction], None]] = [
-    _add_info, _add_disasm, _add_run_program, _add_random_program, _add_bench, _add_verilog,
+    _add_demo, _add_info, _add_disasm, _add_run_program, _add_random_program, _add_bench, _add_verilog,
     _add_compile, _add_run, _add_tune, _add_tune_report,
 ]
 
