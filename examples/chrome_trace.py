@@ -48,7 +48,7 @@ def main() -> int:
               dev.empty((M // env.BATCH, N // env.BLOCK_OUT, env.BATCH, env.BLOCK_OUT), env.out_dtype)]
     program = mod.program_for(*arrays)         # what mod(*arrays) runs, so that it can run with a trace
     stats = dev.run(program, trace=args.output)
-    expect = requantize(dense_reference(a, w), SHIFT, bias, (0, 127))
+    expect = requantize(dense_reference(a, w), bias, SHIFT, (0, 127))   # (acc + bias) >> SHIFT
     np.testing.assert_array_equal(unpack_matrix(arrays[-1].numpy()), expect)
     print(f"dense {M}x{N}x{K} on the cycle model: {stats.cycles} cycles, utilization {stats.utilization:.1%}, "
           f"equals numpy")

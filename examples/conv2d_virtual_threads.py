@@ -24,12 +24,12 @@ import vtakit
 from vtakit.compiler import topi_vta, vta
 from vtakit.compiler.topi_vta import Conv2dWorkload
 from vtakit.runtime.packing import (conv2d_reference, pack_bias, pack_nchw, pack_oihw, requantize,
-                                    unpack_nchw)
+                                    rounding_addend, unpack_nchw)
 from vtakit.sim.stats import RunStats
 
 
 def run(env: vta.VTAEnv, wl: Conv2dWorkload, vthreads: int, shift: int,
-        x: np.ndarray, w: np.ndarray, bias: np.ndarray) -> tuple[np.ndarray, RunStats, int]:
+        x: np.ndarray, w: np.ndarray, addend: np.ndarray) -> tuple[np.ndarray, RunStats, int]:
     """Compile ``wl`` with at most ``vthreads`` virtual threads, run it on the cycle model and
     return the unpacked output, the run's statistics and the threads the tiling uses."""
     knobs = topi_vta.default_conv2d_knobs(env, wl, vthreads)
@@ -38,9 +38,9 @@ def run(env: vta.VTAEnv, wl: Conv2dWorkload, vthreads: int, shift: int,
     dev = vtakit.Device(env.config, backend="cycle")
     data = dev.array(pack_nchw(x, env.BATCH, env.BLOCK_IN))
     kernel = dev.array(pack_oihw(w, env.BLOCK_OUT, env.BLOCK_IN))
-    bias_dev = dev.array(pack_bias(bias, env.BATCH, env.BLOCK_OUT))
+    addend_dev = dev.array(pack_bias(addend, env.BATCH, env.BLOCK_OUT))
     out = dev.empty(tuple(int(d) for d in tensors[-1].shape), env.out_dtype)
-    stats = mod(data, kernel, bias_dev, out)
+    stats = mod(data, kernel, addend_dev, out)
     return unpack_nchw(out.numpy(), (wl.batch, wl.co, wl.oh, wl.ow)), stats, knobs.oc_nthread * knobs.h_nthread
 
 
@@ -52,19 +52,21 @@ def main() -> int:
     wl = topi_vta.get_workload(args.layer)
     rng = np.random.default_rng(0)
     x = rng.integers(-128, 128, (wl.batch, wl.ci, wl.h, wl.w), dtype=np.int8)
-    w = rng.integers(-128, 128, (wl.co, wl.ci, wl.kernel, wl.kernel), dtype=np.int8)
-    bias = rng.integers(-64, 64, wl.co, dtype=np.int32)
+    w = rng.integers(-128, 128, (wl.co, wl.ci, wl.kh, wl.kw), dtype=np.int8)
     # a random int8 dot product of length K has a spread of about 2^(6 + log2(K)/2): shift it
     # down to the int8 range, so that the check below tests values, not saturation
-    shift = 6 + math.ceil(math.log2(wl.ci * wl.kernel ** 2) / 2)
-    expect = requantize(conv2d_reference(x, w, wl.stride, wl.pad), shift, bias, (0, 127))
+    shift = 6 + math.ceil(math.log2(wl.ci * wl.kh * wl.kw) / 2)
+    # the epilogue computes clip((acc + addend) >> shift): a bias scaled to the accumulator, plus
+    # half a unit of the shift, so that the shift rounds to nearest
+    addend = rng.integers(-64, 64, wl.co, dtype=np.int32) * (1 << shift) // 4 + rounding_addend(shift)
+    expect = requantize(conv2d_reference(x, w, wl.stride, wl.pad), addend, shift, (0, 127))
     inside = np.mean((expect > 0) & (expect < 127))
 
-    print(f"{args.layer}: {wl.h}x{wl.w}x{wl.ci} -> {wl.co}, {wl.kernel}x{wl.kernel} stride {wl.stride} on "
+    print(f"{args.layer}: {wl.h}x{wl.w}x{wl.ci} -> {wl.co}, {wl.kh}x{wl.kw} stride {wl.stride_h} on "
           f"{env.config.model}; {inside:.0%} of the outputs are not saturated")
     cycles = {}
     for vthreads in (1, 2):
-        got, stats, threads = run(env, wl, vthreads, shift, x, w, bias)
+        got, stats, threads = run(env, wl, vthreads, shift, x, w, addend)
         np.testing.assert_array_equal(got, expect)
         cycles[vthreads] = stats.cycles
         print(f"  {threads} virtual thread{'s' if threads > 1 else ' '}: {stats.cycles:8d} cycles "

@@ -64,7 +64,7 @@ def main() -> int:
     program = gemm_program(ProgramBuilder(config, dev, name="tiny_gemm"), a_dev, w_dev, c_dev)
     stats = dev.run(program, trace=args.output)
 
-    expect = requantize(dense_reference(a, w), SHIFT, None, (-128, 127))
+    expect = requantize(dense_reference(a, w), None, SHIFT, (-128, 127))
     np.testing.assert_array_equal(unpack_matrix(c_dev.numpy()), expect)
     print(f"{program.name}: {len(program.insns)} instructions on the RTL ({config.model}), {stats.cycles} cycles, "
           f"equals numpy")

@@ -60,7 +60,7 @@ from vtakit.errors import VtakitError
 def layer_shape(name: str) -> tuple[int, int, int, int, int, int, int]:
     """H, W, in, out, kernel, pad, stride of a ResNet-18 layer (the package's workload table)."""
     wl = LAYERS[name]
-    return wl.h, wl.w, wl.ci, wl.co, wl.kernel, wl.pad, wl.stride
+    return wl.h, wl.w, wl.ci, wl.co, wl.kh, wl.pad_top, wl.stride_h      # the table's kernels are square
 
 
 class Contender:

@@ -104,12 +104,12 @@ def _compiled(kind: str, config: VTAConfig, shape: tuple[int, ...], vthreads: in
     if kind == "conv2d":
         wl = Conv2dWorkload(*shape)
         data = conv2d_data(env, wl)
-        shift = range_shift(data.acc, data.bias, CLIP)    # as the op benchmarks: no output saturates
+        shift = range_shift(data.acc, data.addend, CLIP)    # as the op benchmarks: no output saturates
         s, tensors = conv2d(env, wl, choose_conv2d_tiles(env, wl, vthreads), shift=shift, clip=CLIP)
         label = "conv2d_{}x{}_ci{}_co{}_k{}".format(*shape[:5])
     else:
         data = dense_data(env, *shape)
-        shift = range_shift(data.acc, data.bias, CLIP)
+        shift = range_shift(data.acc, data.addend, CLIP)
         s, tensors = dense(env, *shape, choose_dense_tiles(env, *shape, vthreads), shift=shift, clip=CLIP)
         label = "dense_{}x{}x{}".format(*shape)
     host, expect = data.host, data.expect(shift, CLIP)

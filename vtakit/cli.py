@@ -282,7 +282,7 @@ def cmd_bench_conv2d(args: argparse.Namespace) -> int:
     batch = config.batch if args.batch is None else args.batch
     wl = dataclasses.replace(get_workload(args.layer), batch=batch) if args.layer else \
         Conv2dWorkload(args.h, args.w, args.ci, args.co, args.kernel, args.pad, args.stride, batch)
-    name = args.layer or f"{wl.h}x{wl.w}x{wl.ci} -> {wl.co}, {wl.kernel}x{wl.kernel} pad {wl.pad} stride {wl.stride}"
+    name = args.layer or f"{wl.h}x{wl.w}x{wl.ci} -> {wl.co}, {wl.kh}x{wl.kw} pad {wl.pad_top} stride {wl.stride_h}"
     if wl.batch != 1:
         name += f", batch {wl.batch}"
     _title(f"conv2d {name} on {args.backend} ({config.model})", args)

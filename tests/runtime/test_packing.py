@@ -4,8 +4,9 @@ import numpy as np
 import pytest
 
 from vtakit.errors import ArgumentError
-from vtakit.runtime.packing import (blocks, conv2d_reference, dense_reference, pack_bias, pack_matrix, pack_nchw,
-                                    pack_oihw, requantize, unpack_matrix, unpack_nchw)
+from vtakit.runtime.packing import (add_reference, blocks, conv2d_reference, dense_reference, pack_bias, pack_matrix,
+                                    pack_nchw, pack_oihw, requantize, rounding_addend, shift_values, unpack_matrix,
+                                    unpack_nchw)
 
 RNG = np.random.default_rng(1)
 
@@ -81,11 +82,81 @@ def test_conv2d_reference_matches_direct_loops():
                 assert got[0, o, i, j] == (xp[0, :, 2 * i:2 * i + 3, 2 * j:2 * j + 3] * w[o]).sum()
 
 
-def test_requantize_shifts_adds_bias_and_clips():
+@pytest.mark.parametrize("pad,stride", [((0, 1, 1, 0), (2, 1)), ((2, 0, 1, 3), (1, 2)), (1, 2)], ids=str)
+def test_conv2d_reference_takes_asymmetric_pads_and_per_axis_strides(pad, stride):
+    x = RNG.integers(-128, 128, (2, 3, 5, 7), dtype=np.int8)
+    w = RNG.integers(-128, 128, (4, 3, 3, 2), dtype=np.int8)
+    pt, pl, pb, pr = (pad,) * 4 if isinstance(pad, int) else pad
+    sh, sw = (stride,) * 2 if isinstance(stride, int) else stride
+    got = conv2d_reference(x, w, stride, pad)
+    xp = np.pad(x.astype(np.int64), ((0, 0), (0, 0), (pt, pb), (pl, pr)))
+    oh, ow = (xp.shape[2] - 3) // sh + 1, (xp.shape[3] - 2) // sw + 1
+    assert got.shape == (2, 4, oh, ow)
+    for i in range(oh):
+        for j in range(ow):
+            want = np.einsum("ncyx,ocyx->no", xp[:, :, i * sh:i * sh + 3, j * sw:j * sw + 2], w.astype(np.int64))
+            assert (got[:, :, i, j] == want).all()
+
+
+def test_requantize_adds_shifts_and_clips():
     acc = np.array([[[[-1000]], [[1000]], [[300]]]], np.int32)
-    got = requantize(acc, 2, np.array([0, 10, -100], np.int32), (0, 127))
-    assert got.dtype == np.int8 and got.ravel().tolist() == [0, 127, 0]
-    assert requantize(acc, 3, None, (-128, 127)).ravel().tolist() == [-125, 125, 37]
+    got = requantize(acc, np.array([0, 10, -100], np.int32), 2, (0, 127))     # (acc + addend) >> 2
+    assert got.dtype == np.int8 and got.ravel().tolist() == [0, 127, 50]
+    assert requantize(acc, None, 3, (-128, 127)).ravel().tolist() == [-125, 125, 37]
+    assert requantize(acc, 4, 3, (-128, 127)).ravel().tolist() == [-125, 125, 38]      # a scalar addend
+    assert requantize(acc, None, -1, (-128, 127)).ravel().tolist() == [-128, 127, 127]  # a left shift
+
+
+def test_requantize_rounds_to_nearest_with_the_rounding_addend_folded_in():
+    acc = np.arange(-40, 40, dtype=np.int32).reshape(1, -1)
+    for shift in (1, 3, 4):
+        got = requantize(acc, rounding_addend(shift), shift, (-128, 127))
+        assert (got == np.floor(acc / 2 ** shift + 0.5)).all()
+    assert rounding_addend(0) == rounding_addend(-3) == 0 and rounding_addend(31) == 1 << 30
+
+
+def test_requantize_with_a_multiplier_wraps_as_int32():
+    acc = np.array([[7, -7], [1 << 30, -(1 << 30)]], np.int32)        # channels on axis 1
+    mult = np.array([3, -(1 << 15)], np.int64)
+    got = requantize(acc, np.array([1, 2], np.int32), 2, (-128, 127), multiplier=mult, pre_shift=1)
+    t = (acc.astype(np.int64) + [1, 2]) >> 1
+    t = ((t * mult + (1 << 31)) % (1 << 32)) - (1 << 31)             # the product wraps to int32
+    want = np.clip((t + 2) >> 2, -128, 127)
+    assert got.tolist() == want.tolist()
+    assert requantize(acc, None, 0, (-128, 127), multiplier=2).tolist() == [[14, -14], [-128, -128]]   # 2**31 wraps to -2**31
+
+
+def test_shift_values_is_the_alus_shr():
+    x = np.array([-(1 << 31), -5, 5, (1 << 31) - 1], np.int64)
+    assert shift_values(x, 1).tolist() == [-(1 << 30), -3, 2, (1 << 30) - 1]
+    assert shift_values(x, -1).tolist() == [0, -10, 10, -2]
+    assert shift_values(x, -32).tolist() == [0, 0, 0, 0]
+
+
+def test_add_reference_shifts_adds_and_clips():
+    a = np.array([1, -128, 127, 100], np.int8)
+    b = np.array([2, -128, 127, -100], np.int8)
+    assert add_reference(a, b, 0, 0, 0, 0, (-128, 127)).tolist() == [3, -128, 127, 0]
+    assert add_reference(a, b, 2, 1, 1, 2, (-128, 127)).tolist() == [2, -128, 127, 50]   # (4a + 2b + 1) >> 2
+    assert add_reference(a, b, 31, 0, 0, 0, (-128, 127)).tolist() == [-128, -128, -128, -100]   # 1 << 31 wraps
+
+
+@pytest.mark.parametrize("call,match", [
+    (lambda: requantize(np.zeros((1, 2), np.int32), None, 32, (-128, 127)), r"shift must be an int in \[-32, 31\]"),
+    (lambda: requantize(np.zeros((1, 2), np.int32), None, 1, (-129, 127)), r"clip .* -128 <= lo <= hi <= 127"),
+    (lambda: requantize(np.zeros((1, 2), np.int32), None, 1, (5, 4)), r"clip"),
+    (lambda: requantize(np.zeros((1, 2), np.int32), None, 1, (0, 1), multiplier=1 << 15), r"multiplier must be an int in"),
+    (lambda: requantize(np.zeros((1, 2), np.int32), None, 1, (0, 1), multiplier=np.array([1, 1 << 15])), r"multiplier values"),
+    (lambda: requantize(np.zeros((1, 2), np.int32), np.zeros(3), 1, (0, 1)), r"addend must be a scalar or a 1-D integer array"),
+    (lambda: requantize(np.zeros((1, 2), np.int32), None, 1, (0, 1), pre_shift=-33), r"pre_shift"),
+    (lambda: add_reference(np.zeros(2, np.int8), np.zeros(3, np.int8), 0, 0, 0, 0, (0, 1)), r"same shape"),
+    (lambda: add_reference(np.zeros(2, np.int8), np.zeros(2, np.int8), -1, 0, 0, 0, (0, 1)), r"lshift_a"),
+    (lambda: conv2d_reference(np.zeros((1, 1, 3, 3), np.int8), np.zeros((1, 1, 1, 1), np.int8), 1, (1, 1)),
+     r"pad must be an int or 4 ints"),
+])
+def test_requantize_and_add_reference_check_their_arguments(call, match):
+    with pytest.raises(ArgumentError, match=match):
+        call()
 
 
 @pytest.mark.parametrize("fill", [None, -128, 127])

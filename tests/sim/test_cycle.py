@@ -112,7 +112,7 @@ def test_compiled_resnet_layer_matches_rtl(rtl_cache_dir):
     cycles and DRAM."""
     wl = RESNET18["C10"]
     data = conv2d_data(get_env(DEFAULT), wl)
-    shift = range_shift(data.acc, data.bias, CLIP)
+    shift = range_shift(data.acc, data.addend, CLIP)
     compiled = compile_conv2d(wl, DEFAULT, vthreads=2, shift=shift, clip=CLIP)
     assert compiled.threads == 2
     expect = data.expect(shift, CLIP)

@@ -143,7 +143,7 @@ def requant_shift(k: int) -> int:
 
 def reference_gemm(a: np.ndarray, w: np.ndarray, shift: int) -> np.ndarray:
     """numpy golden model: int32 GEMM (wrapping), arithmetic shift, clip to int8."""
-    return requantize(dense_reference(a, w), shift, None, (-128, 127))
+    return requantize(dense_reference(a, w), None, shift, (-128, 127))
 
 
 # ---------------------------------------------------------------------------- program

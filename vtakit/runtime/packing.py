@@ -10,8 +10,9 @@ A count that is not a whole number of blocks is zero-padded up to the block (:fu
 input channel or weight adds nothing to a dot product, so a padded computation gives the same
 values in the real lanes, and the unpackers cut the padding off when given the unpadded shape.
 
-The references compute what the ops do: ``clip((acc >> shift) + bias, lo, hi)`` cast to int8,
-with int32 wrap-around.
+The references compute what the ops do, with int32 wrap-around: :func:`requantize` is the
+requantisation epilogue of the accelerator's conv2d and dense (``clip((acc + addend) >> shift)``,
+optionally with a multiplier and a rounding shift), :func:`add_reference` its residual add.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ import numpy as np
 from vtakit.errors import ArgumentError
 
 __all__ = ["blocks", "pad_to_blocks", "pack_nchw", "unpack_nchw", "pack_oihw", "pack_matrix", "unpack_matrix",
-           "pack_bias", "requantize", "conv2d_reference", "dense_reference"]
+           "pack_bias", "requantize", "rounding_addend", "shift_values", "add_reference", "conv2d_reference",
+           "dense_reference", "SHIFT_RANGE", "MULTIPLIER_RANGE"]
 
 
 def blocks(n: int, block: int) -> int:
@@ -98,19 +100,145 @@ def pack_bias(bias: np.ndarray, batch: int, block_out: int) -> np.ndarray:
                                 .astype(np.int32))
 
 
-def requantize(acc: np.ndarray, shift: int, bias: np.ndarray | None, clip: tuple[int, int]) -> np.ndarray:
-    """``clip((acc >> shift) + bias, *clip)`` as int8 (int32 arithmetic; bias broadcasts on axis 1)."""
-    r = acc.astype(np.int32) >> np.int32(shift)
-    if bias is not None:
-        r = r + bias.astype(np.int32).reshape((1, -1) + (1,) * (acc.ndim - 2))
-    return np.clip(r, clip[0], clip[1]).astype(np.int8)
+_INT32 = (-(1 << 31), (1 << 31) - 1)
+SHIFT_RANGE = (-32, 31)                 # the ALU's SHR amount (6 signed bits; negative = left shift)
+MULTIPLIER_RANGE = (-(1 << 15), (1 << 15) - 1)   # the ALU's MUL reads 16 signed bits of its operand
 
 
-def conv2d_reference(x: np.ndarray, w: np.ndarray, stride: int, pad: int) -> np.ndarray:
-    """NCHW int8 x OIHW int8 -> NCHW int32 (exact)."""
-    xp = np.pad(x.astype(np.int32), ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+def _wrap32(x: np.ndarray) -> np.ndarray:
+    """int64 values wrapped to int32 (two's complement), as int64."""
+    return ((x + (1 << 31)) & 0xFFFFFFFF) - (1 << 31)
+
+
+def _check_int(value: object, what: str, lo: int, hi: int) -> int:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or not lo <= value <= hi:
+        raise ArgumentError(f"{what} must be an int in [{lo}, {hi}], got {value!r}")
+    return int(value)
+
+
+def _check_clip(clip: Sequence[int], what: str) -> tuple[int, int]:
+    try:
+        lo, hi = (int(c) for c in clip)
+    except (TypeError, ValueError):
+        raise ArgumentError(f"{what}: clip must be a pair (lo, hi) of ints, got {clip!r}") from None
+    if not -128 <= lo <= hi <= 127:
+        raise ArgumentError(f"{what}: clip {tuple(clip)} must satisfy -128 <= lo <= hi <= 127 (an int8 range)")
+    return lo, hi
+
+
+def _per_channel(value: object, ndim: int, channels: int, what: str, lo: int, hi: int) -> np.ndarray | int:
+    """A scalar (int) or a per-channel array shaped to broadcast on axis 1 of an ``ndim``-D array."""
+    if np.ndim(value) == 0:
+        return _check_int(value.item() if isinstance(value, np.ndarray) else value, what, lo, hi)
+    arr = np.asarray(value)
+    if arr.ndim != 1 or arr.shape[0] != channels or not np.issubdtype(arr.dtype, np.integer):
+        raise ArgumentError(f"{what} must be a scalar or a 1-D integer array of {channels} channels (axis 1), "
+                            f"got {arr.dtype} of shape {arr.shape}")
+    if arr.size and (int(arr.min()) < lo or int(arr.max()) > hi):
+        raise ArgumentError(f"{what} values must lie in [{lo}, {hi}], got [{int(arr.min())}, {int(arr.max())}]")
+    return arr.astype(np.int64).reshape((1, -1) + (1,) * (ndim - 2))
+
+
+def shift_values(x: np.ndarray, s: int) -> np.ndarray:
+    """The ALU's SHR on int32 values: ``x >> s`` (arithmetic) for ``s >= 0``, ``x << -s`` wrapped to
+    32 bits for ``s < 0`` (``s`` in [-32, 31]); int64 in, int64 holding int32 values out."""
+    s = _check_int(s, "shift", *SHIFT_RANGE)
+    x = np.asarray(x, dtype=np.int64)
+    return x >> s if s >= 0 else _wrap32(x << -s)
+
+
+def rounding_addend(shift: int) -> int:
+    """What to add before ``>> shift`` to round to nearest (ties up): ``1 << (shift - 1)``, 0 for
+    ``shift <= 0``."""
+    shift = _check_int(shift, "shift", *SHIFT_RANGE)
+    return 1 << (shift - 1) if shift > 0 else 0
+
+
+def requantize(acc: np.ndarray, addend: np.ndarray | int | None, shift: int, clip: tuple[int, int],
+               multiplier: np.ndarray | int | None = None, pre_shift: int = 0) -> np.ndarray:
+    """The accelerator ops' requantisation epilogue, as int8 (every step wraps to int32)::
+
+        t = acc + addend
+        if multiplier is None:
+            t = t >> shift
+        else:
+            t = t >> pre_shift
+            t = t * multiplier
+            t = (t + rounding_addend(shift)) >> shift
+        out = int8(clip(t, lo, hi))
+
+    ``>> s`` is an arithmetic right shift for ``s >= 0`` and a left shift by ``-s`` for ``s < 0``
+    (:func:`shift_values`; ``shift`` and ``pre_shift`` in [-32, 31]). ``addend`` is None (zero), an
+    int32 scalar or a per-channel int32 array (broadcast on axis 1); ``multiplier`` is None, a scalar
+    or a per-channel array in [-2**15, 2**15) (the ALU's MUL reads 16 signed bits); ``clip`` lies in
+    the int8 range.
+
+    The first shift truncates (rounds towards -inf). To round to nearest, a caller folds
+    ``rounding_addend(shift)`` into ``addend`` (a quantiser passes ``bias + rounding_addend(shift)``):
+    ``(acc + bias + 2**(shift-1)) >> shift``. With a multiplier the final shift rounds by itself.
+    """
+    lo, hi = _check_clip(clip, "requantize")
+    shift = _check_int(shift, "requantize: shift", *SHIFT_RANGE)
+    pre_shift = _check_int(pre_shift, "requantize: pre_shift", *SHIFT_RANGE)
+    t = np.asarray(acc)
+    if not np.issubdtype(t.dtype, np.integer):
+        raise ArgumentError(f"requantize: acc must be an integer array, got {t.dtype}")
+    t = _wrap32(t.astype(np.int64))
+    channels = t.shape[1] if t.ndim >= 2 else 1
+    if addend is not None:
+        t = _wrap32(t + _per_channel(addend, max(t.ndim, 2), channels, "requantize: addend", *_INT32))
+    if multiplier is None:
+        t = shift_values(t, shift)
+    else:
+        m = _per_channel(multiplier, max(t.ndim, 2), channels, "requantize: multiplier", *MULTIPLIER_RANGE)
+        t = _wrap32(shift_values(t, pre_shift) * m)
+        t = shift_values(_wrap32(t + rounding_addend(shift)), shift)
+    return np.clip(t, lo, hi).astype(np.int8)
+
+
+def add_reference(a: np.ndarray, b: np.ndarray, lshift_a: int, lshift_b: int, addend: int, shift: int,
+                  clip: tuple[int, int]) -> np.ndarray:
+    """The accelerator's residual add on int8 activations (any layout, same shape), as int8::
+
+        t = (a << lshift_a) + (b << lshift_b) + addend
+        out = int8(clip(t >> shift, lo, hi))
+
+    with int32 wrap-around, ``lshift_*`` in [0, 31], ``shift`` in [-32, 31] (negative: a left
+    shift, as :func:`requantize`) and ``addend`` an int32 scalar (fold ``rounding_addend(shift)``
+    into it to round to nearest)."""
+    a, b = np.asarray(a), np.asarray(b)
+    if a.shape != b.shape:
+        raise ArgumentError(f"add_reference: a and b must have the same shape, got {a.shape} and {b.shape}")
+    for what, x in (("a", a), ("b", b)):
+        if x.dtype != np.int8:
+            raise ArgumentError(f"add_reference: {what} must be int8, got {x.dtype}")
+    lshift_a = _check_int(lshift_a, "add_reference: lshift_a", 0, SHIFT_RANGE[1])
+    lshift_b = _check_int(lshift_b, "add_reference: lshift_b", 0, SHIFT_RANGE[1])
+    addend = _check_int(addend, "add_reference: addend", *_INT32)
+    shift = _check_int(shift, "add_reference: shift", *SHIFT_RANGE)
+    lo, hi = _check_clip(clip, "add_reference")
+    t = _wrap32(shift_values(a, -lshift_a) + shift_values(b, -lshift_b))
+    t = shift_values(_wrap32(t + addend), shift)
+    return np.clip(t, lo, hi).astype(np.int8)
+
+
+def _pair(value: int | Sequence[int], n: int, what: str, minimum: int) -> tuple[int, ...]:
+    vals = (value,) * n if isinstance(value, (int, np.integer)) and not isinstance(value, bool) else tuple(value)
+    if len(vals) != n or any(isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < minimum
+                             for v in vals):
+        raise ArgumentError(f"{what} must be an int or {n} ints >= {minimum}, got {value!r}")
+    return tuple(int(v) for v in vals)
+
+
+def conv2d_reference(x: np.ndarray, w: np.ndarray, stride: int | Sequence[int] = 1,
+                     pad: int | Sequence[int] = 0) -> np.ndarray:
+    """NCHW int8 x OIHW int8 -> NCHW int32 (exact). ``stride`` is an int or ``(sh, sw)``; ``pad`` an
+    int or ``(top, left, bottom, right)`` (ONNX's ``pads`` order for 2-D: begin_h, begin_w, end_h, end_w)."""
+    sh, sw = _pair(stride, 2, "conv2d_reference: stride", 1)
+    pt, pl, pb, pr = _pair(pad, 4, "conv2d_reference: pad", 0)
+    xp = np.pad(x.astype(np.int32), ((0, 0), (0, 0), (pt, pb), (pl, pr)))
     o, _, kh, kw = w.shape
-    win = np.lib.stride_tricks.sliding_window_view(xp, (kh, kw), axis=(2, 3))[:, :, ::stride, ::stride]
+    win = np.lib.stride_tricks.sliding_window_view(xp, (kh, kw), axis=(2, 3))[:, :, ::sh, ::sw]
     return np.einsum("nchwyx,ocyx->nohw", win, w.astype(np.int32), optimize=True).astype(np.int32)
 
 

@@ -14,19 +14,21 @@ from vtakit.runtime.packing import requantize
 SMALL = VTAConfig.small()
 
 
-@pytest.mark.parametrize("peak", [0, 1, 62, 63, 64, 1000, 1 << 20, (1 << 31) - 1])
+@pytest.mark.parametrize("peak", [0, 1, 62, 63, 64, 1000, 1 << 20, (1 << 31) - 1 - 63])
 def test_range_shift_is_the_smallest_that_saturates_nothing(peak):
-    acc = np.array([[peak, -peak, peak // 3]], np.int32)       # the extremes meet the bias's extremes
-    bias = np.array([63, -64, 0], np.int32)
-    shift = range_shift(acc, bias, CLIP)
-    out = requantize(acc, shift, bias, CLIP).ravel()
+    acc = np.array([[peak, -peak, peak // 3]], np.int32)       # the extremes meet the addend's extremes
+    addend = np.array([63, -64, 0], np.int32)
+    shift = range_shift(acc, addend, CLIP)
+    out = requantize(acc, addend, shift, CLIP).ravel()
     assert ((out > CLIP[0]) & (out < CLIP[1])).all(), (peak, shift, out)
-    if shift > 1:                                      # one less clips the negative peak
-        assert requantize(acc, shift - 1, bias, CLIP)[0, 1] == CLIP[0]
+    if shift > 1:                                      # one less clips a peak
+        lower = requantize(acc, addend, shift - 1, CLIP).ravel()
+        assert lower[0] == CLIP[1] or lower[1] == CLIP[0]
 
 
 def test_range_shift_stops_at_the_alu_limit():
-    assert range_shift(np.array([1 << 30], np.int32), np.array([127], np.int32), CLIP) == 31
+    assert range_shift(np.array([-5], np.int32), None, (0, 127)) == 31     # no shift keeps -5 above 0
+    assert range_shift(np.array([1 << 30], np.int32), np.array([127], np.int32), CLIP) == 24
 
 
 @pytest.mark.parametrize("case", [
@@ -39,7 +41,7 @@ def test_a_wrong_accumulator_changes_the_compared_outputs(case):
     fixed shift of 8 and a 0..127 clip, 90-96% of the outputs were clipped and hid such errors)."""
     for config in (SMALL, VTAConfig()):
         data = case(get_env(config))
-        shift = range_shift(data.acc, data.bias, CLIP)
+        shift = range_shift(data.acc, data.addend, CLIP)
         assert data.unsaturated(shift, CLIP) == 1.0
         right = data.result(shift, CLIP)
         data.acc = data.acc + np.int32(1 << shift)
@@ -50,7 +52,7 @@ def test_a_wrong_accumulator_changes_the_compared_outputs(case):
 def test_the_benchmarks_report_their_shift_and_unsaturated_share():
     r = run_dense(16, 32, 16, SMALL, vthreads=2)
     data = dense_data(get_env(SMALL), 16, 32, 16)
-    assert r.correct and r.shift == range_shift(data.acc, data.bias, CLIP) and r.unsaturated == 1.0
+    assert r.correct and r.shift == range_shift(data.acc, data.addend, CLIP) and r.unsaturated == 1.0
     c = run_conv2d(Conv2dWorkload(6, 6, 8, 12, 3, 1, 1), SMALL, vthreads=2)
     assert c.correct and c.unsaturated == 1.0 and {"shift", "unsaturated"} <= set(c.to_dict())
 

@@ -13,6 +13,7 @@ from vtakit.compiler.topi_vta import (RESNET18, Conv2dKnobs, Conv2dWorkload, Den
 from vtakit.compiler.topi_vta.bench import run_conv2d, run_dense
 from vtakit.errors import CompileError
 from vtakit.hw.config import VTAConfig
+from vtakit.compiler.vta.env import get_env
 
 from tests.compiler.vta.helpers import build_and_run, conv_case, dense_case
 
@@ -47,7 +48,7 @@ def test_conv2d_pads_partial_blocks(wl, batch):
     result = run_conv2d(wl, config, vthreads=2)
     padded = [-(-n // b) * b for n, b in ((wl.batch, batch), (wl.ci, 4), (wl.co, 4))]
     assert result.correct and result.useful_macs == wl.macs
-    assert result.ideal_macs == padded[0] * padded[1] * padded[2] * wl.oh * wl.ow * wl.kernel ** 2
+    assert result.ideal_macs == padded[0] * padded[1] * padded[2] * wl.oh * wl.ow * wl.kh * wl.kw
 
 
 @pytest.mark.parametrize("mnk", [(3, 5, 7), (1, 4, 4), (9, 13, 30)], ids=str)
@@ -147,10 +148,14 @@ def test_workload_and_knob_errors(small_env):
     assert get_workload("resnet18.C5") is RESNET18["C5"] and get_workload("C5") is RESNET18["C5"]
     with pytest.raises(CompileError, match="unknown workload 'resnet18.C1'"):
         get_workload("resnet18.C1")
-    with pytest.raises(CompileError, match="stride must be a positive int, got 0"):
+    with pytest.raises(CompileError, match="stride must be a positive int or 2 positive ints, got 0"):
         Conv2dWorkload(8, 8, 4, 4, 3, 1, 0)
     with pytest.raises(CompileError, match="pad must be a non-negative int"):
         Conv2dWorkload(8, 8, 4, 4, 3, -1, 1)
+    with pytest.raises(CompileError, match=r"pad must be a non-negative int or 4 non-negative ints, got \(1, 1\)"):
+        Conv2dWorkload(8, 8, 4, 4, 3, (1, 1), 1)
+    with pytest.raises(CompileError, match=r"kernel must be a positive int or 2 positive ints, got \(3, 0\)"):
+        Conv2dWorkload(8, 8, 4, 4, (3, 0), 1, 1)
     with pytest.raises(CompileError, match="does not fit a 2x2 input"):
         Conv2dWorkload(2, 2, 4, 4, 3, 0, 1)
     wl = Conv2dWorkload(8, 8, 8, 8, 3, 1, 1)
@@ -204,3 +209,122 @@ def test_threads_fall_back_when_the_output_does_not_split(small_env):
     # 6 rows and 2 channel blocks: 4 threads split neither, 3 split the rows
     knobs = default_conv2d_knobs(small_env, Conv2dWorkload(6, 6, 4, 8, 3, 1, 1), 4)
     assert knobs.oc_nthread * knobs.h_nthread == 3 and knobs.h_nthread == 3
+
+
+# ---------------------------------------------------------------------------- general workloads
+def test_workload_normalises_kernel_pads_and_strides_and_has_one_key():
+    wl = Conv2dWorkload(7, 9, 3, 20, (3, 1), (0, 1, 1, 0), (2, 1), batch=2)
+    assert (wl.kernel, wl.pad, wl.stride) == ((3, 1), (0, 1, 1, 0), (2, 1))
+    assert (wl.kh, wl.kw, wl.pad_top, wl.pad_left, wl.pad_bottom, wl.pad_right, wl.stride_h, wl.stride_w) == \
+        (3, 1, 0, 1, 1, 0, 2, 1)
+    assert (wl.oh, wl.ow) == ((7 + 1 - 3) // 2 + 1, 9 + 1 - 1 + 1) and wl.macs == 2 * 3 * 10 * 20 * 3 * 3
+    assert wl.key == (7, 9, 3, 20, 3, 1, 0, 1, 1, 0, 2, 1, 2)
+    assert Conv2dWorkload.from_key(wl.key) == wl and Conv2dWorkload.from_key(list(wl.key)).key == wl.key
+    c3 = RESNET18["C3"]                                   # ints: the same as the tuples
+    assert c3 == Conv2dWorkload(56, 56, 64, 128, (3, 3), (1, 1, 1, 1), (2, 2))
+    assert Conv2dWorkload.from_key((56, 56, 64, 128, 3, 1, 2)) == c3          # the older 7-int form
+    with pytest.raises(CompileError, match="expected 13 ints"):
+        Conv2dWorkload.from_key((1, 2, 3))
+
+
+GENERAL = [
+    Conv2dWorkload(7, 5, 3, 20, (3, 1), (0, 1, 1, 0), (2, 1)),
+    Conv2dWorkload(9, 6, 20, 36, (1, 3), (1, 0, 0, 2), (1, 2)),
+    Conv2dWorkload(5, 7, 36, 3, (2, 3), (1, 1, 0, 2), (1, 1)),
+    Conv2dWorkload(11, 3, 3, 20, (5, 1), (2, 0, 2, 0), (2, 1), batch=3),
+    Conv2dWorkload(6, 9, 20, 20, (3, 3), (0, 2, 1, 1), (2, 3)),
+]
+
+
+@pytest.mark.parametrize("vthreads", [1, 2])
+@pytest.mark.parametrize("wl", GENERAL, ids=lambda wl: "x".join(map(str, wl.key)))
+def test_general_conv2d_small_fsim(wl, vthreads):
+    """Non-square kernels, asymmetric pads, per-axis strides, odd channel counts and sizes:
+    bit-exact on fsim against numpy (conv2d_reference + requantize)."""
+    result = run_conv2d(wl, VTAConfig.small(), vthreads=vthreads)
+    assert result.correct and result.unsaturated > 0.95 and result.useful_macs == wl.macs
+
+
+def test_general_conv2d_default_config_and_cycle():
+    wl = Conv2dWorkload(9, 8, 20, 36, (3, 1), (0, 1, 1, 0), (2, 1))
+    assert run_conv2d(wl, VTAConfig(), vthreads=2).correct
+    r = run_conv2d(GENERAL[0], VTAConfig.small(), backend="cycle", vthreads=2)
+    assert r.correct and r.cycles > r.ideal_cycles > 0
+
+
+# ---------------------------------------------------------------------------- requantisation epilogue
+MUL = VTAConfig.small(alu_mul=True)
+
+
+def _epilogue_case(env, op, with_addend, multiplier, seed=0):
+    """Packed operands and the packed expected output of a small conv2d or dense with the epilogue's
+    operands: ``(host arrays, requantize kwargs (addend, multiplier), pack)``."""
+    from vtakit.runtime.packing import (conv2d_reference, dense_reference, pack_bias, pack_matrix, pack_nchw,
+                                        pack_oihw)
+    rng = np.random.default_rng(seed)
+    if op == "conv2d":
+        wl = Conv2dWorkload(5, 6, 6, 10, (3, 2), (1, 0, 1, 1), (1, 2))
+        x = rng.integers(-128, 128, (1, wl.ci, wl.h, wl.w), dtype=np.int8)
+        w = rng.integers(-128, 128, (wl.co, wl.ci, wl.kh, wl.kw), dtype=np.int8)
+        acc = conv2d_reference(x, w, wl.stride, wl.pad)
+        host = [pack_nchw(x, env.batch, env.block_in), pack_oihw(w, env.block_out, env.block_in)]
+        channels, pack = wl.co, lambda r: pack_nchw(r, env.batch, env.block_out)
+    else:
+        a = rng.integers(-128, 128, (3, 10), dtype=np.int8)
+        w = rng.integers(-128, 128, (6, 10), dtype=np.int8)
+        acc = dense_reference(a, w)
+        host = [pack_matrix(a, env.batch, env.block_in), pack_matrix(w, env.block_out, env.block_in)]
+        channels, pack = 6, lambda r: pack_matrix(r, env.batch, env.block_out)
+    addend = rng.integers(-3000, 3000, channels, dtype=np.int32) if with_addend else None
+    mult = rng.integers(-300, 300, channels, dtype=np.int32) if multiplier == "tensor" else multiplier
+    host += [pack_bias(t, env.batch, env.block_out) for t in (addend, mult) if isinstance(t, np.ndarray)]
+    return host, acc, addend, mult, pack
+
+
+@pytest.mark.parametrize("op", ["conv2d", "dense"])
+@pytest.mark.parametrize("with_addend,multiplier,shift,pre_shift,clip", [
+    (True, None, 9, 0, (-128, 127)),
+    (False, None, 8, 0, (-100, 50)),
+    (True, None, -1, 0, (-128, 127)),          # a left shift: nearly everything saturates, both ways
+    (True, None, 0, 0, (0, 127)),              # no SHR at all
+    (True, "tensor", 13, 4, (-128, 127)),
+    (False, "tensor", 16, 2, (-128, 127)),     # the rounding constant 2**15 takes two ADD immediates
+    (True, 77, 10, 3, (-128, 127)),
+    (True, 3, 3, -1, (-20, 20)),               # a left pre-shift
+], ids=str)
+def test_epilogue_equals_requantize_on_fsim(op, with_addend, multiplier, shift, pre_shift, clip):
+    from vtakit.runtime.packing import requantize
+    env = get_env(MUL)
+    host, acc, addend, mult, pack = _epilogue_case(env, op, with_addend, multiplier)
+    kwargs = dict(shift=shift, clip=clip, with_addend=with_addend, multiplier=multiplier, pre_shift=pre_shift)
+    s, tensors = conv2d(env, Conv2dWorkload(5, 6, 6, 10, (3, 2), (1, 0, 1, 1), (1, 2)), **kwargs) \
+        if op == "conv2d" else dense(env, 3, 6, 10, **kwargs)
+    names = [t.name for t in tensors]
+    want_names = ["addend"] * with_addend + ["multiplier"] * (multiplier == "tensor")
+    assert names[2:-1] == want_names
+    expect = pack(requantize(acc, addend, shift, clip, mult, pre_shift))
+    build_and_run(s, tensors, host, expect, MUL)
+
+
+def test_epilogue_stages_skip_identities_and_check_their_parameters(small_env):
+    from vtakit.compiler.topi_vta import dense_packed
+    _, st = dense_packed(small_env, 4, 4, 4, shift=0, with_addend=False)
+    assert [n for n in st if n != "gemm"] == ["clip"]
+    _, st = dense_packed(get_env(MUL), 4, 4, 4, shift=3, multiplier=5, pre_shift=1)
+    assert [n for n in st if n != "gemm"] == ["addend_add", "shr", "mul", "round_add0", "round_shr", "clip"]
+    with pytest.raises(CompileError, match="a multiplier needs a configuration with ALU_MUL enabled"):
+        dense(small_env, 4, 4, 4, multiplier="tensor")
+    with pytest.raises(CompileError, match=r"multiplier 32768 is outside \[-32768, 32767\]"):
+        dense(get_env(MUL), 4, 4, 4, multiplier=1 << 15)
+    with pytest.raises(CompileError, match="an immediate multiplier must be positive .*multiplier=\"tensor\""):
+        dense(get_env(MUL), 4, 4, 4, multiplier=-3)
+    with pytest.raises(CompileError, match="shift must be an int in"):
+        dense(small_env, 4, 4, 4, shift=32)
+    with pytest.raises(CompileError, match="clip"):
+        dense(small_env, 4, 4, 4, clip=(0, 200))
+    with pytest.raises(CompileError, match="use shift <= 17"):
+        dense(get_env(MUL), 4, 4, 4, shift=18, multiplier=3)
+    with pytest.raises(CompileError, match="pre_shift=2 needs a multiplier"):
+        dense(small_env, 4, 4, 4, pre_shift=2)
+    with pytest.raises(CompileError, match="multiplier must be None, \"tensor\" or an int"):
+        dense(get_env(MUL), 4, 4, 4, multiplier="per-channel")

@@ -244,14 +244,14 @@ def test_gemm_intrinsic_body_when_the_reduction_is_inside():
     from tests.compiler.vta.helpers import build_and_run, dense_case
 
     tensors, st = dense_packed(ENV, 8, 8, 4)
-    data, weight, bias, out = tensors
+    data, weight, addend, out = tensors
     gemm = st["gemm"]
     s = te.create_schedule(out.op)
     loads = [s.cache_read(data, ENV.inp_scope, [gemm]), s.cache_read(weight, ENV.wgt_scope, [gemm]),
-             s.cache_read(bias, ENV.acc_scope, [st["bias_add"]])]
+             s.cache_read(addend, ENV.acc_scope, [st["addend_add"]])]
     s[gemm].set_scope(ENV.acc_scope)
     b, c, bi, ci = s[out].op.axis
-    ewise = (st["shr"], st["bias_add"], st["clip"])
+    ewise = (st["addend_add"], st["shr"], st["clip"])
     for t in (gemm, *ewise, *loads):
         s[t].compute_at(s[out], c)
     for t in ewise:

@@ -20,7 +20,7 @@ WL_1X1 = Conv2dWorkload(h=8, w=8, ci=16, co=8, kernel=1, pad=0, stride=2)
 def conv_schedule(env, wl, *, tile_h, tile_w, tile_co, tile_ci=1, oc_threads=1, h_threads=1, order="vta",
                   load_at="ko", ewise_at="tile"):
     tensors, st = conv2d_packed(env, wl)
-    data, kernel, bias, out = tensors
+    data, kernel, addend, out = tensors
     conv = st["conv"]
     s = te.create_schedule(out.op)
     cdata = st.get("data_pad")
@@ -29,7 +29,7 @@ def conv_schedule(env, wl, *, tile_h, tile_w, tile_co, tile_ci=1, oc_threads=1, 
     else:
         cdata = s.cache_read(data, env.inp_scope, [conv])
     ckernel = s.cache_read(kernel, env.wgt_scope, [conv])
-    cbias = s.cache_read(bias, env.acc_scope, [st["bias_add"]])
+    cbias = s.cache_read(addend, env.acc_scope, [st["addend_add"]])
     s[conv].set_scope(env.acc_scope)
     n, co, y, x, nb, cb = s[out].op.axis
     co0, co1 = s[out].split(co, factor=tile_co)
@@ -42,7 +42,7 @@ def conv_schedule(env, wl, *, tile_h, tile_w, tile_co, tile_ci=1, oc_threads=1, 
             s[out].reorder(vt, n)
             s[out].bind(vt, te.thread_axis("cthread"))
     s[conv].compute_at(s[out], x0)
-    ewise = [st["shr"], st["bias_add"], st["clip"]]
+    ewise = [st["addend_add"], st["shr"], st["clip"]]
     for t in ewise:
         s[t].set_scope(env.acc_scope)
         s[t].pragma(s[t].op.axis[0], env.alu)
@@ -98,12 +98,12 @@ def test_conv2d_schedules(small_env, name):
 
 def dense_schedule(env, m, n, k, *, tile_b, tile_co, tile_ci, threads=1, gemm_at="tile", inner="bc"):
     tensors, st = dense_packed(env, m, n, k)
-    data, weight, bias, out = tensors
+    data, weight, addend, out = tensors
     gemm = st["gemm"]
     s = te.create_schedule(out.op)
     cdata = s.cache_read(data, env.inp_scope, [gemm])
     cweight = s.cache_read(weight, env.wgt_scope, [gemm])
-    cbias = s.cache_read(bias, env.acc_scope, [st["bias_add"]])
+    cbias = s.cache_read(addend, env.acc_scope, [st["addend_add"]])
     s[gemm].set_scope(env.acc_scope)
     b, c, bi, ci = s[out].op.axis
     b0, b1 = s[out].split(b, factor=tile_b)
@@ -114,9 +114,9 @@ def dense_schedule(env, m, n, k, *, tile_b, tile_co, tile_ci, threads=1, gemm_at
         s[out].reorder(vt, b0)
         s[out].bind(vt, te.thread_axis("cthread"))
     at = c0 if gemm_at == "tile" else b1
-    for t in (gemm, st["shr"], st["bias_add"], st["clip"], cbias):
+    for t in (gemm, st["addend_add"], st["shr"], st["clip"], cbias):
         s[t].compute_at(s[out], at)
-    for t in (st["shr"], st["bias_add"], st["clip"]):
+    for t in (st["addend_add"], st["shr"], st["clip"]):
         s[t].set_scope(env.acc_scope)
         s[t].pragma(s[t].op.axis[0], env.alu)
     s[cbias].pragma(s[cbias].op.axis[0], env.dma_copy)

@@ -1,8 +1,8 @@
 """StorageReuse on the VTA backend: the epilogue shares the accumulator tile of the GEMM.
 
 The batch-2 conv2d with knobs (2, 4, 2, 2) needed 2112 of 2048 ACC bytes with one buffer per
-stage (conv, shr, bias_add, clip, all attached at the same loop and duplicated by the tail peeling);
-in place it needs one tile plus the bias. Random tilings of conv2d and dense run on fsim against
+stage (conv, addend_add, shr, clip, all attached at the same loop and duplicated by the tail peeling);
+in place it needs one tile plus the addend. Random tilings of conv2d and dense run on fsim against
 numpy with the pass on, and never need more ACC than without it; without the ALU's veto an
 in-place chain that reads its source again computes a wrong result.
 """
@@ -56,15 +56,15 @@ def test_batch2_conv2d_fits_in_place_and_matches_numpy():
     s, tensors = conv2d(env, wl, knobs)
     with reuse_off():
         assert acc_bytes(env, s, tensors) == 2112
-        with pytest.raises(CompileError, match=r"conv, shr, bias.local.acc_buffer, bias_add, clip live together "
+        with pytest.raises(CompileError, match=r"conv, addend.local.acc_buffer, addend_add, shr, clip live together "
                                                r"need 16896 bits \(2112 bytes\)"):
             vtakit.build(s, tensors, target="vta", config=BATCH2)
     tile = 2 * 4 * 2 * env.batch * env.block_out * 4           # tile_h x tile_w x tile_co entries of int32
-    bias = 2 * env.batch * env.block_out * 4
-    assert acc_bytes(env, s, tensors) == tile + bias == 576
+    addend = 2 * env.batch * env.block_out * 4
+    assert acc_bytes(env, s, tensors) == tile + addend == 576
     host, expect = conv_case(env, wl)
     mod, _ = build_and_run(s, tensors, host, expect, BATCH2)
-    assert "allocate shr" not in str(mod.func) and "allocate clip" not in str(mod.func)
+    assert all(f"allocate {n}" not in str(mod.func) for n in ("addend_add", "shr", "clip"))
 
 
 def test_alu_veto_is_needed():

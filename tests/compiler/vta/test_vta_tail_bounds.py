@@ -31,8 +31,8 @@ def _shapes(s, tensors) -> dict[str, list[int]]:
     return shapes
 
 
-def _halo(tile: int, wl: Conv2dWorkload) -> int:
-    return (tile - 1) * wl.stride + wl.kernel
+def _halo(tile: int, wl: Conv2dWorkload, axis: int) -> int:
+    return (tile - 1) * wl.stride[axis] + wl.kernel[axis]
 
 
 # (config, workload, knobs): the output tile does not divide the output width (and height)
@@ -42,9 +42,9 @@ CASES = [
     (VTAConfig.small(log_batch=1), Conv2dWorkload(5, 20, 4, 12, 3, 1, 2, batch=2), Conv2dKnobs(2, 4, 2, 2)),
     (VTAConfig.small(log_batch=1), Conv2dWorkload(5, 20, 4, 12, 3, 1, 2, batch=2), Conv2dKnobs(2, 4, 1, 2)),
 ]
-IDS = [f"b{c.batch}-{wl.h}x{wl.w}s{wl.stride}-tile{k.tile_h}x{k.tile_w}co{k.tile_co}" for c, wl, k in CASES]
+IDS = [f"b{c.batch}-{wl.h}x{wl.w}s{wl.stride_h}-tile{k.tile_h}x{k.tile_w}co{k.tile_co}" for c, wl, k in CASES]
 # every case fits: the DMA lowering splits the second's padded rows (x_pad_1 <= 15), and in-place storage
-# reuse keeps the third's conv/shr/bias_add/clip in one accumulator tile (576 of 2048 bytes, was 2112)
+# reuse keeps the third's conv/addend_add/shr/clip in one accumulator tile (576 of 2048 bytes, was 2112)
 FIT = IDS
 
 
@@ -53,8 +53,8 @@ def test_input_tile_buffer_is_one_tile(config, wl, knobs):
     s, tensors = conv2d(get_env(config), wl, knobs)
     shapes = _shapes(s, tensors)
     h, w = shapes["data_pad"][2:4]
-    assert (h, w) == (min(_halo(knobs.tile_h, wl), wl.h + 2 * wl.pad),
-                      min(_halo(knobs.tile_w, wl), wl.w + 2 * wl.pad))
+    assert (h, w) == (min(_halo(knobs.tile_h, wl, 0), wl.h + wl.pad_top + wl.pad_bottom),
+                      min(_halo(knobs.tile_w, wl, 1), wl.w + wl.pad_left + wl.pad_right))
     assert shapes["conv"][2:4] == [knobs.tile_h, knobs.tile_w]
 
 

@@ -172,7 +172,7 @@ def parse_workload(spec: str) -> tuple[str, tuple[int, ...]]:
         if layer not in RESNET18:
             raise TuningError(f"unknown workload {spec!r}; expected one of {['resnet18.' + k for k in RESNET18]}")
         wl = RESNET18[layer]
-        return "conv2d", (wl.h, wl.w, wl.ci, wl.co, wl.kernel, wl.pad, wl.stride)
+        return "conv2d", (wl.h, wl.w, wl.ci, wl.co, wl.kh, wl.pad_top, wl.stride_h)   # square, symmetric
     kind, _, rest = spec.partition(":")
     if kind not in _WORKLOAD_ARITY:
         raise TuningError(f"unknown workload {spec!r}; expected resnet18.C2..C11, "

@@ -1,5 +1,5 @@
 """Accelerator operators (VTA's ``vta.top``): packed conv2d and dense with a fused
-requantisation epilogue, their default schedules and knobs, and the ResNet-18 benchmark
+requantisation epilogue (:func:`~vtakit.runtime.packing.requantize`), their default schedules and knobs, and the ResNet-18 benchmark
 workloads; the numpy packing helpers of :mod:`vtakit.runtime.packing` are re-exported here."""
 
 from vtakit.compiler.topi_vta.conv2d import (Conv2dKnobs, conv2d, conv2d_packed, default_conv2d_knobs,
@@ -7,10 +7,12 @@ from vtakit.compiler.topi_vta.conv2d import (Conv2dKnobs, conv2d, conv2d_packed,
 from vtakit.compiler.topi_vta.dense import DenseKnobs, dense, dense_packed, schedule_dense_packed
 from vtakit.compiler.topi_vta.tiling import choose_conv2d_tiles, choose_dense_tiles
 from vtakit.compiler.topi_vta.workloads import RESNET18, Conv2dWorkload, get_workload
-from vtakit.runtime.packing import (conv2d_reference, dense_reference, pack_bias, pack_matrix, pack_nchw, pack_oihw,
-                                    requantize, unpack_matrix, unpack_nchw)
+from vtakit.compiler.topi_vta.epilogue import declare_requant, schedule_requant
+from vtakit.runtime.packing import (add_reference, conv2d_reference, dense_reference, pack_bias, pack_matrix, pack_nchw,
+                                    pack_oihw, requantize, rounding_addend, shift_values, unpack_matrix, unpack_nchw)
 
 __all__ = ["Conv2dKnobs", "conv2d", "conv2d_packed", "default_conv2d_knobs", "schedule_conv2d_packed",
            "DenseKnobs", "dense", "dense_packed", "schedule_dense_packed", "conv2d_reference", "dense_reference",
-           "pack_bias", "pack_matrix", "pack_nchw", "pack_oihw", "requantize", "unpack_matrix", "unpack_nchw",
+           "pack_bias", "pack_matrix", "pack_nchw", "pack_oihw", "requantize", "rounding_addend", "shift_values",
+           "add_reference", "declare_requant", "schedule_requant", "unpack_matrix", "unpack_nchw",
            "choose_conv2d_tiles", "choose_dense_tiles", "RESNET18", "Conv2dWorkload", "get_workload"]

@@ -4,9 +4,11 @@ Used by ``vtakit bench conv2d|dense``, ``scripts/bench_vta.py`` and the tests. E
 the device result against the numpy reference bit for bit; ``ideal_cycles`` is the number of
 GEMM micro-ops (one per cycle on a perfect machine) and ``utilization`` their share of cycles.
 A check is only as strong as the outputs it compares: with a fixed shift most outputs would be
-clipped to a bound whatever the accumulator held, so a run requantises with a shift chosen from
-its accumulator's range and the whole int8 range as clip (the same ALU instructions and cycles),
-and reports the share of unsaturated outputs. ``compile_seconds`` times scheduling and building
+clipped to a bound whatever the accumulator held, so a run requantises (``requantize(acc, addend,
+shift, clip)``: ``clip((acc + addend) >> shift)``) with a random per-channel addend of the
+accumulator's magnitude (a bias; it sits inside the shift), a shift chosen from the range of
+``acc + addend`` and the whole int8 range as clip (the same ALU instructions and cycles), and
+reports the share of unsaturated outputs. ``compile_seconds`` times scheduling and building
 only, not the numpy reference.
 """
 
@@ -27,7 +29,7 @@ from vtakit.compiler.vta.env import VTAEnv, get_env
 from vtakit.hw.config import VTAConfig
 from vtakit.runtime.device import Device
 from vtakit.runtime.packing import (conv2d_reference, dense_reference, pack_bias, pack_matrix, pack_nchw, pack_oihw,
-                                    pad_to_blocks, requantize)
+                                    pad_to_blocks, requantize, shift_values)
 
 __all__ = ["BenchResult", "Compiled", "OpData", "run_conv2d", "run_dense", "compile_conv2d", "compile_dense",
            "conv2d_data", "dense_data", "conv2d_operands", "dense_operands", "range_shift", "SHIFT", "CLIP"]
@@ -59,31 +61,43 @@ class BenchResult:
         return asdict(self)
 
 
-def range_shift(acc: np.ndarray, bias: np.ndarray, clip: tuple[int, int]) -> int:
-    """The smallest right shift (1 to 31) that keeps every ``(acc >> shift) + bias`` strictly inside
-    ``clip``: the requantisation of a benchmark then saturates no output, so every output checks
-    the accumulator's upper bits (as ``blocked_gemm.requant_shift`` does for the hand-written GEMM)."""
-    room = min(clip[1] - int(bias.max()), int(bias.min()) - clip[0]) - 1
+def range_shift(acc: np.ndarray, addend: np.ndarray | None, clip: tuple[int, int]) -> int:
+    """The smallest right shift (1 to 31) that keeps every ``(acc + addend) >> shift`` strictly
+    inside ``clip`` (``addend`` per channel, on axis 1, as :func:`requantize`): the requantisation of
+    a benchmark then saturates no output, so every output checks the accumulator's upper bits (as
+    ``blocked_gemm.requant_shift`` does for the hand-written GEMM). 31 when none does."""
+    t = acc.astype(np.int64)
+    if addend is not None:
+        t = t + np.asarray(addend, np.int64).reshape((1, -1) + (1,) * (acc.ndim - 2))
+    t = ((t + (1 << 31)) & 0xFFFFFFFF) - (1 << 31)             # int32 wrap-around, as the ALU
+    lo, hi = (int(t.min()), int(t.max())) if t.size else (0, 0)
+    for shift in range(1, 31):
+        if int(shift_values(lo, shift)) > clip[0] and int(shift_values(hi, shift)) < clip[1]:
+            return shift
+    return 31
+
+
+def _addend(rng: np.random.Generator, acc: np.ndarray, channels: int) -> np.ndarray:
+    """A random int32 per-channel addend (a bias) of up to half the accumulator's peak: large enough
+    to move the outputs after the shift."""
     peak = int(np.abs(acc.astype(np.int64)).max(initial=0))
-    shift = 1
-    while shift < 31 and -(-peak >> shift) > room:       # ceil(peak / 2**shift)
-        shift += 1
-    return shift
+    bound = max(64, min(peak // 2, 1 << 30))
+    return rng.integers(-bound, bound, channels, dtype=np.int32)
 
 
 @dataclass
 class OpData:
     """Random operands of an op and its exact accumulator, before requantisation."""
 
-    host: list[np.ndarray]                     # packed [data, weight, bias]
+    host: list[np.ndarray]                     # packed [data, weight, addend]
     acc: np.ndarray                            # int32 accumulator, unpacked, batch padded to whole blocks
-    bias: np.ndarray                           # (channels,) int32
+    addend: np.ndarray                         # (channels,) int32, added before the shift
     rows: int                                  # the useful rows (batch or m) of ``acc``
     pack: Callable[[np.ndarray], np.ndarray]   # unpacked int8 result -> packed
 
     def result(self, shift: int, clip: tuple[int, int]) -> np.ndarray:
         """The unpacked int8 result of the requantisation with ``shift`` and ``clip``."""
-        return requantize(self.acc, shift, self.bias, clip)
+        return requantize(self.acc, self.addend, shift, clip)
 
     def expect(self, shift: int, clip: tuple[int, int]) -> np.ndarray:
         """The packed int8 result (padding lanes included, as the device writes them)."""
@@ -96,41 +110,42 @@ class OpData:
 
 
 def conv2d_data(env: VTAEnv, wl: Conv2dWorkload, seed: int = 0) -> OpData:
-    """Random int8 data, weights and int32 bias for ``wl``, packed, and the exact accumulator."""
+    """Random int8 data, weights and int32 addend for ``wl``, packed, and the exact accumulator."""
     rng = np.random.default_rng(seed)
     x = rng.integers(-128, 128, (wl.batch, wl.ci, wl.h, wl.w), dtype=np.int8)
-    w = rng.integers(-128, 128, (wl.co, wl.ci, wl.kernel, wl.kernel), dtype=np.int8)
-    bias = rng.integers(-64, 64, wl.co, dtype=np.int32)
-    # a batch padded to whole blocks (pack_nchw) holds the clipped bias in its padding lanes, as on
-    # the device; padded channels hold zeros (a zero sum, a zero bias): every lane is checked
+    w = rng.integers(-128, 128, (wl.co, wl.ci, wl.kh, wl.kw), dtype=np.int8)
+    # a batch padded to whole blocks (pack_nchw) holds the requantised addend in its padding lanes,
+    # as on the device; padded channels hold zeros (a zero sum, a zero addend): every lane is checked
     acc = conv2d_reference(pad_to_blocks(x, {0: env.batch}), w, wl.stride, wl.pad)
+    addend = _addend(rng, acc, wl.co)
     host = [pack_nchw(x, env.batch, env.block_in), pack_oihw(w, env.block_out, env.block_in),
-            pack_bias(bias, env.batch, env.block_out)]
-    return OpData(host, acc, bias, wl.batch, lambda r: pack_nchw(r, env.batch, env.block_out))
+            pack_bias(addend, env.batch, env.block_out)]
+    return OpData(host, acc, addend, wl.batch, lambda r: pack_nchw(r, env.batch, env.block_out))
 
 
 def dense_data(env: VTAEnv, m: int, n: int, k: int, seed: int = 0) -> OpData:
-    """Random int8 ``m x k`` data, ``n x k`` weights and int32 bias, packed, and the exact accumulator."""
+    """Random int8 ``m x k`` data, ``n x k`` weights and int32 addend, packed, and the exact accumulator."""
     rng = np.random.default_rng(seed)
     a = rng.integers(-128, 128, (m, k), dtype=np.int8)
     w = rng.integers(-128, 128, (n, k), dtype=np.int8)
-    bias = rng.integers(-64, 64, n, dtype=np.int32)
     acc = dense_reference(pad_to_blocks(a, {0: env.batch}), w)      # padded rows as conv2d's batch
+    addend = _addend(rng, acc, n)
     host = [pack_matrix(a, env.batch, env.block_in), pack_matrix(w, env.block_out, env.block_in),
-            pack_bias(bias, env.batch, env.block_out)]
-    return OpData(host, acc, bias, m, lambda r: pack_matrix(r, env.batch, env.block_out))
+            pack_bias(addend, env.batch, env.block_out)]
+    return OpData(host, acc, addend, m, lambda r: pack_matrix(r, env.batch, env.block_out))
 
 
 def conv2d_operands(env: VTAEnv, wl: Conv2dWorkload, seed: int = 0, shift: int = SHIFT,
                     clip: tuple[int, int] = (0, 127)) -> tuple[list[np.ndarray], np.ndarray]:
-    """Random packed ``[data, kernel, bias]`` for ``wl`` and the packed numpy result of the op."""
+    """Random packed ``[data, kernel, addend]`` for ``wl`` and the packed numpy result of the op
+    (``conv2d(env, wl, shift=shift, clip=clip)``'s)."""
     data = conv2d_data(env, wl, seed)
     return data.host, data.expect(shift, clip)
 
 
 def dense_operands(env: VTAEnv, m: int, n: int, k: int, seed: int = 0, shift: int = SHIFT,
                    clip: tuple[int, int] = (0, 127)) -> tuple[list[np.ndarray], np.ndarray]:
-    """Random packed ``[data, weight, bias]`` of an ``m x n x k`` dense and the packed numpy result."""
+    """Random packed ``[data, weight, addend]`` of an ``m x n x k`` dense and the packed numpy result."""
     data = dense_data(env, m, n, k, seed)
     return data.host, data.expect(shift, clip)
 
@@ -195,7 +210,7 @@ def run_conv2d(wl: Conv2dWorkload, config: VTAConfig | None = None, backend: str
     (:func:`range_shift`); compare with numpy."""
     config = config or VTAConfig()
     data = conv2d_data(get_env(config), wl, seed)
-    shift = range_shift(data.acc, data.bias, CLIP)
+    shift = range_shift(data.acc, data.addend, CLIP)
     compiled = compile_conv2d(wl, config, vthreads, knobs, shift, CLIP)
     return _run(config, backend, compiled, data, shift, wl.macs)
 
@@ -206,6 +221,6 @@ def run_dense(m: int, n: int, k: int, config: VTAConfig | None = None, backend: 
     accumulator's range (:func:`range_shift`); compare with numpy."""
     config = config or VTAConfig()
     data = dense_data(get_env(config), m, n, k, seed)
-    shift = range_shift(data.acc, data.bias, CLIP)
+    shift = range_shift(data.acc, data.addend, CLIP)
     compiled = compile_dense(m, n, k, config, vthreads, knobs, shift, CLIP)
     return _run(config, backend, compiled, data, shift, m * n * k)

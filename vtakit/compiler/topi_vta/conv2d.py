@@ -1,8 +1,17 @@
 """Packed conv2d for the accelerator with a fused requantisation epilogue (VTA's ``vta_conv2d``).
 
 ``conv2d_packed`` declares the computation in tensor expressions, in terms of the
-configuration's blocks: an optional zero-padding stage, the packed convolution (int8 x int8 ->
-int32), then ``>> shift``, ``+ bias`` and ``clip`` in the accumulator and a cast to int8.
+configuration's blocks: an optional zero-padding stage (asymmetric pads), the packed convolution
+(int8 x int8 -> int32, ``kh x kw`` kernel, per-axis strides), then the requantisation epilogue
+of :mod:`.epilogue` in the accumulator and a cast to int8: ``clip((acc + addend) >> shift)``, or
+with ``multiplier`` (ALU_MUL configurations) ``clip((((acc + addend) >> pre_shift) * multiplier
++ round) >> shift)`` -- exactly :func:`vtakit.runtime.packing.requantize`.
+
+API: ``conv2d_packed(env, wl, shift, clip, with_addend=True, multiplier=None, pre_shift=0)``
+returns ``[data, kernel, addend, multiplier, out]`` without the operands it does not have:
+``addend`` when ``with_addend`` (int32 ``(CO/bo, BATCH, bo)``, ``pack_bias``'s layout; fold the
+bias and ``rounding_addend(shift)`` into it), ``multiplier`` when ``multiplier="tensor"`` (the same
+layout, per-channel values in [-2**15, 2**15)); an int ``multiplier`` is an ALU immediate.
 ``schedule_conv2d_packed`` is VTA's default schedule with its knobs (:class:`Conv2dKnobs`):
 output tiles of ``tile_h x tile_w`` pixels and ``tile_co`` channel blocks, ``tile_ci`` input
 channel blocks per load, and ``oc_nthread`` / ``h_nthread`` virtual threads (``cthread``) over
@@ -16,7 +25,7 @@ from typing import Any
 from vtakit.compiler import te
 from vtakit.compiler.te import Schedule, Tensor
 from vtakit.compiler.topi_vta.common import bind_cthreads, schedule_gemm_core
-from vtakit.compiler.topi_vta.epilogue import declare_requant, schedule_requant
+from vtakit.compiler.topi_vta.epilogue import cache_requant_operands, declare_requant, op_multiplier, schedule_requant
 from vtakit.compiler.topi_vta.knobs import Conv2dKnobs, conv2d_blocks
 from vtakit.compiler.topi_vta.tiling import choose_conv2d_tiles
 from vtakit.compiler.topi_vta.workloads import Conv2dWorkload
@@ -26,39 +35,47 @@ __all__ = ["Conv2dKnobs", "conv2d_packed", "schedule_conv2d_packed", "default_co
 
 
 def conv2d_packed(env: VTAEnv, wl: Conv2dWorkload, shift: int = 8, clip: tuple[int, int] = (0, 127),
-                  with_bias: bool = True) -> tuple[list[Tensor], dict[str, Tensor]]:
-    """The tensors ``[data, kernel, (bias,) out]`` and the named intermediate stages; batch and
-    channels that are not whole blocks are zero-padded to them (:func:`conv2d_blocks`)."""
+                  with_addend: bool = True, multiplier: None | str | int = None,
+                  pre_shift: int = 0) -> tuple[list[Tensor], dict[str, Tensor]]:
+    """The tensors ``[data, kernel, (addend,) (multiplier,) out]`` and the named intermediate stages.
+
+    ``addend`` (when ``with_addend``) and a ``multiplier="tensor"`` are int32 ``(CO/bo, b, bo)``
+    (:func:`~vtakit.runtime.packing.pack_bias`); an int ``multiplier`` is an immediate. The epilogue
+    is :func:`~vtakit.runtime.packing.requantize` (see :mod:`.epilogue`). Batch and channels that
+    are not whole blocks are zero-padded to them (:func:`conv2d_blocks`)."""
     b, bi, bo = env.batch, env.block_in, env.block_out
     nb, cib, cob = conv2d_blocks(env, wl)
     dshape = (nb, cib, wl.h, wl.w, b, bi)
-    kshape = (cob, cib, wl.kernel, wl.kernel, bo, bi)
+    kshape = (cob, cib, wl.kh, wl.kw, bo, bi)
     oshape = (nb, cob, wl.oh, wl.ow, b, bo)
     data = te.placeholder(dshape, env.inp_dtype, name="data")
     kernel = te.placeholder(kshape, env.wgt_dtype, name="kernel")
-    p = wl.pad
-    if p:
+    pt, pl, pb, pr = wl.pad
+    if any(wl.pad):
         data_pad = te.compute(
-            (dshape[0], dshape[1], wl.h + 2 * p, wl.w + 2 * p, b, bi),
+            (dshape[0], dshape[1], wl.h + pt + pb, wl.w + pl + pr, b, bi),
             lambda n, c, y, x, nb, ci: te.if_then_else(
-                te.all(y >= p, y < wl.h + p, x >= p, x < wl.w + p), data[n, c, y - p, x - p, nb, ci],
+                te.all(y >= pt, y < wl.h + pt, x >= pl, x < wl.w + pl), data[n, c, y - pt, x - pl, nb, ci],
                 te.const(0, env.inp_dtype)), name="data_pad")
     else:
         data_pad = data
     ic = te.reduce_axis((0, dshape[1]), name="ic")
-    dy = te.reduce_axis((0, wl.kernel), name="dy")
-    dx = te.reduce_axis((0, wl.kernel), name="dx")
+    dy = te.reduce_axis((0, wl.kh), name="dy")
+    dx = te.reduce_axis((0, wl.kw), name="dx")
     ic_t = te.reduce_axis((0, bi), name="ic_t")
-    s = wl.stride
+    sh, sw = wl.stride
     conv = te.compute(oshape, lambda n, o, y, x, nb, ot: te.sum(
-        data_pad[n, ic, y * s + dy, x * s + dx, nb, ic_t].astype(env.acc_dtype)
+        data_pad[n, ic, y * sh + dy, x * sw + dx, nb, ic_t].astype(env.acc_dtype)
         * kernel[o, ic, dy, dx, ot, ic_t].astype(env.acc_dtype), axis=[ic, dy, dx, ic_t]), name="conv")
-    bias = te.placeholder((cob, b, bo), env.acc_dtype, name="bias") if with_bias else None
-    out, epilogue = declare_requant(env, conv, shift, clip, bias, lambda n, o, y, x, nb, ot: (o, nb, ot))
+    addend = te.placeholder((cob, b, bo), env.acc_dtype, name="addend") if with_addend else None
+    mult = op_multiplier(multiplier, (cob, b, bo), env.acc_dtype)
+    out, epilogue = declare_requant(env, conv, shift, clip, addend, lambda n, o, y, x, nb, ot: (o, nb, ot),
+                                    mult, pre_shift=pre_shift)
     stages = {"conv": conv, **epilogue}
-    if p:
+    if any(wl.pad):
         stages["data_pad"] = data_pad
-    return [data, kernel, *([bias] if with_bias else []), out], stages
+    operands = [t for t in (addend, mult) if isinstance(t, Tensor)]
+    return [data, kernel, *operands, out], stages
 
 
 def schedule_conv2d_packed(env: VTAEnv, tensors: list[Tensor], stages: dict[str, Tensor],
@@ -76,7 +93,7 @@ def schedule_conv2d_packed(env: VTAEnv, tensors: list[Tensor], stages: dict[str,
         cdata = s.cache_read(data, env.inp_scope, [conv])
     ckernel = s.cache_read(kernel, env.wgt_scope, [conv])
     s[conv].set_scope(env.acc_scope)
-    cbias = s.cache_read(tensors[2], env.acc_scope, [stages["bias_add"]]) if "bias_add" in stages else None
+    caches = cache_requant_operands(env, s, stages)
 
     x_bo, x_co, x_i, x_j, x_bi, x_ci = s[out].op.axis
     x_co0, x_co1 = s[out].split(x_co, factor=knobs.tile_co)
@@ -84,7 +101,7 @@ def schedule_conv2d_packed(env: VTAEnv, tensors: list[Tensor], stages: dict[str,
     x_j0, x_j1 = s[out].split(x_j, factor=knobs.tile_w)
     outer = (x_i0, x_co0) if knobs.tile_order == "h_co" else (x_co0, x_i0)
     s[out].reorder(x_bo, *outer, x_j0, x_co1, x_i1, x_j1, x_bi, x_ci)
-    schedule_requant(env, s, out, stages, conv, cbias, x_j0)
+    schedule_requant(env, s, out, stages, conv, caches, x_j0)
     if knobs.oc_nthread > 1:
         bind_cthreads(s, out, x_co0, knobs.oc_nthread, x_bo)
     if knobs.h_nthread > 1:
@@ -106,7 +123,8 @@ def default_conv2d_knobs(env: VTAEnv, wl: Conv2dWorkload, vthreads: int = 2) -> 
 
 def conv2d(env: VTAEnv, wl: Conv2dWorkload, knobs: Conv2dKnobs | None = None, vthreads: int = 2,
            **kwargs: Any) -> tuple[Schedule, list[Tensor]]:
-    """Declaration and default schedule: ``(s, [data, kernel, bias, out])``."""
+    """Declaration (``kwargs``: those of :func:`conv2d_packed`) and default schedule:
+    ``(s, [data, kernel, (addend,) (multiplier,) out])``."""
     knobs = knobs or default_conv2d_knobs(env, wl, vthreads)
     knobs.check(wl, env)
     tensors, stages = conv2d_packed(env, wl, **kwargs)

@@ -1,6 +1,10 @@
 """Packed dense (GEMM) for the accelerator with the fused requantisation epilogue (VTA's
-``vta_dense``): ``out = clip((data . weight^T >> shift) + bias)`` as int8, on the packed layouts
-of :mod:`vtakit.runtime.packing` (sizes that are not whole blocks zero-padded). Knobs: ``tile_b``
+``vta_dense``): ``out = requantize(data . weight^T, addend, shift, clip, multiplier, pre_shift)``
+as int8 (:func:`vtakit.runtime.packing.requantize`, the epilogue of :mod:`.epilogue`), on the packed
+layouts of :mod:`vtakit.runtime.packing` (sizes that are not whole blocks zero-padded).
+``dense_packed(env, m, n, k, shift, clip, with_addend=True, multiplier=None, pre_shift=0)`` returns
+``[data, weight, addend, multiplier, out]`` without the operands it does not have (``addend`` when
+``with_addend``, ``multiplier`` when ``multiplier="tensor"``; an int is an immediate). Knobs: ``tile_b``
 row blocks and ``tile_co`` column blocks per output tile, ``tile_ci`` reduction blocks per load,
 ``oc_nthread`` virtual threads over column tiles.
 """
@@ -12,7 +16,7 @@ from typing import Any
 from vtakit.compiler import te
 from vtakit.compiler.te import Schedule, Tensor
 from vtakit.compiler.topi_vta.common import bind_cthreads, schedule_gemm_core
-from vtakit.compiler.topi_vta.epilogue import declare_requant, schedule_requant
+from vtakit.compiler.topi_vta.epilogue import cache_requant_operands, declare_requant, op_multiplier, schedule_requant
 from vtakit.compiler.topi_vta.knobs import DenseKnobs, dense_blocks
 from vtakit.compiler.topi_vta.tiling import choose_dense_tiles
 from vtakit.compiler.vta.env import VTAEnv
@@ -21,8 +25,11 @@ __all__ = ["DenseKnobs", "dense_packed", "schedule_dense_packed", "dense"]
 
 
 def dense_packed(env: VTAEnv, m: int, n: int, k: int, shift: int = 8, clip: tuple[int, int] = (0, 127),
-                 with_bias: bool = True) -> tuple[list[Tensor], dict[str, Tensor]]:
-    """The tensors ``[data, weight, (bias,) out]`` on packed layouts and the named intermediate stages."""
+                 with_addend: bool = True, multiplier: None | str | int = None,
+                 pre_shift: int = 0) -> tuple[list[Tensor], dict[str, Tensor]]:
+    """The tensors ``[data, weight, (addend,) (multiplier,) out]`` on packed layouts and the named
+    intermediate stages; ``addend`` and a ``multiplier="tensor"`` are int32 ``(N/bo, b, bo)``, an int
+    ``multiplier`` is an immediate (as :func:`~vtakit.compiler.topi_vta.conv2d.conv2d_packed`)."""
     b, bi, bo = env.batch, env.block_in, env.block_out
     mb, nb, kb = dense_blocks(env, m, n, k)
     data = te.placeholder((mb, kb, b, bi), env.inp_dtype, name="data")
@@ -33,9 +40,12 @@ def dense_packed(env: VTAEnv, m: int, n: int, k: int, shift: int = 8, clip: tupl
     gemm = te.compute(oshape, lambda i, j, x, y: te.sum(
         data[i, ko, x, ki].astype(env.acc_dtype) * weight[j, ko, y, ki].astype(env.acc_dtype), axis=[ko, ki]),
         name="gemm")
-    bias = te.placeholder((nb, b, bo), env.acc_dtype, name="bias") if with_bias else None
-    out, stages = declare_requant(env, gemm, shift, clip, bias, lambda i, j, x, y: (j, x, y))
-    return [data, weight, *([bias] if with_bias else []), out], {"gemm": gemm, **stages}
+    addend = te.placeholder((nb, b, bo), env.acc_dtype, name="addend") if with_addend else None
+    mult = op_multiplier(multiplier, (nb, b, bo), env.acc_dtype)
+    out, stages = declare_requant(env, gemm, shift, clip, addend, lambda i, j, x, y: (j, x, y), mult,
+                                  pre_shift=pre_shift)
+    operands = [t for t in (addend, mult) if isinstance(t, Tensor)]
+    return [data, weight, *operands, out], {"gemm": gemm, **stages}
 
 
 def schedule_dense_packed(env: VTAEnv, tensors: list[Tensor], stages: dict[str, Tensor],
@@ -48,7 +58,7 @@ def schedule_dense_packed(env: VTAEnv, tensors: list[Tensor], stages: dict[str, 
     cdata = s.cache_read(tensors[0], env.inp_scope, [gemm])
     cweight = s.cache_read(tensors[1], env.wgt_scope, [gemm])
     s[gemm].set_scope(env.acc_scope)
-    cbias = s.cache_read(tensors[2], env.acc_scope, [stages["bias_add"]]) if "bias_add" in stages else None
+    caches = cache_requant_operands(env, s, stages)
 
     x_b, x_c, x_bi, x_ci = s[out].op.axis
     x_b0, x_b1 = s[out].split(x_b, factor=knobs.tile_b)
@@ -56,7 +66,7 @@ def schedule_dense_packed(env: VTAEnv, tensors: list[Tensor], stages: dict[str, 
     s[out].reorder(x_b0, x_c0, x_b1, x_c1, x_bi, x_ci)
     if knobs.oc_nthread > 1:
         _, x_c0 = bind_cthreads(s, out, x_c0, knobs.oc_nthread, x_b0)
-    schedule_requant(env, s, out, stages, gemm, cbias, x_c0)
+    schedule_requant(env, s, out, stages, gemm, caches, x_c0)
 
     g_b, g_c, g_bi, g_ci = s[gemm].op.axis
     k_o, k_i = s[gemm].op.reduce_axis
@@ -69,7 +79,8 @@ def schedule_dense_packed(env: VTAEnv, tensors: list[Tensor], stages: dict[str, 
 
 def dense(env: VTAEnv, m: int, n: int, k: int, knobs: DenseKnobs | None = None, vthreads: int = 2,
           **kwargs: Any) -> tuple[Schedule, list[Tensor]]:
-    """Declaration and default schedule: ``(s, [data, weight, bias, out])``."""
+    """Declaration (``kwargs``: those of :func:`dense_packed`) and default schedule:
+    ``(s, [data, weight, (addend,) (multiplier,) out])``."""
     tensors, stages = dense_packed(env, m, n, k, **kwargs)
     knobs = knobs or choose_dense_tiles(env, m, n, k, vthreads)
     knobs.check(*dense_blocks(env, m, n, k))

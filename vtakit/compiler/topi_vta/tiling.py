@@ -63,24 +63,24 @@ def choose_conv2d_tiles(env: VTAEnv, wl: Conv2dWorkload, vthreads: int = 2) -> C
 def _best_conv2d_tiles(env: VTAEnv, wl: Conv2dWorkload, vthreads: int) -> Conv2dKnobs | None:
     c = env.config
     batch_blocks, ci_blocks, co_blocks = conv2d_blocks(env, wl)
-    k = wl.kernel
+    kh, kw, sh, sw = wl.kh, wl.kw, wl.stride_h, wl.stride_w
     best: tuple[float, Conv2dKnobs] | None = None
     splits = [(1, 1)] if vthreads == 1 else [(vthreads, 1), (1, vthreads)]
     for (oc_n, h_n), th, tw, tco, tci in itertools.product(splits, divisors(wl.oh), divisors(wl.ow),
                                                             divisors(co_blocks), divisors(ci_blocks)):
         if wl.oh % (th * h_n) or co_blocks % (tco * oc_n) or not _tiles_read_data(wl, th, tw):
             continue
-        rows, cols = (th - 1) * wl.stride + k, (tw - 1) * wl.stride + k
+        rows, cols = (th - 1) * sh + kh, (tw - 1) * sw + kw
         acc = th * tw * tco + tco
         inp = tci * rows * cols
-        wgt = tco * tci * k * k
-        kernel = k * tco * th * (k if tci > 1 or tw == 1 else 1)
+        wgt = tco * tci * kh * kw
+        kernel = kh * tco * th * (kw if tci > 1 or tw == 1 else 1)
         uops = (kernel + 3 * th * tco) * vthreads
         if acc * vthreads > c.acc_depth or inp * vthreads > c.inp_depth or wgt * vthreads > c.wgt_depth \
                 or uops > c.uop_depth or tw >= 1 << ITER_BITS or th * tco * tw >= 1 << ITER_BITS:
             continue
         n_tiles = batch_blocks * (wl.oh // th) * (wl.ow // tw) * (co_blocks // tco)
-        gemm = th * tw * tco * tci * k * k
+        gemm = th * tw * tco * tci * kh * kw
         cost = _cost(env, vthreads, n_tiles, ci_blocks // tci, gemm,
                      inp * c.inp_elem_bytes + wgt * c.wgt_elem_bytes, tci + 1, th * tw * tco,
                      th * tw * tco * c.out_elem_bytes)
@@ -128,10 +128,11 @@ def _best_dense_tiles(env: VTAEnv, m: int, n: int, k: int, vthreads: int) -> Den
 def _tiles_read_data(wl: Conv2dWorkload, th: int, tw: int) -> bool:
     """Whether every output tile reads at least one input row and column that is not padding
     (the DMA cannot load a tile that lies entirely in the padding)."""
-    for out_size, tile, size in ((wl.oh, th, wl.h), (wl.ow, tw, wl.w)):
+    for out_size, tile, size, stride, pad, k in ((wl.oh, th, wl.h, wl.stride_h, wl.pad_top, wl.kh),
+                                                 (wl.ow, tw, wl.w, wl.stride_w, wl.pad_left, wl.kw)):
         for first in range(0, out_size, tile):
-            start = first * wl.stride - wl.pad
-            end = start + (tile - 1) * wl.stride + wl.kernel
+            start = first * stride - pad
+            end = start + (tile - 1) * stride + k
             if end <= 0 or start >= size:
                 return False
     return True

@@ -7,8 +7,11 @@ tail tiles); thread counts are knobs of 1, 2 or 4 per axis, kept to the token qu
 threads as 4 x 1, 1 x 4 or 2 x 2); conv2d's two outer tile loops (rows, channel blocks) come in
 either order. A
 config whose tiles overflow an SRAM fails to build and is recorded as an error, as AutoTVM
-records invalid kernels. The requantisation uses the whole int8 range and a shift that saturates
-no output of the reference operands, so the check against numpy sees every accumulator bit.
+records invalid kernels. The requantisation (``clip((acc + addend) >> shift)``, a random addend)
+uses the whole int8 range and a shift that saturates no output of the reference operands, so the
+check against numpy sees every accumulator bit. ``vta.conv2d``'s arguments are a workload's
+``Conv2dWorkload.key`` (any kernel, pads, strides, batch) or the older 7 ints
+``(h, w, ci, co, kernel, pad, stride)`` of earlier logs and ``conv2d:`` specs.
 """
 
 from __future__ import annotations
@@ -59,14 +62,14 @@ def dense_knobs(cfg: Any) -> DenseKnobs:
 @lru_cache(maxsize=32)
 def _op_data(op: str, args: tuple[int, ...], config: VTAConfig, seed: int) -> OpData:
     env = get_env(config)
-    return conv2d_data(env, Conv2dWorkload(*args), seed) if op == "conv2d" else dense_data(env, *args, seed)
+    return conv2d_data(env, Conv2dWorkload.from_key(args), seed) if op == "conv2d" else dense_data(env, *args, seed)
 
 
 def _shift(op: str, args: tuple[int, ...], config: VTAConfig) -> int:
     """The requantisation shift of a workload: the smallest that saturates no output of the seed-0
     operands (whole int8 range as clip), so the check against numpy sees every accumulator's bits."""
     data = _op_data(op, args, config, 0)
-    return range_shift(data.acc, data.bias, CLIP)
+    return range_shift(data.acc, data.addend, CLIP)
 
 
 def _reference(op: str, args: tuple[int, ...], config: VTAConfig | None, seed: int) -> tuple[list[np.ndarray], np.ndarray]:
@@ -75,16 +78,17 @@ def _reference(op: str, args: tuple[int, ...], config: VTAConfig | None, seed: i
     return data.host, data.expect(_shift(op, args, config), CLIP)
 
 
-def _conv2d_reference(h: int, w: int, ci: int, co: int, k: int, pad: int, stride: int, config: VTAConfig | None = None,
+def _conv2d_reference(*key: int, config: VTAConfig | None = None,
                       seed: int = 0) -> tuple[list[np.ndarray], np.ndarray]:
-    return _reference("conv2d", (h, w, ci, co, k, pad, stride), config, seed)
+    return _reference("conv2d", Conv2dWorkload.from_key(key).key, config, seed)
 
 
 @template("vta.conv2d", reference=_conv2d_reference)
-def _conv2d_template(cfg: Any, h: int, w: int, ci: int, co: int, k: int, pad: int, stride: int,
-                     config: VTAConfig | None = None) -> tuple[Schedule, list[Tensor]]:
+def _conv2d_template(cfg: Any, *key: int, config: VTAConfig | None = None) -> tuple[Schedule, list[Tensor]]:
+    """The task arguments are a workload's :attr:`Conv2dWorkload.key` (13 ints) or the older 7
+    ``(h, w, ci, co, kernel, pad, stride)`` (``conv2d:...`` specs, ResNet-18 names, earlier logs)."""
     env = get_env(config or VTAConfig())
-    wl = Conv2dWorkload(h, w, ci, co, k, pad, stride)
+    wl = Conv2dWorkload.from_key(key)
     _, ci_blocks, co_blocks = conv2d_blocks(env, wl)
     cfg.define_split("tile_h", wl.oh)
     cfg.define_split("tile_w", wl.ow)
@@ -107,7 +111,7 @@ def _conv2d_template(cfg: Any, h: int, w: int, ci: int, co: int, k: int, pad: in
     if knobs.oc_nthread * knobs.h_nthread > env.config.token_queue_depth:
         raise CompileError(f"{knobs.oc_nthread} x {knobs.h_nthread} virtual threads exceed TOKEN_QUEUE_DEPTH="
                            f"{env.config.token_queue_depth}")
-    return conv2d(env, wl, knobs, shift=_shift("conv2d", (h, w, ci, co, k, pad, stride), env.config), clip=CLIP)
+    return conv2d(env, wl, knobs, shift=_shift("conv2d", wl.key, env.config), clip=CLIP)
 
 
 def _dense_reference(m: int, n: int, k: int, config: VTAConfig | None = None,
