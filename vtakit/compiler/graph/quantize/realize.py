@@ -1,0 +1,152 @@
+"""Turn a quantisation plan and calibrated thresholds into the quantised graph: scales, int8 weights,
+int32 addends, shifts and multipliers, and the qnn nodes that carry them.
+
+Requantisation of a conv/dense with input scale ``s_in``, weight scales ``s_w[c]`` and output scale
+``s_out`` (accumulator scale ``s_in * s_w[c]``):
+
+* power-of-two scales, one weight scale: ``shift = log2(s_out) - log2(s_in) - log2(s_w)``, ``addend =
+  round(b / (s_in * s_w)) + rounding_addend(shift)``;
+* otherwise (float scales, or one weight scale per channel) the fixed-point form: ``multiplier[c] ~
+  s_in * s_w[c] / s_out * 2**(shift + pre_shift)`` (:func:`.scales.fixed_point`), ``addend =
+  round(b / (s_in * s_w[c])) + rounding_addend(pre_shift)``.
+
+``qnn.add`` brings both operands to the finer scale by left shifts and shifts the sum to the output
+scale (``addend = rounding_addend(shift)``); its operand and result scales are powers of two.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from vtakit.compiler.graph.ir import Graph, Node, unique_name
+from vtakit.compiler.graph.op import normalize_attrs
+from vtakit.compiler.graph.ops.nn import conv_window
+from vtakit.compiler.graph.passes import run_passes
+from vtakit.compiler.graph.quantize.calibration import TensorStats, threshold
+from vtakit.compiler.graph.quantize.options import QuantizeOptions
+from vtakit.compiler.graph.quantize.plan import Plan, Step, dense_weight
+from vtakit.compiler.graph.quantize.scales import (ACC_HEADROOM, QMAX, check_shift, exponent, fixed_point,
+                                                   quantize_bias, quantize_weight, scale_for, weight_scales)
+from vtakit.errors import GraphError
+from vtakit.runtime.packing import SHIFT_RANGE, rounding_addend
+
+__all__ = ["realize"]
+
+
+class _Realizer:
+    def __init__(self, g: Graph, plan: Plan, stats: dict[str, TensorStats], opts: QuantizeOptions) -> None:
+        self.g, self.plan, self.stats, self.opts = g, plan, stats, opts
+        self.taken = set(g.inputs) | set(g.constants) | {o for n in g.nodes for o in n.outputs} | {
+            s.output for s in plan.steps}
+        self.constants: dict[str, np.ndarray] = {}
+        self._scales: dict[str, float] = {}
+
+    # -- scales ---------------------------------------------------------------------------------
+    def scale(self, int8_value: str) -> float:
+        """The scale of an int8 value of the quantised graph."""
+        src = self.plan.scale_of[int8_value]
+        if src not in self._scales:
+            t = threshold(self.stats[src], self.opts.method, self.opts.percentile)
+            power2 = self.opts.scales == "power2" or src in self.plan.power2
+            self._scales[src] = float(scale_for(t, power2))
+        return self._scales[src]
+
+    def constant(self, hint: str, value: np.ndarray) -> str:
+        name = unique_name(hint, self.taken)
+        self.taken.add(name)
+        self.constants[name] = value
+        return name
+
+    def clip(self, step: Step, s_out: float) -> tuple[int, int]:
+        hi = QMAX if step.clip_max is None else int(min(QMAX, np.rint(step.clip_max / s_out)))
+        return (0 if step.relu else -128), hi
+
+    # -- layers ---------------------------------------------------------------------------------
+    def requantized(self, step: Step, layer: str, w: np.ndarray, bias: np.ndarray | None,
+                    attrs: dict) -> Node:
+        """The qnn.conv2d / qnn.dense node of ``step``: weight ``w`` (output channels on axis 0)."""
+        x = step.inputs[0]
+        s_in, s_out = self.scale(x), self.scale(step.output)
+        power2 = self.opts.scales == "power2"
+        s_w = weight_scales(w, self.opts.weight_granularity == "channel", power2)
+        wq = quantize_weight(w, s_w)
+        acc_scale = s_in * s_w
+        ins = [x, self.constant(f"{layer}_weight_int8", wq)]
+        if not self.opts.multiplier_form:
+            shift = check_shift(exponent(s_out) - exponent(s_in) - exponent(float(s_w[0])), layer)
+            addend = quantize_bias(bias, acc_scale, rounding_addend(shift), layer)
+            ins.append(self.constant(f"{layer}_addend", addend))
+            attrs.update(shift=shift, pre_shift=0)
+        else:
+            bias_q = quantize_bias(bias, acc_scale, 0, layer).astype(np.int64)
+            stats = self.stats[step.pre_activation]
+            amax = stats.channel_amax if stats.channel_amax is not None else np.full(len(s_w), stats.amax)
+            calibrated = ACC_HEADROOM * amax / acc_scale
+            hard = 128.0 * np.abs(wq.reshape(len(wq), -1).astype(np.int64)).sum(axis=1) + np.abs(bias_q)
+            bound = np.maximum(np.minimum(calibrated, hard), 1.0)
+            multiplier, shift, pre_shift = fixed_point(acc_scale / s_out, bound, layer)
+            addend = quantize_bias(bias, acc_scale, rounding_addend(pre_shift), layer)
+            ins += [self.constant(f"{layer}_addend", addend), self.constant(f"{layer}_multiplier", multiplier)]
+            attrs.update(shift=shift, pre_shift=pre_shift)
+        attrs["clip"] = self.clip(step, s_out)
+        op = "qnn.conv2d" if step.kind == "conv2d" else "qnn.dense"
+        return Node(op, ins, [step.output], normalize_attrs(op, attrs, layer), layer)
+
+    def conv2d(self, step: Step) -> Node:
+        node = step.node
+        layer = node.name or node.outputs[0]
+        w = self.g.constants[node.inputs[1]]
+        bias = self.g.constants[node.inputs[2]] if len(node.inputs) > 2 and node.inputs[2] else None
+        win = conv_window("Conv", self.g.type_of(node.inputs[0]).shape, w.shape, node.attrs)
+        if len(win.kernel) != 2:
+            raise GraphError(f"quantize: layer {layer!r}: only 2-D convolutions are quantised")
+        attrs = {"strides": tuple(win.strides), "dilations": tuple(win.dilations), "group": int(node.attrs["group"]),
+                 "pads": (win.pads_begin[0], win.pads_begin[1], win.pads_end[0], win.pads_end[1])}
+        return self.requantized(step, layer, w, bias, attrs)
+
+    def dense(self, step: Step) -> Node:
+        node = step.node
+        w, bias = dense_weight(self.g, node)
+        return self.requantized(step, node.name or node.outputs[0], w, bias, {})
+
+    def add(self, step: Step) -> Node:
+        node = step.node
+        layer = node.name or node.outputs[0]
+        e_a, e_b = exponent(self.scale(step.inputs[0])), exponent(self.scale(step.inputs[1]))
+        s_out = self.scale(step.output)
+        fine = min(e_a, e_b)
+        for k, e in (("lshift_a", e_a), ("lshift_b", e_b)):
+            if e - fine > SHIFT_RANGE[1]:
+                raise GraphError(f"quantize: layer {layer!r} needs {k} = {e - fine}, outside [0, {SHIFT_RANGE[1]}]; "
+                                 "its operands' scales are too far apart")
+        shift = check_shift(exponent(s_out) - fine, layer)
+        attrs = {"lshift_a": e_a - fine, "lshift_b": e_b - fine, "addend": rounding_addend(shift), "shift": shift,
+                 "clip": self.clip(step, s_out)}
+        return Node("qnn.add", list(step.inputs), [step.output], normalize_attrs("qnn.add", attrs, layer), layer)
+
+    def node(self, step: Step) -> Node:
+        if step.kind == "quantize":
+            return Node("qnn.quantize", list(step.inputs), [step.output],
+                        {"scale": self.scale(step.output), "zero_point": 0, "dtype": "int8"}, f"quantize_{step.result}")
+        if step.kind == "dequantize":
+            return Node("qnn.dequantize", list(step.inputs), [step.output],
+                        {"scale": self.scale(step.inputs[0]), "zero_point": 0}, f"dequantize_{step.output}")
+        if step.kind in ("conv2d", "dense", "add"):
+            return getattr(self, step.kind)(step)
+        node = step.node
+        outputs = [step.output, *node.outputs[1:]] if step.kind == "int8" else list(node.outputs)
+        return Node(node.op, list(step.inputs), outputs, dict(node.attrs), node.name)
+
+    def graph(self) -> Graph:
+        nodes = [self.node(s) for s in self.plan.steps]
+        used = {i for n in nodes for i in n.inputs if i}
+        constants = {k: v for k, v in self.g.constants.items() if k in used}
+        constants.update(self.constants)
+        types = {k: self.g.types[k] for k in self.g.inputs}
+        out = Graph(nodes, list(self.g.inputs), list(self.g.outputs), types, constants, self.g.name)
+        return run_passes(out.verify(), ["InferType"])
+
+
+def realize(g: Graph, plan: Plan, stats: dict[str, TensorStats], opts: QuantizeOptions) -> Graph:
+    """The quantised graph of ``plan`` over the float graph ``g`` with calibration ``stats``."""
+    return _Realizer(g, plan, stats, opts).graph()

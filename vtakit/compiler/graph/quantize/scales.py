@@ -1,0 +1,108 @@
+"""Scales and the integer requantisation parameters derived from them.
+
+Symmetric int8 throughout: a tensor with clipping threshold ``t`` gets the scale ``s = t / 127``, or,
+with power-of-two scales, ``s = 2**ceil(log2(t / 127))`` (never finer than ``t / 127``, so ``t``
+still fits). A conv/dense accumulates at scale ``s_in * s_w``; its requantisation to the output scale
+is a right shift (power-of-two scales, one weight scale) or a fixed-point multiplier and shift
+(:func:`fixed_point`). docs/quantization.md derives the formulas and the overflow bound.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from vtakit.errors import GraphError
+from vtakit.runtime.packing import SHIFT_RANGE
+
+__all__ = ["scale_for", "exponent", "weight_scales", "quantize_weight", "quantize_bias", "fixed_point",
+           "check_shift", "MULTIPLIER_BITS", "OVERFLOW_BITS", "ACC_HEADROOM", "QMAX"]
+
+#: the largest int8 magnitude a symmetric quantiser uses
+QMAX = 127
+#: multipliers are normalised to [2**(MULTIPLIER_BITS-1), 2**MULTIPLIER_BITS): the ALU's MUL reads 16 signed bits
+MULTIPLIER_BITS = 15
+#: |(t >> pre_shift) * multiplier| is kept at or below 2**OVERFLOW_BITS (the rounding addend, at most
+#: 2**30, then still fits int32)
+OVERFLOW_BITS = 29
+#: the calibrated accumulator range is doubled before sizing pre_shift (inputs beyond calibration)
+ACC_HEADROOM = 2.0
+_INT32 = (-(1 << 31), (1 << 31) - 1)
+
+
+def scale_for(amax: float | np.ndarray, power2: bool) -> np.ndarray:
+    """The scale(s) of a tensor (or of each channel) whose threshold is ``amax``; 1.0 where ``amax`` is 0."""
+    a = np.asarray(amax, np.float64)
+    safe = np.where(a > 0, a, QMAX)
+    s = safe / QMAX
+    if power2:
+        s = np.exp2(np.ceil(np.log2(s)))
+    return s
+
+
+def exponent(scale: float) -> int:
+    """``log2(scale)`` of a power-of-two scale."""
+    m, e = math.frexp(float(scale))
+    if m != 0.5:
+        raise GraphError(f"quantize: internal error: scale {scale!r} is not a power of two")
+    return e - 1
+
+
+def weight_scales(w: np.ndarray, per_channel: bool, power2: bool) -> np.ndarray:
+    """One scale per output channel (axis 0) of weight ``w``: equal ones for per-tensor quantisation."""
+    flat = np.abs(w.reshape(w.shape[0], -1).astype(np.float64))
+    amax = flat.max(axis=1) if per_channel else np.full(w.shape[0], flat.max() if flat.size else 0.0)
+    return scale_for(amax, power2)
+
+
+def quantize_weight(w: np.ndarray, scales: np.ndarray) -> np.ndarray:
+    """``clip(round_half_even(w / s_c), -127, 127)`` as int8, ``s_c`` per output channel (axis 0)."""
+    s = scales.reshape((-1,) + (1,) * (w.ndim - 1))
+    return np.clip(np.rint(w.astype(np.float64) / s), -QMAX, QMAX).astype(np.int8)
+
+
+def _check_int32(values: np.ndarray, what: str, layer: str) -> np.ndarray:
+    if values.size and (values.min() < _INT32[0] or values.max() > _INT32[1]):
+        raise GraphError(f"quantize: layer {layer!r}: the {what} ({int(np.abs(values).max())} at most) does not "
+                         "fit int32; the layer's input or weight scale is too fine for its bias")
+    return values.astype(np.int32)
+
+
+def quantize_bias(bias: np.ndarray | None, acc_scales: np.ndarray, extra: int, layer: str) -> np.ndarray:
+    """The int32 addend ``round(b / (s_in * s_w)) + extra`` per output channel (``extra``: the rounding term)."""
+    b = np.zeros(len(acc_scales)) if bias is None else bias.astype(np.float64)
+    q = np.rint(b / acc_scales).astype(np.int64) + int(extra)
+    return _check_int32(q, "int32 bias", layer)
+
+
+def check_shift(shift: int, layer: str, what: str = "shift") -> int:
+    """``shift`` if it lies in the ALU's shift range, else a GraphError naming the layer."""
+    lo, hi = SHIFT_RANGE
+    if not lo <= shift <= hi:
+        raise GraphError(f"quantize: layer {layer!r} needs a requantisation {what} of {shift}, outside the ALU's "
+                         f"shift range [{lo}, {hi}]; its scales are too far apart (calibrate on representative "
+                         "data, or keep the layer in float)")
+    return int(shift)
+
+
+def fixed_point(real: np.ndarray, acc_bound: np.ndarray, layer: str) -> tuple[np.ndarray, int, int]:
+    """``(multiplier, shift, pre_shift)`` with ``((t >> pre_shift) * multiplier[c]) >> shift`` ~ ``t * real[c]``.
+
+    The largest multiplier lies in [2**14, 2**15) (the others share its shift, so a channel whose
+    ``real`` is 2**-k times the largest keeps k bits fewer). ``pre_shift`` is the smallest non-negative
+    shift with ``(acc_bound[c] / 2**pre_shift) * multiplier[c] <= 2**29`` for every channel, so that
+    for ``|t| <= acc_bound`` the product, plus the final shift's rounding addend (at most 2**30),
+    stays inside int32."""
+    real = np.asarray(real, np.float64)
+    top = float(real.max())
+    k = (MULTIPLIER_BITS - 1) - math.floor(math.log2(top))
+    m = np.rint(real * 2.0 ** k).astype(np.int64)
+    if m.max() >= 1 << MULTIPLIER_BITS:
+        k -= 1
+        m = np.rint(real * 2.0 ** k).astype(np.int64)
+    worst = float(np.max(np.asarray(acc_bound, np.float64) * m))
+    pre = max(0, math.ceil(math.log2(worst)) - OVERFLOW_BITS) if worst > 0 else 0
+    check_shift(pre, layer, "pre_shift")
+    shift = check_shift(k - pre, layer)   # t * real = ((t / 2**pre) * real * 2**k) / 2**(k - pre)
+    return m.astype(np.int32), shift, pre
