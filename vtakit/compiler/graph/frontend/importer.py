@@ -27,7 +27,10 @@ from vtakit.compiler.graph.ir import Graph, Node, TensorType, unique_name
 from vtakit.compiler.graph.op import fold_node, get_op, infer_types, normalize_attrs
 from vtakit.errors import CompileError, GraphError, UnsupportedOperatorError
 
-__all__ = ["from_onnx", "load_model", "model_opset"]
+__all__ = ["from_onnx", "load_model", "model_opset", "CONTRIB_DOMAIN"]
+
+#: onnxruntime's contrib operator domain (QLinearAdd, QGemm, ... of its QOperator format)
+CONTRIB_DOMAIN = "com.microsoft"
 
 
 def load_model(model: str | os.PathLike | onnx.ModelProto, base_dir: str | os.PathLike | None = None) -> onnx.ModelProto:
@@ -175,6 +178,17 @@ def _check_supported(model: onnx.ModelProto, opset: int) -> None:
     for node in model.graph.node:
         if registry.find_converter(node.op_type, node.domain, opset) is None:
             missing.append((node.domain or "ai.onnx", node.op_type, node.name))
+    contrib = [(op, n) for d, op, n in missing if d == CONTRIB_DOMAIN]
+    if contrib:
+        listed = "; ".join(f"{CONTRIB_DOMAIN}::{op} (node {n!r})" for op, n in contrib)
+        others = [f"{d}::{op}" for d, op, n in missing if d != CONTRIB_DOMAIN]
+        raise UnsupportedOperatorError(
+            f"the model uses {len(contrib)} contrib-domain ({CONTRIB_DOMAIN}) operator node(s): {listed}. "
+            "Contrib-domain operators are onnxruntime extensions, not ONNX operators, and vtakit does not import "
+            "them (onnxruntime's QOperator format writes them, e.g. QLinearAdd, QGemm, QLinearGlobalAveragePool). "
+            "Quantise the model in the QDQ format instead: onnxruntime.quantization.quantize_static(..., "
+            "quant_format=QuantFormat.QDQ), which vtakit imports (docs/quantization_import.md)"
+            + (f". Other unsupported operators: {', '.join(others)}" if others else ""))
     if missing:
         listed = "; ".join(f"{d}::{op} (node {n!r})" for d, op, n in missing)
         supported = ", ".join(op for (_, op) in registry.supported_onnx_ops())
@@ -213,14 +227,24 @@ def _input_type(value: onnx.ValueInfoProto, input_shapes: Mapping[str, Sequence[
 
 def from_onnx(model: str | os.PathLike | onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]] | None = None,
               base_dir: str | os.PathLike | None = None, *,
-              input_values: Mapping[str, np.ndarray] | None = None) -> Graph:
+              input_values: Mapping[str, np.ndarray] | None = None, qdq_scales: str = "exact") -> Graph:
     """Import an ONNX model as a typed :class:`Graph` with static shapes.
 
     ``input_values`` specialises the graph: run-time inputs from which a value the compiler needs at
     compile time is computed (a ``Reshape``'s shape, a ``Slice``'s starts, fed as graph inputs as onnx's
     node tests do) take their value from there and become constants, leaving ``graph.inputs``. Other
-    inputs stay run-time inputs whatever ``input_values`` holds."""
+    inputs stay run-time inputs whatever ``input_values`` holds.
+
+    Pre-quantised models (QDQ, QLinearConv, ...) import as integer layers (``qnn.conv2d``, ``qnn.dense``,
+    ``qnn.add``; docs/quantization_import.md). ``qdq_scales`` says how their requantisation scales are
+    realised: ``"exact"`` (a 15-bit fixed-point multiplier per output channel) or ``"power2"`` (rounded to
+    powers of two; each layer's relative scale error is in ``graph.metadata["qdq_scale_error"]`` and the
+    largest in a warning)."""
     from vtakit.compiler.graph import frontend  # noqa: F401  (registers every converter)
+    from vtakit.compiler.graph.passes.fold_qdq import MODE_KEY, QDQ_SCALES, fold_qdq
+
+    if qdq_scales not in QDQ_SCALES:
+        raise GraphError(f"qdq_scales must be one of {list(QDQ_SCALES)}, got {qdq_scales!r}")
 
     proto = load_model(model, base_dir)
     opset = model_opset(proto)
@@ -243,19 +267,26 @@ def from_onnx(model: str | os.PathLike | onnx.ModelProto, input_shapes: Mapping[
     frozen: set[str] = set()
     while True:
         try:
-            return _convert(proto, opset, types, {n: np.asarray(input_values[n]) for n in frozen}, input_values)
+            graph = _convert(proto, opset, types, {n: np.asarray(input_values[n]) for n in frozen}, input_values,
+                             {MODE_KEY: qdq_scales})
         except _NeedInputs as need:
             if need.inputs <= frozen:
                 raise GraphError(f"inputs {sorted(need.inputs)} are needed at compile time") from None
             frozen |= need.inputs
+            continue
+        if any(n.op.startswith("qnn.") for n in graph.nodes) or len(graph.metadata) > 1:
+            graph = fold_qdq(graph).verify()
+        if graph.metadata.keys() == {MODE_KEY}:
+            graph.metadata.clear()     # not a quantised model: nothing to say
+        return graph
 
 
 def _convert(proto: onnx.ModelProto, opset: int, types: Mapping[str, TensorType], frozen: Mapping[str, np.ndarray],
-             input_values: Mapping[str, np.ndarray]) -> Graph:
+             input_values: Mapping[str, np.ndarray], metadata: Mapping[str, Any] | None = None) -> Graph:
     """One conversion of ``proto``, with the inputs in ``frozen`` as constants."""
     g = proto.graph
     inputs = [name for name in types if name not in frozen]
-    graph = Graph([], inputs, [v.name for v in g.output], name=g.name or "main")
+    graph = Graph([], inputs, [v.name for v in g.output], name=g.name or "main", metadata=dict(metadata or {}))
     graph.types.update((name, types[name]) for name in inputs)
     builder = _Builder(opset, graph, input_values)
     for name, value in frozen.items():
