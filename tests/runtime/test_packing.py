@@ -123,7 +123,8 @@ def test_requantize_with_a_multiplier_wraps_as_int32():
     t = ((t * mult + (1 << 31)) % (1 << 32)) - (1 << 31)             # the product wraps to int32
     want = np.clip((t + 2) >> 2, -128, 127)
     assert got.tolist() == want.tolist()
-    assert requantize(acc, None, 0, (-128, 127), multiplier=2).tolist() == [[14, -14], [-128, -128]]   # 2**31 wraps to -2**31
+    # 2**30 * 2 wraps to -2**31
+    assert requantize(acc, None, 0, (-128, 127), multiplier=2).tolist() == [[14, -14], [-128, -128]]
 
 
 def test_shift_values_is_the_alus_shr():
@@ -145,9 +146,12 @@ def test_add_reference_shifts_adds_and_clips():
     (lambda: requantize(np.zeros((1, 2), np.int32), None, 32, (-128, 127)), r"shift must be an int in \[-32, 31\]"),
     (lambda: requantize(np.zeros((1, 2), np.int32), None, 1, (-129, 127)), r"clip .* -128 <= lo <= hi <= 127"),
     (lambda: requantize(np.zeros((1, 2), np.int32), None, 1, (5, 4)), r"clip"),
-    (lambda: requantize(np.zeros((1, 2), np.int32), None, 1, (0, 1), multiplier=1 << 15), r"multiplier must be an int in"),
-    (lambda: requantize(np.zeros((1, 2), np.int32), None, 1, (0, 1), multiplier=np.array([1, 1 << 15])), r"multiplier values"),
-    (lambda: requantize(np.zeros((1, 2), np.int32), np.zeros(3), 1, (0, 1)), r"addend must be a scalar or a 1-D integer array"),
+    (lambda: requantize(np.zeros((1, 2), np.int32), None, 1, (0, 1), multiplier=1 << 15),
+     r"multiplier must be an int in"),
+    (lambda: requantize(np.zeros((1, 2), np.int32), None, 1, (0, 1), multiplier=np.array([1, 1 << 15])),
+     r"multiplier values"),
+    (lambda: requantize(np.zeros((1, 2), np.int32), np.zeros(3), 1, (0, 1)),
+     r"addend must be a scalar or a 1-D integer array"),
     (lambda: requantize(np.zeros((1, 2), np.int32), None, 1, (0, 1), pre_shift=-33), r"pre_shift"),
     (lambda: add_reference(np.zeros(2, np.int8), np.zeros(3, np.int8), 0, 0, 0, 0, (0, 1)), r"same shape"),
     (lambda: add_reference(np.zeros(2, np.int8), np.zeros(2, np.int8), -1, 0, 0, 0, (0, 1)), r"lshift_a"),
