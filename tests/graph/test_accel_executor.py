@@ -212,9 +212,6 @@ def test_interrupted_profile_leaves_no_trace_and_the_executor_usable(tmp_path):
     call = ex._calls[2]
     original = call.program
 
-    class Interrupt:     # a program whose run is interrupted by Ctrl-C
-        name = "interrupted"
-
     def run(program, trace=None, _run=ex.device.run):
         if program is original and trace is not None:
             raise KeyboardInterrupt
@@ -228,6 +225,53 @@ def test_interrupted_profile_leaves_no_trace_and_the_executor_usable(tmp_path):
     del ex.device.run
     x = _inputs(3)
     np.testing.assert_array_equal(ex.run([x])[0], _reference(x, w))
+
+
+def test_interrupted_run_keeps_the_executor_usable():
+    w = _weights()
+    ex = _executor("fsim", w)
+    calls = ex._calls
+    ex._calls = [calls[0], calls[1], _interrupt, calls[3]]
+    with pytest.raises(KeyboardInterrupt):
+        ex.run([_inputs(0)])
+    assert ex.step_stats == []
+    ex._calls = calls
+    x = _inputs(1)
+    np.testing.assert_array_equal(ex.run([x])[0], _reference(x, w))
+    assert len(ex.step_stats) == 2
+
+
+def _interrupt(*args):
+    raise KeyboardInterrupt
+
+
+def test_long_runs_show_progress_on_stderr_and_quick_ones_do_not(capsys, monkeypatch):
+    import time
+
+    from vtakit import progress
+    previous = progress.set_enabled(True)
+    try:
+        ex = _executor("fsim")
+        ex.run([_inputs(0)])
+        assert capsys.readouterr().err == ""
+        monkeypatch.setattr(progress, "DELAY_SECONDS", 0.05)
+        calls = ex._calls
+        ex._calls = [lambda: (time.sleep(0.4), calls[0]()), *calls[1:]]
+        ex.run([_inputs(0)])
+        assert "running the network" in capsys.readouterr().err
+    finally:
+        progress.set_enabled(previous)
+
+
+def test_a_dropped_executor_gives_its_dram_back():
+    device = Device(CONFIG, "fsim", dram_size=1 << 20)
+    ex = GraphExecutor(_plan(), _kernels(), _packed_constants(_weights()), device)
+    ex.run([_inputs(0)])
+    assert device.allocator.used >= ex.plan.dram_bytes
+    del ex
+    import gc
+    gc.collect()
+    assert device.allocator.used == 0
 
 
 def test_trace_needs_the_cycle_backend(tmp_path):
@@ -298,6 +342,9 @@ def test_module_on_a_given_device():
     used = device.allocator.used
     mod.run([x], device=device)
     assert device.allocator.used == used                     # the executor for this device is reused
+    for _ in range(5):                                       # a few devices' executors are kept, not every one
+        mod.run([x], device=Device(CONFIG, "fsim", dram_size=1 << 20))
+    assert len(mod._user_executors) == 4
     other = Device(VTAConfig.small(bus_width=128), "fsim")
     with pytest.raises(ArgumentError, match="BUS_WIDTH=64 vs 128"):
         mod.run([x], device=other)

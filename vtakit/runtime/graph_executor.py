@@ -46,7 +46,8 @@ from vtakit.runtime.device import Device, default_alignment
 from vtakit.runtime.template import ProgramTemplate, instantiate
 from vtakit.sim.stats import COUNTER_NAMES, RunStats
 
-__all__ = ["ValueInfo", "Step", "Plan", "LayerTiming", "GraphExecutor", "SPACES", "ACCEL_TARGET"]
+__all__ = ["ValueInfo", "Step", "Plan", "LayerTiming", "GraphExecutor", "SPACES", "ACCEL_TARGET", "dram_traffic",
+           "stall_breakdown"]
 
 #: Where a value can live: the host arena or the module's region of accelerator DRAM.
 SPACES = ("host", "dram")

@@ -42,6 +42,7 @@ DEFAULT_RUN_BACKEND = "fsim"
 DEFAULT_PROFILE_BACKEND = "cycle"
 _DRAM_MARGIN = 1 << 20      # spare DRAM besides what the plan and its programs need
 _PAGE = 4096
+_USER_DEVICES = 4           # executors kept for devices given to run() (each holds a DRAM region there)
 
 
 @dataclass(frozen=True)
@@ -217,7 +218,8 @@ class NetModule:
         self.stats = stats  # the build's BuildStats (None for a loaded module)
         self._kernels = list(kernels)
         self.last_stats: AccelStats | None = None
-        self._executors: dict[Any, GraphExecutor] = {}
+        self._executors: dict[str, GraphExecutor] = {}      # backend -> executor on the module's own device
+        self._user_executors: list[GraphExecutor] = []       # on devices given to run(), most recent first
         self.config: VTAConfig | None = None
         if plan.config is not None:
             try:
@@ -289,10 +291,13 @@ class NetModule:
             if backend is not None and backend != device.backend:
                 raise ArgumentError(f"backend {backend!r} differs from the given device's backend "
                                     f"{device.backend!r}; give one of them")
-            key: Any = ("device", id(device))
-            executor = self._executors.get(key)
-            if executor is None or executor.device is not device:
-                executor = self._executors[key] = GraphExecutor(self.plan, self._kernels, self.constants, device)
+            for k, executor in enumerate(self._user_executors):
+                if executor.device is device:
+                    self._user_executors.insert(0, self._user_executors.pop(k))
+                    return executor
+            executor = GraphExecutor(self.plan, self._kernels, self.constants, device)
+            self._user_executors.insert(0, executor)
+            del self._user_executors[_USER_DEVICES:]       # the oldest gives its DRAM region back
             return executor
         backend = default if backend is None else backend
         if not isinstance(backend, str) or backend not in BACKENDS:
