@@ -14,6 +14,7 @@ from vtakit.compiler.graph.module import InputInfo, NetModule, Profile, load
 from vtakit.compiler.graph.op import Pattern, get_op, register_op, registered_ops
 from vtakit.compiler.graph.quantize import quantize
 from vtakit.compiler.graph import onnx_backend  # noqa: E402  (needs build and from_onnx above)
+from vtakit.compiler.graph import vta  # noqa: E402,F401  (registers the accelerator target "vta")
 
 __all__ = ["from_onnx", "Graph", "Node", "TensorType", "evaluate", "Pattern", "get_op", "register_op",
            "registered_ops", "build", "extract_tasks", "optimize", "NetModule", "Profile", "InputInfo", "load", "onnx_backend", "passes", "zoo", "quantize"]

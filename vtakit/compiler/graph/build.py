@@ -8,6 +8,7 @@ Nothing is compiled after ``build`` returns.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -26,6 +27,7 @@ from vtakit.compiler.graph.passes.plan_memory import plan_memory
 from vtakit.compiler.graph.targets import CompiledKernel, GraphTarget, get_graph_target
 from vtakit.errors import GraphError
 from vtakit.progress import QUICK_WORK_DELAY_SECONDS, progress
+from vtakit.runtime.device import default_alignment
 from vtakit.runtime.graph_executor import Plan, Step, ValueInfo
 
 __all__ = ["build", "optimize", "extract_tasks", "Task", "BuildStats"]
@@ -46,6 +48,8 @@ class BuildStats:
     lower_bound_bytes: int = 0
     seconds: float = 0.0
     fused_ops: dict[str, int] = field(default_factory=dict)
+    dram_bytes: int = 0
+    notes: dict[str, str] = field(default_factory=dict)   # step name -> why it runs where it does
 
 
 @dataclass(frozen=True)
@@ -60,13 +64,27 @@ class Task:
         return iter((self.template, self.workload, self.count))
 
 
-def optimize(graph: Graph, target: str = "llvm", *, opt_level: int = 3, disabled_passes: Sequence[str] = (),
-             dump_dir: str | os.PathLike | None = None) -> Graph:
-    """``graph`` after ``target``'s graph passes (what ``build`` compiles)."""
+def optimize(graph: Graph, target: str = "llvm", *, config: Any = None, opt_level: int = 3,
+             disabled_passes: Sequence[str] = (), dump_dir: str | os.PathLike | None = None) -> Graph:
+    """``graph`` after ``target``'s graph passes (what ``build`` compiles); ``config`` is the
+    accelerator configuration of targets that have one."""
+    tgt = get_graph_target(target)
+    with _target_context(tgt, graph, config, None):
+        return _optimize(graph, tgt, opt_level, disabled_passes, dump_dir)
+
+
+def _optimize(graph: Graph, tgt: GraphTarget, opt_level: int, disabled_passes: Sequence[str],
+              dump_dir: str | os.PathLike | None = None) -> Graph:
+    return run_passes(graph.verify(), tgt.passes, disabled=disabled_passes, opt_level=opt_level, dump_dir=dump_dir)
+
+
+def _target_context(tgt: GraphTarget, graph: Any, config: Any, tuning_log: Any) -> Any:
+    """The target's build context (accelerator targets: configuration, tuning log, layer decisions)."""
     if not isinstance(graph, Graph):
         raise GraphError(f"expected a vtakit.graph.Graph, got {type(graph).__name__}")
-    return run_passes(graph.verify(), get_graph_target(target).passes, disabled=disabled_passes,
-                      opt_level=opt_level, dump_dir=dump_dir)
+    if tgt.context is None:
+        return contextlib.nullcontext()
+    return tgt.context(graph, config, tuning_log)
 
 
 def _is_view(g: Graph, node: Node, external: set[str]) -> bool:
@@ -87,17 +105,25 @@ def _ops(node: Node) -> tuple[str, ...]:
 
 def extract_tasks(graph: Graph, target: str = "llvm", config: Any = None, *, opt_level: int = 3,
                   disabled_passes: Sequence[str] = ()) -> list[Task]:
-    """The unique kernels a build of ``graph`` compiles: (template, workload, count) per kernel."""
+    """The unique kernels a build of ``graph`` compiles: (template, workload, count) per kernel.
+
+    For an accelerator target (``"vta"``, with ``config``) these are its accelerator layers, as
+    the tuner's tasks: ``vta.conv2d`` with a ``Conv2dWorkload.key``, ``vta.dense`` with
+    ``(m, n, k)``."""
     tgt = get_graph_target(target)
-    g = optimize(graph, target, opt_level=opt_level, disabled_passes=disabled_passes)
-    consumers = g.consumers()
     counts: dict[tuple[str, str], int] = {}
-    for node in g.nodes:
-        external = _external(g, node, consumers)
-        if not external or _is_view(g, node, external):
-            continue
-        workload, _, _ = tgt.workload(g, node, external)
-        counts[(workload.template, workload.description)] = counts.get((workload.template, workload.description), 0) + 1
+    with _target_context(tgt, graph, config, None):
+        g = _optimize(graph, tgt, opt_level, disabled_passes)
+        consumers = g.consumers()
+        for node in g.nodes:
+            external = _external(g, node, consumers)
+            if not external or _is_view(g, node, external):
+                continue
+            workload, _, _ = tgt.workload(g, node, external)
+            if workload is None:
+                continue
+            key = (workload.template, workload.description)
+            counts[key] = counts.get(key, 0) + 1
     return [Task(t, Workload(t, d).args, n) for (t, d), n in counts.items()]
 
 
@@ -106,19 +132,25 @@ def build(graph: Graph, target: str = "llvm", *, config: Any = None, opt_level: 
           cache_dir: str | os.PathLike | None = None) -> NetModule:
     """Compile ``graph`` for ``target`` into a module whose ``run`` executes the whole network.
 
-    ``config`` is the accelerator configuration of targets that have one (the CPU has none);
+    ``config`` is the accelerator configuration of targets that have one (the CPU has none;
+    ``"vta"``: a :class:`~vtakit.hw.config.VTAConfig`, ``VTAConfig()`` when None);
+    ``tuning_log`` (accelerator targets) picks each accelerator layer's schedule knobs from the
+    log's best records, the default tiler's for workloads it does not hold;
     ``opt_level`` and ``disabled_passes`` select the graph passes; kernels are cached in
     ``cache_dir`` (else ``$VTAKIT_CACHE_DIR``, else ``~/.cache/vtakit``)."""
     start = time.perf_counter()
     tgt = get_graph_target(target)
-    if tuning_log is not None:
+    if tuning_log is not None and tgt.context is None:
         raise GraphError(f"tuning_log={tuning_log!r}: the {tgt.name} target has no tunable schedule templates yet, so "
                          "a tuning log cannot select anything; build without it")
+    if isinstance(tuning_log, (str, os.PathLike)) and not os.path.isfile(tuning_log):
+        raise GraphError(f"tuning_log={os.fspath(tuning_log)!r} is not a file")
     stats = BuildStats()
-    g = optimize(graph, target, opt_level=opt_level, disabled_passes=disabled_passes)
-    stats.pass_seconds = time.perf_counter() - start
-    compiled, views, constants = _compile_steps(g, tgt, KernelCache(cache_dir), stats)
-    module = _assemble(g, tgt, compiled, views, constants, stats)
+    with _target_context(tgt, graph, config, tuning_log) as ctx:
+        g = _optimize(graph, tgt, opt_level, disabled_passes)
+        stats.pass_seconds = time.perf_counter() - start
+        compiled, views, constants = _compile_steps(g, tgt, KernelCache(cache_dir), stats)
+        module = _assemble(g, tgt, compiled, views, constants, stats, getattr(ctx, "config", None))
     stats.seconds = time.perf_counter() - start
     return module
 
@@ -226,7 +258,7 @@ def _reap(pids: list[int], stop: bool) -> None:
 
 
 def _assemble(g: Graph, tgt: GraphTarget, compiled: list[tuple[Node, CompiledKernel]], views: dict[str, str],
-              constants: dict[str, np.ndarray], stats: BuildStats) -> NetModule:
+              constants: dict[str, np.ndarray], stats: BuildStats, config: Any = None) -> NetModule:
     kernel_index: dict[str, int] = {}
     functions: list[Any] = []
     codes: list[Any] = []
@@ -236,8 +268,12 @@ def _assemble(g: Graph, tgt: GraphTarget, compiled: list[tuple[Node, CompiledKer
             kernel_index[ck.key] = len(functions)
             functions.append(ck.function)
             codes.append(ck.code)
+        where = tgt.step_target(node) if tgt.step_target is not None else tgt.name
+        note = tgt.note(node) if tgt.note is not None else ""
+        if note:
+            stats.notes[node.name or node.op] = note
         steps.append(Step(node.name or node.op, kernel_index[ck.key], (*ck.inputs, *ck.outputs), len(ck.outputs),
-                          _ops(node), tgt.name))
+                          _ops(node), where, note))
     used = set(g.inputs) | set(g.outputs) | {a for s in steps for a in s.args}
     for name, base in views.items():
         used.add(name)
@@ -249,19 +285,53 @@ def _assemble(g: Graph, tgt: GraphTarget, compiled: list[tuple[Node, CompiledKer
         return name if name in g.constants else None
 
     const_names = {n for n in used if n in g.constants or base_constant(n) is not None}
-    sizes = {n: g.type_of(n).nbytes for n in used if n not in const_names}
+    # every value an accelerator step reads or writes lives in accelerator DRAM (the CPU layout
+    # steps at region borders see it there too); the rest in the host arena
+    dram = {a for s in steps if s.target != "llvm" for a in s.args} if tgt.accelerator else set()
+    bad = sorted(n for n in dram if n in views or n in views.values() or n in g.inputs or n in g.outputs)
+    if bad:
+        raise GraphError(f"values {bad} are read or written by accelerator steps but are also graph inputs, outputs "
+                         "or views; the accelerator passes must pack and unpack them")
+    sizes = {n: g.type_of(n).nbytes for n in used if n not in const_names and n not in dram}
     memory = plan_memory([(s.args[:len(s.args) - s.outputs], s.output_names) for s in steps], sizes,
                          g.inputs, [o for o in g.outputs if o not in const_names],
                          {v: b for v, b in views.items() if v not in const_names})
+    dram_offsets, dram_bytes = _plan_dram(steps, {n: g.type_of(n).nbytes for n in dram}, const_names, config)
     values: dict[str, ValueInfo] = {}
     for name in sorted(used, key=lambda n: (n not in g.inputs, n)):
         ty = g.type_of(name)
         if name in const_names:
             base = base_constant(name)
             constants[name] = np.require(g.constants[base], requirements="C").reshape(ty.shape)
+        if name in dram:
+            values[name] = ValueInfo(name, ty.shape, ty.dtype, dram_offsets[name], "dram")
+        elif name in const_names:
             values[name] = ValueInfo(name, ty.shape, ty.dtype, None)
         else:
             values[name] = ValueInfo(name, ty.shape, ty.dtype, memory.offsets[name])
-    stats.arena_bytes, stats.lower_bound_bytes = memory.arena_bytes, memory.lower_bound
-    plan = Plan(values, tuple(g.inputs), tuple(g.outputs), tuple(steps), memory.arena_bytes)
+    stats.arena_bytes, stats.lower_bound_bytes, stats.dram_bytes = memory.arena_bytes, memory.lower_bound, dram_bytes
+    plan = Plan(values, tuple(g.inputs), tuple(g.outputs), tuple(steps), memory.arena_bytes, dram_bytes,
+                config.to_dict() if tgt.accelerator and config is not None else None)
     return NetModule(plan, functions, constants, target=tgt.name, kernel_objects=codes, stats=stats)
+
+
+def _plan_dram(steps: list[Step], sizes: dict[str, int], const_names: set[str], config: Any
+               ) -> tuple[dict[str, int], int]:
+    """Byte offsets of the DRAM values in the module's DRAM region, and its size.
+
+    Run-time values share bytes by lifetime (:func:`plan_memory`); constants (packed weights,
+    addends) follow, each in its own bytes, as the executor copies them there once. Every offset is
+    aligned to the configuration's largest DMA element (at least 64 bytes): ``plan_memory`` aligns
+    to 64, so it plans in units of ``alignment / 64`` bytes."""
+    if not sizes:
+        return {}, 0
+    align = max(64, default_alignment(config)) if config is not None else 64
+    unit = align // 64
+    values = {n: -(-size // unit) for n, size in sizes.items() if n not in const_names}
+    memory = plan_memory([(s.args[:len(s.args) - s.outputs], s.output_names) for s in steps], values, (), ())
+    offsets = {n: memory.offsets[n] * unit for n in values}
+    end = memory.arena_bytes * unit
+    for name in sorted(n for n in sizes if n in const_names):
+        offsets[name] = end
+        end += -(-max(sizes[name], 1) // align) * align
+    return offsets, end

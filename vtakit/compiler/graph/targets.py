@@ -8,7 +8,7 @@ targets register in :mod:`vtakit.compiler.build`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable, ContextManager
 
 from vtakit.compiler.backend.llvm_object import KernelObject, ObjectKernel, compile_object, target_id
 from vtakit.compiler.graph.ir import Graph, Node
@@ -35,7 +35,13 @@ class CompiledKernel:
 
 @dataclass(frozen=True)
 class GraphTarget:
-    """A build target: the graph passes it runs, the kernel compiler, and the workload extractor."""
+    """A build target: the graph passes it runs, the kernel compiler, and the workload extractor.
+
+    Targets with an accelerator also give ``context(graph, config, tuning_log)``, a context manager
+    the build runs its passes and compiles inside (it checks the graph and the configuration),
+    ``step_target(node)`` (where a step runs: ``"llvm"`` for the CPU, or the accelerator's name)
+    and ``note(node)`` (a step's remark for profiles, such as why a layer runs on the CPU); their
+    ``workload`` may answer None for nodes that are no tuning task."""
 
     name: str
     passes: tuple[str, ...]
@@ -46,6 +52,10 @@ class GraphTarget:
     # (graph, node, external values, cache, kernel name) -> compiles and stores the kernel when it is not
     # stored yet, loading nothing (the helper processes of a parallel build); None: no parallel builds
     prebuild: Callable[[Graph, Node, set[str], KernelCache, str], bool] | None = None
+    context: Callable[[Graph, Any, Any], ContextManager[Any]] | None = None
+    step_target: Callable[[Node], str] | None = None
+    note: Callable[[Node], str] | None = None
+    accelerator: bool = False  # steps of other targets than the CPU read and write accelerator DRAM
 
 
 _TARGETS: dict[str, GraphTarget] = {}

@@ -1,0 +1,213 @@
+"""Accelerator layers: which ``qnn`` nodes the accelerator can run, and their compiled kernels.
+
+:func:`analyze` looks at one ``qnn.conv2d`` / ``qnn.dense`` / ``qnn.add`` node and returns a
+:class:`LayerSpec` (what the accelerator op computes: the workload and the requantisation
+immediates) or a string saying why the layer stays on the CPU. :func:`compile_layer` schedules
+and builds a spec with :mod:`vtakit.compiler.topi_vta` (knobs from the tuning log when it holds
+the workload, else the default tiler, 2 virtual threads) into a
+:class:`~vtakit.runtime.template.ProgramTemplate`; identical layers (same workload, knobs and
+immediates) share one compiled kernel. Compiling happens while partitioning, so a layer that the
+tiler, the scheduler or the code generator rejects falls back to the CPU with that error as its
+reason.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from vtakit.compiler.graph.ir import Graph, Node
+from vtakit.compiler.graph.vta.context import VTABuildContext
+from vtakit.errors import VtakitError
+
+__all__ = ["LayerSpec", "LayerKernel", "analyze", "compile_layer", "ACCEL_OPS", "VTHREADS"]
+
+#: the qnn operators the accelerator may run
+ACCEL_OPS = ("qnn.conv2d", "qnn.dense", "qnn.add")
+#: virtual threads of the default tilings
+VTHREADS = 2
+
+
+@dataclass(frozen=True)
+class LayerSpec:
+    """What an accelerator layer computes (everything its kernel depends on).
+
+    ``args`` are the tuner's task arguments: a conv2d's ``Conv2dWorkload.key``, a dense's
+    ``(m, n, k)``, an add's NCHW shape. ``multiplier`` is None, ``"tensor"`` (per channel) or an
+    int immediate; ``add`` holds a ``qnn.add``'s ``(lshift_a, lshift_b, addend)``."""
+
+    kind: str
+    args: tuple[int, ...]
+    shift: int
+    clip: tuple[int, int]
+    pre_shift: int = 0
+    multiplier: None | str | int = None
+    with_addend: bool = True
+    add: tuple[int, int, int] = (0, 0, 0)
+
+    @property
+    def template(self) -> str:
+        """The tuning template of the layer (``vta.conv2d``, ``vta.dense``, ``vta.add``)."""
+        return f"vta.{self.kind}"
+
+    @property
+    def macs(self) -> int:
+        if self.kind == "conv2d":
+            from vtakit.compiler.topi_vta.workloads import Conv2dWorkload  # noqa: PLC0415
+
+            return Conv2dWorkload.from_key(self.args).macs
+        if self.kind == "dense":
+            m, n, k = self.args
+            return m * n * k
+        return 0
+
+
+@dataclass(frozen=True)
+class LayerKernel:
+    """A compiled accelerator layer: its knobs (None for ops without any) and program template."""
+
+    spec: LayerSpec
+    knobs: Any
+    template: Any
+    tuned: bool = False
+
+
+def _const(g: Graph, node: Node, k: int) -> np.ndarray | None | str:
+    """Input ``k`` of ``node`` as a constant array, None when absent, or a reason when it is not constant."""
+    if len(node.inputs) <= k or not node.inputs[k]:
+        return None
+    name = node.inputs[k]
+    if name not in g.constants:
+        return f"input {k} ({name!r}) is not a constant"
+    return g.constants[name]
+
+
+def _requant(g: Graph, node: Node, ctx: VTABuildContext, channels: int) -> tuple[dict[str, Any], str | None]:
+    """The requantisation fields of a conv2d/dense spec, or a reason to stay on the CPU."""
+    from vtakit.runtime.packing import MULTIPLIER_RANGE  # noqa: PLC0415
+
+    addend, mult = _const(g, node, 2), _const(g, node, 3)
+    for what, v in (("addend", addend), ("multiplier", mult)):
+        if isinstance(v, str):
+            return {}, f"the {what}: {v}"
+    fields: dict[str, Any] = {"shift": int(node.attrs["shift"]), "pre_shift": int(node.attrs["pre_shift"]),
+                              "clip": tuple(int(c) for c in node.attrs["clip"]), "with_addend": addend is not None}
+    if mult is not None:
+        if not ctx.config.alu_mul:
+            return {}, f"needs ALU_MUL (a fixed-point multiplier; {ctx.config.model} has ALU_MUL=false)"
+        if mult.ndim == 0 or mult.size == 1 or bool(np.all(mult == mult.reshape(-1)[0])):
+            fields["multiplier"] = int(mult.reshape(-1)[0])
+        else:
+            fields["multiplier"] = "tensor"
+            if mult.min() < MULTIPLIER_RANGE[0] or mult.max() > MULTIPLIER_RANGE[1]:
+                return {}, f"multiplier values outside {MULTIPLIER_RANGE} (the ALU's MUL reads 16 signed bits)"
+    return fields, None
+
+
+def analyze(g: Graph, node: Node, ctx: VTABuildContext) -> LayerSpec | str:
+    """The accelerator layer of ``node``, or why it runs on the CPU."""
+    from vtakit.compiler.topi_vta.workloads import Conv2dWorkload  # noqa: PLC0415
+
+    if node.op not in ACCEL_OPS:
+        return f"{node.op} has no accelerator op"
+    try:
+        if node.op == "qnn.conv2d":
+            if tuple(node.attrs["dilations"]) != (1, 1):
+                return f"dilation != 1 (dilations={tuple(node.attrs['dilations'])})"
+            if int(node.attrs["group"]) != 1:
+                return f"grouped conv (group={node.attrs['group']})"
+            w = _const(g, node, 1)
+            if not isinstance(w, np.ndarray):
+                return "the weight is not a constant"
+            n, c, h, wd = g.type_of(node.inputs[0]).shape
+            co, _, kh, kw = w.shape
+            wl = Conv2dWorkload(h, wd, c, co, (kh, kw), tuple(int(p) for p in node.attrs["pads"]),
+                                tuple(int(s) for s in node.attrs["strides"]), n)
+            fields, reason = _requant(g, node, ctx, co)
+            return reason if reason else LayerSpec("conv2d", wl.key, **fields)
+        if node.op == "qnn.dense":
+            w = _const(g, node, 1)
+            if not isinstance(w, np.ndarray):
+                return "the weight is not a constant"
+            m, k = g.type_of(node.inputs[0]).shape
+            fields, reason = _requant(g, node, ctx, w.shape[0])
+            return reason if reason else LayerSpec("dense", (m, w.shape[0], k), **fields)
+        return _analyze_add(g, node, ctx)
+    except VtakitError as exc:
+        return str(exc)
+
+
+def _analyze_add(g: Graph, node: Node, ctx: VTABuildContext) -> LayerSpec | str:
+    try:
+        from vtakit.compiler.topi_vta import add as _  # noqa: F401,PLC0415
+    except ImportError:
+        return "no accelerator residual add in this build (vtakit.compiler.topi_vta.add is missing)"
+    shape = g.type_of(node.inputs[0]).shape
+    if len(shape) != 4:
+        return f"an add of a {len(shape)}-D tensor (the accelerator adds packed NCHW tensors)"
+    if any(i in g.constants for i in node.inputs[:2]):
+        return "an add of a constant"
+    a = node.attrs
+    return LayerSpec("add", tuple(shape), int(a["shift"]), tuple(int(c) for c in a["clip"]),
+                     add=(int(a["lshift_a"]), int(a["lshift_b"]), int(a["addend"])))
+
+
+def _knobs(spec: LayerSpec, ctx: VTABuildContext) -> tuple[Any, bool]:
+    """The layer's knobs: the tuning log's best when it holds the workload, else the default tiler's."""
+    from vtakit.compiler.topi_vta.tiling import choose_conv2d_tiles, choose_dense_tiles  # noqa: PLC0415
+    from vtakit.compiler.topi_vta.workloads import Conv2dWorkload  # noqa: PLC0415
+
+    if ctx.history is not None and len(ctx.history):
+        from vtakit.compiler.autotune.dispatch import lookup  # noqa: PLC0415
+        from vtakit.compiler.autotune.templates.vta import conv2d_knobs, dense_knobs  # noqa: PLC0415
+
+        with ctx.history:
+            cfg = lookup(spec.template, spec.args, target="vta", config=ctx.config)
+        if not getattr(cfg, "is_fallback", False):
+            return (conv2d_knobs(cfg) if spec.kind == "conv2d" else dense_knobs(cfg)), True
+    if spec.kind == "conv2d":
+        return choose_conv2d_tiles(ctx.env, Conv2dWorkload.from_key(spec.args), VTHREADS), False
+    return choose_dense_tiles(ctx.env, *spec.args, VTHREADS), False
+
+
+def compile_layer(spec: LayerSpec, ctx: VTABuildContext) -> LayerKernel:
+    """Schedule and build ``spec`` for the accelerator (once per build for identical layers);
+    a :class:`~vtakit.errors.VtakitError` (no tiling fits, a rejected schedule) when it cannot."""
+    if spec in ctx.kernels:
+        got = ctx.kernels[spec]
+        if isinstance(got, Exception):
+            raise got
+        return got
+    try:
+        kernel = _compile(spec, ctx)
+    except VtakitError as exc:
+        ctx.kernels[spec] = exc
+        raise
+    ctx.kernels[spec] = kernel
+    return kernel
+
+
+def _compile(spec: LayerSpec, ctx: VTABuildContext) -> LayerKernel:
+    from vtakit.compiler.build import build as build_schedule  # noqa: PLC0415
+    from vtakit.compiler.topi_vta.conv2d import conv2d  # noqa: PLC0415
+    from vtakit.compiler.topi_vta.dense import dense  # noqa: PLC0415
+    from vtakit.compiler.topi_vta.workloads import Conv2dWorkload  # noqa: PLC0415
+
+    env = ctx.env
+    requant = {"shift": spec.shift, "clip": spec.clip, "with_addend": spec.with_addend,
+               "multiplier": spec.multiplier, "pre_shift": spec.pre_shift}
+    if spec.kind == "add":
+        from vtakit.compiler.graph.vta.add_kernel import schedule_add  # noqa: PLC0415
+
+        s, tensors = schedule_add(env, spec)
+        knobs, tuned = None, False
+    else:
+        knobs, tuned = _knobs(spec, ctx)
+        if spec.kind == "conv2d":
+            s, tensors = conv2d(env, Conv2dWorkload.from_key(spec.args), knobs, **requant)
+        else:
+            s, tensors = dense(env, *spec.args, knobs, **requant)
+    module = build_schedule(s, tensors, target="vta", config=ctx.config, name=f"vta_{spec.kind}")
+    return LayerKernel(spec, knobs, module.template, tuned)
