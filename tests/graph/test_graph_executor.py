@@ -101,3 +101,25 @@ def test_zero_dimensional_constants_and_values_keep_their_shape():
     out = ex.run([np.array(1.0, np.float32)])
     assert out[0].shape == () and out[0] == 3.5
     assert c.flags.writeable  # the caller's array is not made read-only
+
+
+def test_values_live_in_a_known_space_and_dram_values_need_a_device():
+    plan = _plan()
+    values = dict(plan.values, t=ValueInfo("t", (4,), "float32", 32, "sram"))
+    with pytest.raises(ArgumentError, match="space 'sram'"):
+        GraphExecutor(Plan(values, plan.inputs, plan.outputs, plan.steps, plan.arena_bytes), [_add],
+                      {"c": np.ones(4, np.float32)})
+    values = dict(plan.values, t=ValueInfo("t", (4,), "float32", 0, "dram"))
+    with pytest.raises(ArgumentError, match="needs a Device"):
+        GraphExecutor(Plan(values, plan.inputs, plan.outputs, plan.steps, plan.arena_bytes, 64), [_add],
+                      {"c": np.ones(4, np.float32)})
+
+
+def test_steps_keep_their_note_and_old_plans_without_one_load():
+    plan = _plan()
+    noted = Plan(plan.values, plan.inputs, plan.outputs,
+                 (Step("add0", 0, ("x", "c", "t"), 1, ("Add",), "llvm", "on the CPU: no accelerator add"),
+                  plan.steps[1]), plan.arena_bytes)
+    assert Plan.from_json(noted.to_json()) == noted
+    assert len(plan.to_json()["steps"][0]) == 6   # as version 1 packages store them
+    assert Plan.from_json(plan.to_json()).steps[0].note == ""

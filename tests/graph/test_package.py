@@ -109,3 +109,30 @@ def test_failed_save_leaves_no_file(tmp_path, monkeypatch):
     with pytest.raises(OSError, match="disk full"):
         mod.save(path)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_version_1_packages_still_load(tmp_path):
+    mod = vg.build(_graph())
+    path = tmp_path / "net.vtapkg"
+    mod.save(path)
+    with zipfile.ZipFile(path) as z:
+        meta = json.loads(z.read("meta.json"))
+        parts = {n: z.read(n) for n in z.namelist()}
+    assert meta["version"] == 2 and all(k["kind"] == "object" for k in meta["kernels"])
+    meta["version"] = 1
+    for k in meta["kernels"]:
+        del k["kind"]
+    old = tmp_path / "old.vtapkg"
+    with zipfile.ZipFile(old, "w") as z:
+        for name, data in parts.items():
+            z.writestr(name, json.dumps(meta) if name == "meta.json" else data)
+    x = np.ones((2, 8), np.float32)
+    np.testing.assert_array_equal(vg.load(old).run([x])[0], mod.run([x])[0])
+
+
+def test_a_module_without_object_code_is_not_saved(tmp_path):
+    mod = vg.build(_graph())
+    mod.kernel_objects = []
+    with pytest.raises(GraphError, match="no object code"):
+        mod.save(tmp_path / "net.vtapkg")
+    assert list(tmp_path.iterdir()) == []

@@ -136,10 +136,11 @@ class Profile:
 
     @property
     def accel_seconds(self) -> float | None:
-        total = self.total_cycles
-        if total is None:
+        if self.total_cycles is None:
             return None
-        return total / (self.clock_mhz * 1e6) if total else 0.0
+        if self.clock_mhz:
+            return self.total_cycles / (self.clock_mhz * 1e6)
+        return sum(r.accel_seconds or 0.0 for r in self._accel)
 
     @property
     def cpu_share(self) -> float | None:
