@@ -342,3 +342,84 @@ def test_llvm_build_of_a_qdq_model_equals_the_reference(qdq_model, tmp_path, mon
     for i in range(5):
         got = module.run({"input": x[i:i + 1]})[0]
         np.testing.assert_array_equal(got, vtakit.graph.evaluate(g, {"input": x[i:i + 1]})["logits"])
+
+
+# ---------------------------------------------------------------------------- hand-written QDQ patterns
+def _qdq_model(body, inputs, out, inits, shapes):
+    """``body`` (float nodes) between QuantizeLinear/DequantizeLinear of each input and of ``out``."""
+    vi = helper.make_tensor_value_info
+    nodes = []
+    for name in inputs:
+        nodes += [helper.make_node("QuantizeLinear", [name, f"s_{name}", "z"], [f"{name}_q"]),
+                  helper.make_node("DequantizeLinear", [f"{name}_q", f"s_{name}", "z"], [f"{name}_d"])]
+    nodes += body
+    nodes += [helper.make_node("QuantizeLinear", [out, "s_y", "z"], ["y_q"]),
+              helper.make_node("DequantizeLinear", ["y_q", "s_y", "z"], ["y"])]
+    return _model(nodes, [vi(n, TensorProto.FLOAT, list(shapes[n])) for n in inputs],
+                  [vi("y", TensorProto.FLOAT, None), vi("y_q", TensorProto.INT8, None)],
+                  [*inits, _t("z", np.int8(0))])
+
+
+def _add_model(s_a, s_b, s_y, relu=False):
+    body = [helper.make_node("Add", ["a_d", "b_d"], ["s"], name="add")]
+    if relu:
+        body.append(helper.make_node("Relu", ["s"], ["r"]))
+    return _qdq_model(body, ["a", "b"], "r" if relu else "s",
+                      [_t("s_a", np.float32(s_a)), _t("s_b", np.float32(s_b)), _t("s_y", np.float32(s_y))],
+                      {"a": (2, 8, 4, 4), "b": (2, 8, 4, 4)})
+
+
+def _run_both(model, graph, feeds):
+    return _session(model).run(["y_q"], feeds)[0].astype(int), vtakit.graph.evaluate(graph, feeds)["y_q"].astype(int)
+
+
+@pytest.mark.parametrize("scales, relu", [((0.04, 0.02, 0.01), True), ((0.1, 0.05, 0.1), False),
+                                          ((0.05, 0.1, 0.2), False)])
+def test_add_with_power_of_two_ratios_is_a_qnn_add(scales, relu):
+    """Left shifts are exact; a right shift rounds ties up (the qnn rule) where onnxruntime rounds them to even,
+    so the two differ by one step exactly at ties (the sum of the rescaled inputs ending in .5)."""
+    model = _add_model(*scales, relu=relu)
+    g = vtakit.graph.from_onnx(model)
+    assert _ops(g) == ["qnn.quantize", "qnn.quantize", "qnn.add", "qnn.dequantize"]
+    rng = np.random.default_rng(0)
+    feeds = {k: rng.normal(0, 3, (2, 8, 4, 4)).astype(np.float32) for k in ("a", "b")}
+    ref, got = _run_both(model, g, feeds)
+    env = vtakit.graph.evaluate(g, feeds, keep_all=True)
+    s_a, s_b, s_y = scales
+    exact = env["a_q"] * (s_a / s_y) + env["b_q"] * (s_b / s_y)
+    if relu:
+        exact = np.maximum(exact, 0)
+    tie = np.isclose(exact - np.floor(exact), 0.5)
+    assert np.abs(ref - got).max() <= 1 and np.all(tie[ref != got])
+    assert np.array_equal(got, np.clip(np.floor(exact + 0.5), -128, 127))
+
+
+def test_add_with_other_ratios_stays_in_float_unless_power2():
+    model = _add_model(0.1, 0.07, 0.1)
+    g = vtakit.graph.from_onnx(model)
+    assert "qnn.add" not in _ops(g) and "Add" in _ops(g)
+    with pytest.warns(UserWarning, match="powers of two"):
+        g2 = vtakit.graph.from_onnx(model, qdq_scales="power2")
+    assert "qnn.add" in _ops(g2)
+    assert g2.metadata[ERROR_KEY]["add"] == pytest.approx(abs(0.5 / (np.float32(0.07) / np.float32(0.1)) - 1),
+                                                          rel=1e-6)
+
+
+@pytest.mark.parametrize("op", ["MatMul", "Gemm"])
+def test_qdq_matmul_and_gemm_become_qnn_dense(op):
+    rng = np.random.default_rng(4)
+    w_q = rng.integers(-127, 128, size=(24, 6)).astype(np.int8)           # (K, N): MatMul's and Gemm's B
+    w_dq = helper.make_node("DequantizeLinear", ["w_q", "s_w", "z"], ["w"])
+    layer = (helper.make_node("MatMul", ["x_d", "w"], ["m"], name="fc") if op == "MatMul" else
+             helper.make_node("Gemm", ["x_d", "w", "bias"], ["m"], name="fc", alpha=1.0, beta=1.0))
+    bias_dq = helper.make_node("DequantizeLinear", ["bias_q", "s_bias", "z32"], ["bias"])
+    inits = [_t("s_x", np.float32(0.02)), _t("s_w", np.float32(0.005)), _t("s_y", np.float32(0.04)), _t("w_q", w_q),
+             _t("bias_q", rng.integers(-900, 900, 6).astype(np.int32)), _t("s_bias", np.float32(0.02 * 0.005)),
+             _t("z32", np.int32(0))]
+    body = [w_dq, bias_dq, layer] if op == "Gemm" else [w_dq, layer]
+    model = _qdq_model(body, ["x"], "m", inits, {"x": (5, 24)})
+    g = vtakit.graph.from_onnx(model)
+    assert _ops(g) == ["qnn.quantize", "qnn.dense", "qnn.dequantize"]
+    feeds = {"x": rng.normal(0, 1, (5, 24)).astype(np.float32)}
+    ref, got = _run_both(model, g, feeds)
+    assert np.abs(ref - got).max() <= 1 and (ref != got).mean() <= 0.05

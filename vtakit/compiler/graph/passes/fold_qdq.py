@@ -438,5 +438,5 @@ def fold_qdq(graph: Graph) -> Graph:
         worst = max(errors, key=errors.get)
         warnings.warn(f"qdq_scales='power2' rounded the requantisation scales of {len(errors)} layer(s) to "
                       f"powers of two; the largest relative scale error is {errors[worst]:.3g} (layer "
-                      f"{worst!r}); per layer in graph.metadata['{ERROR_KEY}']", stacklevel=2)
+                      f"{worst!r}); per layer in graph.metadata['{ERROR_KEY}']", stacklevel=4)
     return eliminate_dead_nodes.function(g)
