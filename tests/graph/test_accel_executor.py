@@ -26,6 +26,7 @@ from vtakit.hw.config import VTAConfig
 from vtakit.runtime import packing
 from vtakit.runtime.device import Device
 from vtakit.runtime.graph_executor import GraphExecutor, Plan, Step, ValueInfo
+from vtakit.runtime.layout_kernels import LayoutKernel
 from vtakit.runtime.template import ProgramTemplate
 
 CONFIG = VTAConfig.small()
@@ -422,21 +423,19 @@ def test_rtl_run_of_the_small_plan():
 
 
 # -- saving -----------------------------------------------------------------------------------------
-def _object_kernels() -> list:
-    """The pack and unpack steps as compiled CPU kernels (object code, as a build makes them)."""
-    b, bi, bo = CONFIG.batch, CONFIG.block_in, CONFIG.block_out
+def _object_pack_kernel():
+    """The pack step as a compiled CPU kernel (object code, as a build makes them)."""
+    b, bi = CONFIG.batch, CONFIG.block_in
     x = te.placeholder((M, K), "int8", name="x")
     xp = te.compute((M // b, K // bi, b, bi), lambda i, j, r, c: x[i * b + r, j * bi + c], name="xp")
-    yp = te.placeholder((M // b, N2 // bo, b, bo), "int8", name="yp")
-    y = te.compute((M, N2), lambda i, j: yp[i // b, j // bo, i % b, j % bo], name="y")
-    return [compile_object(lower_tensors([x], [xp], "pack_x"), "test_accel_pack_x"),
-            compile_object(lower_tensors([yp], [y], "unpack_y"), "test_accel_unpack_y")]
+    return compile_object(lower_tensors([x], [xp], "pack_x"), "test_accel_pack_x")
 
 
 def _saved_module(w):
-    pack, unpack = _object_kernels()
-    kernels = [load_object(pack), _template(N1, K), _template(N2, N1), load_object(unpack)]
-    objects = [pack, None, None, unpack]
+    """Object code packs, the templates multiply, a named layout kernel unpacks: every kernel kind."""
+    pack, unpack = _object_pack_kernel(), LayoutKernel("unpack_matrix")
+    kernels = [load_object(pack), _template(N1, K), _template(N2, N1), unpack]
+    objects = [pack, None, None, unpack.to_json()]
     return NetModule(_plan(note="stays on the CPU"), kernels, _packed_constants(w), target="vta",
                      kernel_objects=objects)
 
@@ -457,7 +456,7 @@ def test_save_and_load_an_accelerator_module(tmp_path):
     assert loaded.plan.steps[0].note == "stays on the CPU"
     with zipfile.ZipFile(path) as z:
         meta = json.loads(z.read("meta.json"))
-    assert meta["version"] == 2 and [k["kind"] for k in meta["kernels"]] == ["object", "vta", "vta", "object"]
+    assert meta["version"] == 2 and [k["kind"] for k in meta["kernels"]] == ["object", "vta", "vta", "layout"]
 
 
 def _rewrite(path, tmp_path, change) -> object:
@@ -483,6 +482,7 @@ def _set_template(meta, key, value):
     (lambda m: m["plan"].update(config={"LOG_BATCH": "many"}), "configuration"),
     (lambda m: m["plan"]["steps"][1].__setitem__(1, 0), "disagree on where it runs"),
     (lambda m: m["plan"]["steps"][1].__setitem__(1, 9), "does not hold"),
+    (lambda m: m["kernels"][3].update(layout_kernel="transpose"), "damaged: kernel 3.*unknown layout kernel"),
 ])
 def test_damaged_accelerator_packages_are_clear_errors(tmp_path, change, message):
     path = tmp_path / "net.vtapkg"

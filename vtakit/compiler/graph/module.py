@@ -30,6 +30,7 @@ from vtakit.hw import isa
 from vtakit.hw.config import VTAConfig
 from vtakit.runtime.device import Device, default_alignment
 from vtakit.runtime.graph_executor import GraphExecutor, LayerTiming, Plan, dram_traffic
+from vtakit.runtime.layout_kernels import LayoutKernel
 from vtakit.runtime.template import ProgramTemplate
 from vtakit.sim.backend import BACKENDS
 from vtakit.sim.program import MAX_DRAM_SIZE
@@ -206,8 +207,8 @@ class NetModule:
     """A compiled network: ``run(inputs) -> outputs``, ``debug_run``, ``profile``, ``save``.
 
     ``kernels`` are callables (CPU kernels) and, for accelerator steps, program templates;
-    ``kernel_objects`` what :meth:`save` writes for each kernel (object code; templates save as
-    themselves)."""
+    ``kernel_objects`` what :meth:`save` writes for each kernel (object code; program templates and
+    named layout kernels save as themselves)."""
 
     def __init__(self, plan: Plan, kernels: Sequence[Callable[..., Any] | ProgramTemplate],
                  constants: Mapping[str, np.ndarray], *, target: str = "llvm", kernel_objects: Sequence[Any] = (),
@@ -363,7 +364,8 @@ class NetModule:
         objects = list(self.kernel_objects)
         if len(objects) != len(self._kernels):
             objects = [None] * len(self._kernels)
-        objects = [k if isinstance(k, ProgramTemplate) else o for k, o in zip(self._kernels, objects)]
+        # accelerator templates and named layout kernels are saved as themselves
+        objects = [k if isinstance(k, (ProgramTemplate, LayoutKernel)) else o for k, o in zip(self._kernels, objects)]
         write_package(path, Package(self.target, self.plan, objects, self.constants))
 
     def __repr__(self) -> str:
@@ -376,7 +378,7 @@ def load(path: str | os.PathLike) -> NetModule:
     """The module saved at ``path``, ready to run: its kernels are linked, nothing is compiled."""
     package = read_package(path)
     try:
-        functions = [load_object(k) if isinstance(k, KernelObject) else k for k in package.kernels]
+        functions = [load_object(k) if isinstance(k, KernelObject) else k for k in package.kernels]  # others run as they are
         return NetModule(package.plan, functions, package.constants, target=package.target,
                          kernel_objects=package.kernels)
     except (CompileError, ArgumentError, GraphError) as exc:

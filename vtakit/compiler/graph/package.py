@@ -11,7 +11,9 @@ File format, version 2: a zip archive holding
   gives each kernel: ``{"kind": "object", "symbol": ..., "params": ..., "target": ...}`` for a CPU
   kernel (its code in ``kernels/<i>.o``), or ``{"kind": "vta", "template": ...}`` for an
   accelerator program template (:meth:`vtakit.runtime.template.ProgramTemplate.to_json` for the
-  plan's configuration); ``constants`` lists the constant names in order;
+  plan's configuration), or ``{"kind": "layout", "layout_kernel": ..., "params": ...}`` for a named
+  CPU layout kernel (:class:`vtakit.runtime.layout_kernels.LayoutKernel`, the pack and unpack
+  steps at accelerator borders); ``constants`` lists the constant names in order;
 - ``kernels/<i>.o``: CPU kernel *i*'s relocatable object code;
 - ``constants.npz``: constant *j* stored as ``c<j>`` (numpy, no pickles).
 
@@ -39,9 +41,10 @@ import numpy as np
 
 from vtakit.atomic import atomic_write
 from vtakit.compiler.backend.llvm_object import KernelObject, target_id
-from vtakit.errors import ConfigError, GraphError, ISAError, ProgramError
+from vtakit.errors import ArgumentError, ConfigError, GraphError, ISAError, ProgramError
 from vtakit.hw.config import VTAConfig
 from vtakit.runtime.graph_executor import Plan
+from vtakit.runtime.layout_kernels import LayoutKernel
 from vtakit.runtime.template import ProgramTemplate
 
 __all__ = ["FORMAT_NAME", "FORMAT_VERSION", "Package", "write_package", "read_package"]
@@ -58,7 +61,7 @@ class Package:
 
     target: str
     plan: Plan
-    kernels: list[KernelObject | ProgramTemplate]
+    kernels: list[KernelObject | ProgramTemplate | LayoutKernel]
     constants: dict[str, np.ndarray]
 
 
@@ -75,12 +78,13 @@ def write_package(path: str | os.PathLike, package: Package) -> None:
     """Write ``package`` to ``path`` (atomically)."""
     path = Path(path)
     kernels = package.kernels
-    if not all(isinstance(k, (KernelObject, ProgramTemplate)) for k in kernels):
+    if not all(isinstance(k, (KernelObject, ProgramTemplate, LayoutKernel)) for k in kernels):
         raise GraphError("this module's kernels have no object code to save (was it built for a CPU target?)")
     objects = [k for k in kernels if isinstance(k, KernelObject)]
     config = _plan_config(package.plan, "cannot save the module") \
         if any(isinstance(k, ProgramTemplate) for k in kernels) else None
     entries = [{"kind": "object", **k.to_json()} if isinstance(k, KernelObject)
+               else {"kind": "layout", **k.to_json()} if isinstance(k, LayoutKernel)
                else {"kind": "vta", "template": k.to_json(config)} for k in kernels]
     names = sorted(package.constants)
     meta = {"format": FORMAT_NAME, "version": FORMAT_VERSION, "target": package.target,
@@ -96,10 +100,13 @@ def write_package(path: str | os.PathLike, package: Package) -> None:
         z.writestr("constants.npz", buffer.getvalue())
 
 
+_KINDS = ("object", "vta", "layout")
+
+
 def _kind(entry: Any) -> str:
     kind = entry.get("kind", "object") if isinstance(entry, dict) else None
-    if kind not in ("object", "vta"):
-        raise GraphError(f"kernel entry kind {kind!r} is not 'object' or 'vta'")
+    if kind not in _KINDS:
+        raise GraphError(f"kernel entry kind {kind!r} is not one of {', '.join(map(repr, _KINDS))}")
     return kind
 
 
@@ -145,18 +152,23 @@ def read_package(path: str | os.PathLike) -> Package:
     except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
         raise GraphError(f"{str(path)!r} is damaged: its plan: {type(exc).__name__}: {exc}") from None
     config = None
-    kernels: list[KernelObject | ProgramTemplate] = []
+    kernels: list[KernelObject | ProgramTemplate | LayoutKernel] = []
     for i, (entry, code) in enumerate(zip(meta["kernels"], codes)):
         try:
-            if _kind(entry) == "object":
+            kind = _kind(entry)
+            if kind == "object":
                 kernels.append(KernelObject.from_json(entry, code))
+                continue
+            if kind == "layout":
+                kernels.append(LayoutKernel.from_json(entry))
                 continue
             if config is None:
                 config = _plan_config(plan, f"{str(path)!r} is damaged")
             kernels.append(ProgramTemplate.from_json(entry["template"], config))
         except GraphError:
             raise
-        except (KeyError, TypeError, ValueError, IndexError, AttributeError, ProgramError, ISAError) as exc:
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError, ProgramError, ISAError,
+                ArgumentError) as exc:
             raise GraphError(f"{str(path)!r} is damaged: kernel {i}: {type(exc).__name__}: {exc}") from None
     bad = [s.name for s in plan.steps if not isinstance(s.kernel, int) or not 0 <= s.kernel < len(kernels)]
     if bad:
