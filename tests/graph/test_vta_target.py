@@ -98,6 +98,11 @@ class Net:
         return run_passes(g, ["InferType"])
 
 
+def _run(mod: vg.NetModule, inputs: dict, backend: str) -> list[np.ndarray]:
+    """``mod.run`` on ``backend`` (a module whose layers all fell back to the CPU takes no backend)."""
+    return mod.run(inputs, backend=backend) if mod.is_accelerated else mod.run(inputs)
+
+
 def _unsaturated(values: np.ndarray) -> float:
     return float(np.mean((values > -128) & (values < 127)))
 
@@ -132,3 +137,107 @@ def test_conv_chain_odd_channels_and_sizes(config):
     y = net.conv(y, 20, kernel=(1, 1), pads=(0, 0, 0, 0), strides=(2, 1), relu=False)
     mod = _check(net, [y], config, backends=("fsim", "cycle"))
     assert [s.target for s in mod.plan.steps].count("vta") == 3
+
+
+@pytest.mark.parametrize("config", [SMALL, DEFAULT], ids=["small", "default"])
+def test_residual_maxpool_flatten_dense(config):
+    """conv -> maxpool -> conv -> residual add -> conv (stride 2, asymmetric pads) -> flatten -> dense -> dense."""
+    net = Net((1, 3, 9, 7), seed=1)
+    a = net.conv("x", 20)
+    p = net.op("MaxPool", [a], {"kernel_shape": (2, 2), "strides": (1, 1), "pads": (0, 0, 1, 1)})
+    b = net.conv(p, 20)
+    r = net.add(b, p)
+    c = net.conv(r, 36, kernel=(3, 3), pads=(0, 1, 2, 0), strides=(2, 2))
+    f = net.op("Flatten", [c], {"axis": 1})
+    d = net.dense(f, 68, relu=True)
+    e = net.dense(d, 10)
+    mod = _check(net, [e, r], config, backends=("fsim", "cycle"))
+    steps = {s.name: s for s in mod.plan.steps}
+    layers = [n.name for n in net.nodes if n.op.startswith("qnn.")]
+    assert len(layers) == 6 and {steps[n].target for n in layers} == {"vta"}
+    # dense -> dense passes its packed tensor directly: no CPU layout step between them
+    assert [s.ops[0] for s in mod.plan.steps][-3:] == ["vta.dense", "vta.dense", "vta.unpack_matrix"]
+
+
+def test_values_between_accelerator_layers_stay_in_dram():
+    net = Net((1, 3, 7, 9), seed=2)
+    y = net.conv(net.conv("x", 20), 36)
+    mod = vg.build(net.graph([y]), target="vta", config=SMALL)
+    kinds = [s.ops[0] for s in mod.plan.steps]
+    assert kinds == ["vta.pack_nchw", "vta.conv2d", "vta.conv2d", "vta.unpack_nchw"]
+    values = mod.plan.values
+    assert values["x"].space == "host" and values[y].space == "host"
+    for step in mod.plan.steps:
+        if step.target == "vta":
+            assert all(values[a].space == "dram" and values[a].offset % 64 == 0 for a in step.args)
+    assert mod.plan.dram_bytes > 0 and mod.plan.config == SMALL.to_dict()
+
+
+@pytest.mark.parametrize("config", [SMALL, DEFAULT], ids=["small", "default"])
+def test_layers_that_cannot_run_on_the_accelerator_fall_back_with_a_reason(config):
+    net = Net((1, 4, 12, 12), seed=3)
+    a = net.conv("x", 8, dilations=(2, 2), pads=(2, 2, 2, 2))
+    b = net.conv(a, 8, group=2)
+    c = net.conv(b, 8, kernel=(11, 11), pads=(5, 5, 5, 5)) if config == SMALL else net.conv(b, 8)
+    d = net.conv(c, 8)
+    mod = _check(net, [d], config, expect_cpu=("conv1", "conv2") + (("conv3",) if config == SMALL else ()))
+    steps = {s.name: s for s in mod.plan.steps}
+    assert "dilation" in steps["conv1"].note
+    assert "grouped conv" in steps["conv2"].note
+    if config == SMALL:
+        assert "tiling" in steps["conv3"].note, steps["conv3"].note
+    assert steps["conv4"].target == "vta"
+    assert mod.stats.notes["conv1"] == steps["conv1"].note
+
+
+def test_multiplier_needs_alu_mul():
+    net = Net((1, 4, 6, 6), seed=4)
+    y = net.conv("x", 8)
+    g = net.graph([y])
+    node = g.nodes[0]
+    g.constants["m"] = np.full(8, 3, np.int32)
+    g.types["m"] = TensorType((8,), "int32")
+    node.inputs.append("m")
+    node.attrs["shift"] += 2
+    ref = vg.evaluate(g, net.sample)[y]
+    mod = vg.build(g, target="vta", config=SMALL)
+    step = next(s for s in mod.plan.steps if s.name == "conv1")
+    assert step.target == "llvm" and "needs ALU_MUL" in step.note
+    np.testing.assert_array_equal(_run(mod, net.sample, "fsim")[0], ref)
+    mod = vg.build(g, target="vta", config=SMALL.replace(alu_mul=True))
+    assert next(s for s in mod.plan.steps if s.name == "conv1").target == "vta"
+    for backend in ("fsim", "cycle"):
+        np.testing.assert_array_equal(mod.run(net.sample, backend=backend)[0], ref)
+    g.constants["m"] = np.arange(8, dtype=np.int32) - 3       # per-channel multipliers: a packed tensor
+    ref = vg.evaluate(g, net.sample)[y]
+    mod = vg.build(g, target="vta", config=SMALL.replace(alu_mul=True))
+    assert len(mod.plan.steps[1].args) == 5 and mod.plan.steps[1].target == "vta"
+    np.testing.assert_array_equal(mod.run(net.sample, backend="fsim")[0], ref)
+
+
+def test_float_graph_and_bad_config_are_graph_errors():
+    g = Graph([Node("Relu", ["x"], ["y"], {}, "relu")], ["x"], ["y"], {"x": TensorType((1, 4), "float32")})
+    with pytest.raises(GraphError, match=r"vtakit.graph.quantize\(graph, calibration\)"):
+        vg.build(g, target="vta")
+    net = Net((1, 3, 5, 5))
+    with pytest.raises(GraphError, match="VTAConfig"):
+        vg.build(net.graph([net.conv("x", 4)]), target="vta", config={"LOG_BLOCK": 4})
+
+
+def test_identical_layers_share_one_kernel_and_extract_tasks():
+    net = Net((1, 16, 8, 8), seed=5)
+    y = "x"
+    for _ in range(3):
+        y = net.conv(y, 16)
+    y = net.conv(y, 32, kernel=(1, 1), pads=(0, 0, 0, 0), strides=(2, 2))
+    g = net.graph([y])
+    for layer in net.nodes[:3]:   # identical requantisation: identical kernels
+        layer.attrs["shift"] = net.nodes[0].attrs["shift"]
+    g = net.graph([y])
+    mod = vg.build(g, target="vta", config=DEFAULT)
+    vta_kernels = {s.kernel for s in mod.plan.steps if s.target == "vta"}
+    assert len(vta_kernels) == 2
+    tasks = vg.extract_tasks(g, target="vta", config=DEFAULT)
+    assert sorted((t.template, t.workload, t.count) for t in tasks) == [
+        ("vta.conv2d", (8, 8, 16, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1), 3),
+        ("vta.conv2d", (8, 8, 16, 32, 1, 1, 0, 0, 0, 0, 2, 2, 1), 1)]

@@ -199,10 +199,11 @@ def _compile(spec: LayerSpec, ctx: VTABuildContext) -> LayerKernel:
     requant = {"shift": spec.shift, "clip": spec.clip, "with_addend": spec.with_addend,
                "multiplier": spec.multiplier, "pre_shift": spec.pre_shift}
     if spec.kind == "add":
-        from vtakit.compiler.graph.vta.add_kernel import schedule_add  # noqa: PLC0415
+        from vtakit.compiler.topi_vta.add import add, choose_add_tiles  # noqa: PLC0415
 
-        s, tensors = schedule_add(env, spec)
-        knobs, tuned = None, False
+        la, lb, addend = spec.add
+        knobs, tuned = choose_add_tiles(env, spec.args, VTHREADS), False
+        s, tensors = add(env, spec.args, la, lb, addend, spec.shift, spec.clip)
     else:
         knobs, tuned = _knobs(spec, ctx)
         if spec.kind == "conv2d":
