@@ -25,8 +25,9 @@ from vtakit.compiler.graph.passes import run_passes
 from vtakit.compiler.graph.quantize.calibration import TensorStats, threshold
 from vtakit.compiler.graph.quantize.options import QuantizeOptions
 from vtakit.compiler.graph.quantize.plan import Plan, Step, dense_weight
-from vtakit.compiler.graph.quantize.scales import (ACC_HEADROOM, QMAX, check_shift, exponent, fixed_point,
-                                                   quantize_bias, quantize_weight, scale_for, weight_scales)
+from vtakit.compiler.graph.quantize.scales import (ACC_HEADROOM, QMAX, bias_in_acc_units, check_shift, exponent,
+                                                   fixed_point, quantize_bias, quantize_weight, scale_for,
+                                                   weight_scales)
 from vtakit.errors import GraphError
 from vtakit.runtime.packing import SHIFT_RANGE, rounding_addend
 
@@ -78,11 +79,12 @@ class _Realizer:
             ins.append(self.constant(f"{layer}_addend", addend))
             attrs.update(shift=shift, pre_shift=0)
         else:
-            bias_q = quantize_bias(bias, acc_scale, 0, layer).astype(np.int64)
+            bias_q = bias_in_acc_units(bias, acc_scale)
             stats = self.stats[step.pre_activation]
             amax = stats.channel_amax if stats.channel_amax is not None else np.full(len(s_w), stats.amax)
             calibrated = ACC_HEADROOM * amax / acc_scale
             hard = 128.0 * np.abs(wq.reshape(len(wq), -1).astype(np.int64)).sum(axis=1) + np.abs(bias_q)
+            # |acc + addend| <= bound: twice the calibrated range, never more than the worst case
             bound = np.maximum(np.minimum(calibrated, hard), 1.0)
             multiplier, shift, pre_shift = fixed_point(acc_scale / s_out, bound, layer)
             addend = quantize_bias(bias, acc_scale, rounding_addend(pre_shift), layer)

@@ -16,7 +16,7 @@ import numpy as np
 from vtakit.errors import GraphError
 from vtakit.runtime.packing import SHIFT_RANGE
 
-__all__ = ["scale_for", "exponent", "weight_scales", "quantize_weight", "quantize_bias", "fixed_point",
+__all__ = ["scale_for", "exponent", "weight_scales", "quantize_weight", "quantize_bias", "bias_in_acc_units", "fixed_point",
            "check_shift", "MULTIPLIER_BITS", "OVERFLOW_BITS", "ACC_HEADROOM", "QMAX"]
 
 #: the largest int8 magnitude a symmetric quantiser uses
@@ -28,7 +28,6 @@ MULTIPLIER_BITS = 15
 OVERFLOW_BITS = 29
 #: the calibrated accumulator range is doubled before sizing pre_shift (inputs beyond calibration)
 ACC_HEADROOM = 2.0
-_INT32 = (-(1 << 31), (1 << 31) - 1)
 
 
 def scale_for(amax: float | np.ndarray, power2: bool) -> np.ndarray:
@@ -62,18 +61,19 @@ def quantize_weight(w: np.ndarray, scales: np.ndarray) -> np.ndarray:
     return np.clip(np.rint(w.astype(np.float64) / s), -QMAX, QMAX).astype(np.int8)
 
 
-def _check_int32(values: np.ndarray, what: str, layer: str) -> np.ndarray:
-    if values.size and (values.min() < _INT32[0] or values.max() > _INT32[1]):
-        raise GraphError(f"quantize: layer {layer!r}: the {what} ({int(np.abs(values).max())} at most) does not "
-                         "fit int32; the layer's input or weight scale is too fine for its bias")
-    return values.astype(np.int32)
+def bias_in_acc_units(bias: np.ndarray | None, acc_scales: np.ndarray) -> np.ndarray:
+    """``round(b / (s_in * s_w))`` per output channel, as float64 (0 without a bias)."""
+    b = np.zeros(len(acc_scales)) if bias is None else bias.astype(np.float64)
+    return np.rint(b / acc_scales)
 
 
 def quantize_bias(bias: np.ndarray | None, acc_scales: np.ndarray, extra: int, layer: str) -> np.ndarray:
     """The int32 addend ``round(b / (s_in * s_w)) + extra`` per output channel (``extra``: the rounding term)."""
-    b = np.zeros(len(acc_scales)) if bias is None else bias.astype(np.float64)
-    q = np.rint(b / acc_scales).astype(np.int64) + int(extra)
-    return _check_int32(q, "int32 bias", layer)
+    q = bias_in_acc_units(bias, acc_scales) + float(extra)
+    if q.size and np.abs(q).max() >= 2.0 ** 31:
+        raise GraphError(f"quantize: layer {layer!r}: the int32 bias ({np.abs(q).max():.4g} at most) does not fit "
+                         "int32; the layer's input or weight scale is too fine for its bias")
+    return q.astype(np.int32)
 
 
 def check_shift(shift: int, layer: str, what: str = "shift") -> int:
