@@ -241,3 +241,38 @@ def test_identical_layers_share_one_kernel_and_extract_tasks():
     assert sorted((t.template, t.workload, t.count) for t in tasks) == [
         ("vta.conv2d", (8, 8, 16, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1), 3),
         ("vta.conv2d", (8, 8, 16, 32, 1, 1, 0, 0, 0, 0, 2, 2, 1), 1)]
+
+
+def test_tuning_log_picks_knobs_and_falls_back_to_the_default_tiler(tmp_path):
+    from vtakit.compiler.autotune.measure import MeasureErrorNo, MeasureInput, MeasureResult
+    from vtakit.compiler.autotune.record import TuningRecord
+    from vtakit.compiler.autotune.task import create_task
+    from vtakit.compiler.autotune.templates.vta import conv2d_knobs
+    from vtakit.compiler.topi_vta.tiling import choose_conv2d_tiles
+    from vtakit.compiler.topi_vta.workloads import Conv2dWorkload
+    from vtakit.compiler.vta.env import get_env
+
+    net = Net((1, 8, 8, 8), seed=6)
+    a = net.conv("x", 8)
+    b = net.conv(a, 16, strides=(2, 2))
+    g = net.graph([b])
+    tasks = {t.workload: t for t in vg.extract_tasks(g, target="vta", config=SMALL)}
+    key = Conv2dWorkload(8, 8, 8, 8, 3, 1, 1).key
+    assert key in tasks and tasks[key].template == "vta.conv2d"
+    task = create_task("vta.conv2d", key, "vta", SMALL)
+    default = choose_conv2d_tiles(get_env(SMALL), Conv2dWorkload.from_key(key), 2)
+    space = task.config_space
+    entity = next(space.get(i) for i in range(len(space))
+                  if conv2d_knobs(space.get(i)) != default and conv2d_knobs(space.get(i)).oc_nthread == 1
+                  and conv2d_knobs(space.get(i)).h_nthread == 1 and conv2d_knobs(space.get(i)).tile_h == 2)
+    record = TuningRecord.of(MeasureInput(task, entity), MeasureResult((1000.0,), MeasureErrorNo.NO_ERROR), 0.0)
+    log = tmp_path / "tune.log"
+    log.write_text(record.to_json() + "\n")
+    mod = vg.build(g, target="vta", config=SMALL, tuning_log=str(log))
+    steps = {s.name: s for s in mod.plan.steps}
+    assert steps["conv1"].target == "vta" and "tuning log" in steps["conv1"].note
+    assert steps["conv2"].target == "vta" and steps["conv2"].note == ""      # not in the log: default tiler
+    ref = vg.evaluate(g, net.sample)[b]
+    np.testing.assert_array_equal(mod.run(net.sample, backend="fsim")[0], ref)
+    with pytest.raises(GraphError, match="tuning_log"):
+        vg.build(g, target="llvm", tuning_log=str(log))

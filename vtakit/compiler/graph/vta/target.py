@@ -53,8 +53,13 @@ def step_target(node: Node) -> str:
 
 
 def step_note(node: Node) -> str:
-    """Why a step runs where it does, when that needs saying (CPU fallbacks, layout steps)."""
-    return current_context().notes.get(node.outputs[0], "") if node.outputs else ""
+    """Why a step runs where it does, when that needs saying (CPU fallbacks, layout steps), or
+    that an accelerator layer's knobs come from the tuning log."""
+    ctx = current_context()
+    if node.op in ACCEL_NODE_OPS:
+        kernel = ctx.kernels.get(node.attrs["spec"])
+        return "tuned: knobs from the tuning log" if getattr(kernel, "tuned", False) else ""
+    return ctx.notes.get(node.outputs[0], "") if node.outputs else ""
 
 
 def _layer_description(node: Node) -> tuple[str, list[Any]]:
