@@ -297,6 +297,9 @@ def test_plan_checks():
                            plan.config), kernels, consts, device)
     with pytest.raises(ArgumentError, match="take a ProgramTemplate"):
         GraphExecutor(plan, [_pack, _pack, _template(N2, N1), _unpack], consts, device)
+    with pytest.raises(ArgumentError, match="cannot place the network's 2097152 bytes"):
+        GraphExecutor(Plan(plan.values, plan.inputs, plan.outputs, plan.steps, plan.arena_bytes, 2 << 20, plan.config),
+                      kernels, consts, device)
     with pytest.raises(ArgumentError, match="outside the 64-byte DRAM region"):
         GraphExecutor(Plan(plan.values, plan.inputs, plan.outputs, plan.steps, plan.arena_bytes, 64, plan.config),
                       kernels, consts, device)

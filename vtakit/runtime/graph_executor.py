@@ -39,7 +39,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 import numpy as np
 
 from vtakit.atomic import atomic_write
-from vtakit.errors import ArgumentError
+from vtakit.errors import AllocationError, ArgumentError, ConfigError
 from vtakit.hw.config import VTAConfig
 from vtakit.progress import Progress, progress
 from vtakit.runtime.device import Device, default_alignment
@@ -191,11 +191,10 @@ def stall_breakdown(stats: RunStats) -> dict[str, dict[str, int]] | None:
 class _AccelCall:
     """A bound accelerator step: runs its program on the device and records the statistics."""
 
-    __slots__ = ("executor", "index", "program", "name")
+    __slots__ = ("executor", "program", "name")
 
-    def __init__(self, executor: "GraphExecutor", index: int, program: Any, name: str) -> None:
-        self.executor = weakref.proxy(executor)
-        self.index = index
+    def __init__(self, executor: "GraphExecutor", program: Any, name: str) -> None:
+        self.executor = weakref.proxy(executor)    # the executor owns its calls; no reference cycle
         self.program = program
         self.name = name
 
@@ -221,7 +220,8 @@ class GraphExecutor:
         dram = self._place_on(device) if plan.uses_dram else None
         for info in plan.values.values():
             if info.space not in SPACES:
-                raise ArgumentError(f"value {info.name!r} lives in space {info.space!r}; expected one of {list(SPACES)}")
+                raise ArgumentError(f"value {info.name!r} lives in space {info.space!r}; expected one of "
+                                    f"{list(SPACES)}")
             if info.space == "dram":
                 self._views[info.name] = self._dram_view(info, dram, constants)
             elif info.offset is None:
@@ -245,8 +245,7 @@ class GraphExecutor:
                 raise ArgumentError(f"step {step.name!r} uses values {missing} that the plan does not place")
         self._inputs = [(name, self._views[name]) for name in plan.inputs]
         self._input_info = [plan.values[name] for name in plan.inputs]
-        self._calls: list[Callable[..., Any]] = [self._bind_step(i, s, kernels[s.kernel])
-                                                 for i, s in enumerate(plan.steps)]
+        self._calls: list[Callable[..., Any]] = [self._bind_step(s, kernels[s.kernel]) for s in plan.steps]
 
     # -- placement -------------------------------------------------------------------------------
     def _place_on(self, device: Device | None) -> np.ndarray:
@@ -260,14 +259,14 @@ class GraphExecutor:
         if plan.config is not None:
             try:
                 wanted = VTAConfig.from_dict(dict(plan.config))
-            except Exception as exc:  # noqa: BLE001 -- a ConfigError or a malformed mapping
+            except (ConfigError, TypeError, ValueError) as exc:
                 raise ArgumentError(f"the plan's accelerator configuration is invalid: {exc}") from None
             if wanted != device.config:
                 raise ArgumentError(wanted.mismatch(device.config, "the network", "the device"))
         alignment = max(64, default_alignment(device.config))
         try:
             self._region = device.allocator.alloc(max(plan.dram_bytes, 1), alignment)
-        except Exception as exc:
+        except AllocationError as exc:
             raise ArgumentError(f"cannot place the network's {plan.dram_bytes} bytes of DRAM values on {device!r}: "
                                 f"{exc}") from None
         weakref.finalize(self, device.allocator.free, self._region)
@@ -299,7 +298,7 @@ class GraphExecutor:
         return self._region + int(info.offset)
 
     # -- binding ---------------------------------------------------------------------------------
-    def _bind_step(self, index: int, step: Step, kernel: Any) -> Callable[..., Any]:
+    def _bind_step(self, step: Step, kernel: Any) -> Callable[..., Any]:
         if not step.on_accelerator:
             if isinstance(kernel, ProgramTemplate):
                 raise ArgumentError(f"step {step.name!r} (target {step.target!r}) calls kernel {step.kernel}, an "
@@ -316,7 +315,7 @@ class GraphExecutor:
             program = instantiate(kernel, self.device, [self.address(a) for a in step.args], step.name, step.args)
         except ArgumentError as exc:
             raise ArgumentError(f"accelerator step {step.name!r}: {exc}") from None
-        return _AccelCall(self, index, program, step.name)
+        return _AccelCall(self, program, step.name)
 
     @staticmethod
     def _bind(kernel: Callable[..., Any], arrays: list[np.ndarray]) -> Callable[[], Any]:
@@ -481,7 +480,8 @@ class GraphExecutor:
                 {"name": "process_name", "ph": "M", "pid": _CPU_PID, "args": {"name": "host (CPU steps)"}},
                 {"name": "thread_name", "ph": "M", "pid": _CPU_PID, "tid": 0, "args": {"name": "cpu"}}]
         doc = {"traceEvents": meta + events, "displayTimeUnit": "ns",
-               "otherData": {"time_unit": "1 us of trace time = 1 accelerator cycle", "config": self.device.config.model,
+               "otherData": {"time_unit": "1 us of trace time = 1 accelerator cycle",
+                             "config": self.device.config.model,
                              "clock_mhz": self.device.config.clock_mhz, "cycles": cycles,
                              "steps": [s.name for s in self.plan.steps]}}
         with atomic_write(path) as f:

@@ -378,7 +378,8 @@ def load(path: str | os.PathLike) -> NetModule:
     """The module saved at ``path``, ready to run: its kernels are linked, nothing is compiled."""
     package = read_package(path)
     try:
-        functions = [load_object(k) if isinstance(k, KernelObject) else k for k in package.kernels]  # others run as they are
+        # object code is linked; program templates and layout kernels run as they are
+        functions = [load_object(k) if isinstance(k, KernelObject) else k for k in package.kernels]
         return NetModule(package.plan, functions, package.constants, target=package.target,
                          kernel_objects=package.kernels)
     except (CompileError, ArgumentError, GraphError) as exc:
