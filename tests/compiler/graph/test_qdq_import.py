@@ -162,7 +162,8 @@ def test_every_contrib_op_is_listed_at_once():
              helper.make_node("QLinearGlobalAveragePool", ["b", "s", "z", "s", "z"], ["c"], domain="com.microsoft",
                               name="gap")]
     model = _model(nodes, [vi("a", TensorProto.INT8, [1, 4, 2, 2])], [vi("c", TensorProto.INT8, [1, 4, 1, 1])],
-                   [_t("s", np.float32(0.1)), _t("z", np.int8(0))], extra_opsets=[helper.make_opsetid("com.microsoft", 1)])
+                   [_t("s", np.float32(0.1)), _t("z", np.int8(0))],
+                   extra_opsets=[helper.make_opsetid("com.microsoft", 1)])
     with pytest.raises(UnsupportedOperatorError) as info:
         vtakit.graph.from_onnx(model)
     text = str(info.value)
