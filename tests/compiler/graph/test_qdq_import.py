@@ -424,3 +424,12 @@ def test_qdq_matmul_and_gemm_become_qnn_dense(op):
     feeds = {"x": rng.normal(0, 1, (5, 24)).astype(np.float32)}
     ref, got = _run_both(model, g, feeds)
     assert np.abs(ref - got).max() <= 1 and (ref != got).mean() <= 0.05
+
+
+def test_qlinearconv_under_power2_records_its_error():
+    with pytest.warns(UserWarning, match=r"layer 'qconv'"):
+        g = vtakit.graph.from_onnx(_qlinear_conv_model(per_channel=False), qdq_scales="power2")
+    node = g.nodes[_ops(g).index("qnn.conv2d")]
+    assert len(node.inputs) == 3 and node.attrs["pre_shift"] == 0           # a plain shift: no multiplier
+    m = np.float32(0.02) * np.float32(0.003) / np.float32(0.05)
+    assert g.metadata[ERROR_KEY] == {"qconv": pytest.approx(abs(2.0 ** -node.attrs["shift"] / m - 1), rel=1e-5)}

@@ -27,8 +27,9 @@ import numpy as np
 import onnx
 
 from vtakit.compiler.graph.frontend.registry import ConvertContext, OnnxNode, converter
+from vtakit.compiler.graph.ir import Node
 from vtakit.compiler.graph.passes.fold_qdq import (CONSTANTS_KEY, ERROR_KEY, MODE_KEY, accumulator_bound,
-                                                   realise)
+                                                   conv2d_attrs, realise)
 from vtakit.errors import GraphError, UnsupportedOperatorError
 
 __all__ = ["QUANTIZED_OPS"]
@@ -258,12 +259,9 @@ def _qlinear_conv(ctx: ConvertContext, node: OnnxNode) -> None:
         b = np.zeros(channels, np.int64) if bias_value is None else bias_value.astype(np.int64).reshape(-1)
         r = realise(m.astype(np.float64), b, accumulator_bound(weight), _metadata(ctx).get(MODE_KEY, "exact"))
         if r is not None:
-            from vtakit.compiler.graph.passes.fold_qdq import _conv_attrs
-            from vtakit.compiler.graph.ir import Node
-
             label = node.name or node.outputs[0]
             _power2_error(ctx, label, r.error)
-            attrs = _conv_attrs(Node("Conv", [], [], _conv_node_attrs(node)), xt.shape, weight.shape)
+            attrs = conv2d_attrs(Node("Conv", [], [], _conv_node_attrs(node)), xt.shape, weight.shape)
             inputs = [x, w, ctx.add_constant(r.addend, f"{label}_addend")]
             if r.multiplier is not None:
                 inputs.append(ctx.add_constant(r.multiplier, f"{label}_multiplier"))

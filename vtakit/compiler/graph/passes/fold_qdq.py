@@ -44,7 +44,7 @@ from vtakit.compiler.graph.passes.registry import graph_pass
 from vtakit.errors import GraphError
 
 __all__ = ["fold_qdq", "realise", "Realisation", "QDQ_SCALES", "MODE_KEY", "ERROR_KEY", "CONSTANTS_KEY",
-           "MULTIPLIER_BITS", "accumulator_bound"]
+           "MULTIPLIER_BITS", "accumulator_bound", "conv2d_attrs"]
 
 #: the values of ``from_onnx(..., qdq_scales=)``
 QDQ_SCALES = ("exact", "power2")
@@ -309,7 +309,7 @@ class _Folder:
             if len(xs) != 4 or w.values.ndim != 4:
                 return False
             weight, w_axis, alpha, beta = w.values, 0, 1.0, 1.0
-            attrs = _conv_attrs(node, xs, w.values.shape)
+            attrs = conv2d_attrs(node, xs, w.values.shape)
             op = "qnn.conv2d"
         else:
             if len(xs) != 2 or w.values.ndim != 2:
@@ -413,8 +413,8 @@ class _Folder:
         return True
 
 
-def _conv_attrs(node: Node, x_shape: Sequence[int], w_shape: Sequence[int]) -> dict[str, Any]:
-    """A Conv's window as ``qnn.conv2d`` attributes (explicit pads, auto_pad resolved)."""
+def conv2d_attrs(node: Node, x_shape: Sequence[int], w_shape: Sequence[int]) -> dict[str, Any]:
+    """A Conv node's window as ``qnn.conv2d`` attributes (explicit pads, auto_pad resolved)."""
     from vtakit.compiler.graph.ops.nn import conv_window
 
     win = conv_window("Conv", x_shape, w_shape, node.attrs)
