@@ -276,3 +276,74 @@ def test_tuning_log_picks_knobs_and_falls_back_to_the_default_tiler(tmp_path):
     np.testing.assert_array_equal(mod.run(net.sample, backend="fsim")[0], ref)
     with pytest.raises(GraphError, match="tuning_log"):
         vg.build(g, target="llvm", tuning_log=str(log))
+
+
+def _odd_channel_model():
+    """A float CNN with channel counts that are not whole blocks (3, 20, 36, 68), a 3x1 kernel, a
+    strided 1x1 shortcut, a residual add, max pooling and a classifier."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    from vtakit.compiler.graph.zoo import ModelBuilder
+
+    b = ModelBuilder(7)
+    x = b.node("Relu", [b.batch_norm(b.conv("data", 3, 20, 3, 1, [1, 1, 1, 1]), 20)])
+    x = b.node("MaxPool", [x], kernel_shape=[2, 2], strides=[1, 1], pads=[0, 0, 1, 1])
+    y = b.node("Relu", [b.batch_norm(b.conv(x, 20, 36, (3, 1), 2, [1, 0, 1, 0]), 36)])
+    y = b.batch_norm(b.conv(y, 36, 36, 3, 1, [1, 1, 1, 1]), 36)
+    s = b.batch_norm(b.conv(x, 20, 36, 1, 2, [0, 0, 0, 0]), 36)
+    x = b.node("Relu", [b.node("Add", [y, s])])
+    x = b.node("Relu", [b.conv(x, 36, 68, 3, 1, [0, 1, 2, 1])])
+    x = b.node("Flatten", [b.node("GlobalAveragePool", [x])], axis=1)
+    w = b.constant(b.he_normal((10, 68), 68), "fc_w")
+    b.nodes.append(helper.make_node("Gemm", [x, w], ["logits"], name="fc", transB=1))
+    model = b.model([helper.make_tensor_value_info("data", TensorProto.FLOAT, [1, 3, 11, 9])],
+                    [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 10])], "odd")
+    assert isinstance(model, onnx.ModelProto)
+    return vg.from_onnx(model)
+
+
+@pytest.mark.parametrize("config", [SMALL, DEFAULT], ids=["small", "default"])
+def test_quantized_odd_channel_network_matches_reference_and_llvm(config):
+    g = _odd_channel_model()
+    rng = np.random.default_rng(0)
+    calib = rng.standard_normal((8, 3, 11, 9)).astype(np.float32)
+    q = vg.quantize(g, calib, skip_first_conv=False)
+    x = {"data": calib[:1]}
+    ref = vg.evaluate(q, x, keep_all=True)
+    llvm = vg.build(q, target="llvm").debug_run(x)
+    mod = vg.build(q, target="vta", config=config)
+    layers = [n for n in q.nodes if n.op in ("qnn.conv2d", "qnn.dense", "qnn.add")]
+    steps = {s.name: s for s in mod.plan.steps}
+    assert len(layers) == 7 and all(steps[n.name].target == "vta" for n in layers)
+    for backend in ("fsim", "cycle"):
+        np.testing.assert_array_equal(mod.run(x, backend=backend)[0], ref["logits"])
+        seen = mod.debug_run(x, backend=backend)
+        boundary = [n for n in seen if n in ref and n in llvm and n not in q.constants]
+        assert any(n.endswith("int8") for n in boundary), boundary
+        for name in boundary:
+            np.testing.assert_array_equal(seen[name], ref[name], err_msg=f"{backend} {name} vs reference")
+            np.testing.assert_array_equal(seen[name], llvm[name], err_msg=f"{backend} {name} vs llvm")
+
+
+def test_quantized_float_scales_need_alu_mul():
+    g = _odd_channel_model()
+    calib = np.random.default_rng(1).standard_normal((4, 3, 11, 9)).astype(np.float32)
+    q = vg.quantize(g, calib, scales="float", weight_granularity="channel")
+    x = {"data": calib[:1]}
+    ref = vg.evaluate(q, x)["logits"]
+    mult = [n.name for n in q.nodes if n.op in ("qnn.conv2d", "qnn.dense") and len(n.inputs) > 3 and n.inputs[3]]
+    assert mult
+    mod = vg.build(q, target="vta", config=SMALL)
+    steps = {s.name: s for s in mod.plan.steps}
+    assert all(steps[n].target == "llvm" and "needs ALU_MUL" in steps[n].note for n in mult)
+    np.testing.assert_array_equal(_run(mod, x, "fsim")[0], ref)
+    mod = vg.build(q, target="vta", config=SMALL.replace(alu_mul=True))
+    steps = {s.name: s for s in mod.plan.steps}
+    shifts = {n.name: n.attrs["shift"] for n in q.nodes if n.name in mult}
+    for name in mult:    # the ALU adds the rounding constant 2**(shift-1) in at most three 16-bit immediates
+        if shifts[name] <= 17:
+            assert steps[name].target == "vta", (name, steps[name].note)
+        else:
+            assert steps[name].target == "llvm" and "rounding constant" in steps[name].note
+    np.testing.assert_array_equal(_run(mod, x, "fsim")[0], ref)
