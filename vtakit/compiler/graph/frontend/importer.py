@@ -275,9 +275,9 @@ def from_onnx(model: str | os.PathLike | onnx.ModelProto, input_shapes: Mapping[
             frozen |= need.inputs
             continue
         if any(n.op.startswith("qnn.") for n in graph.nodes) or len(graph.metadata) > 1:
-            graph = fold_qdq(graph).verify()
-        if graph.metadata.keys() == {MODE_KEY}:
-            graph.metadata.clear()     # not a quantised model: nothing to say
+            graph = fold_qdq(graph).verify()     # a quantised model: metadata keeps qdq_scales
+        else:
+            graph.metadata.clear()
         return graph
 
 
