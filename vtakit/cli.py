@@ -467,7 +467,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.repeat < 0 or args.print_top < 0:
         raise VtakitError(f"--repeat and --print-top must be >= 0, got {args.repeat} and {args.print_top}")
     module = _compile_model(args) if args.model.suffix == ".onnx" else graph.load(args.model)
-    accelerated = module.target == "vta"
+    accelerated = module.is_accelerated
     if not accelerated and (args.backend is not None or args.trace is not None):
         raise VtakitError(f"{str(args.model)!r} runs on the CPU only: --backend and --trace apply to modules "
                           "compiled with --target vta")
