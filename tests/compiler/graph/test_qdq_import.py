@@ -433,3 +433,21 @@ def test_qlinearconv_under_power2_records_its_error():
     assert len(node.inputs) == 3 and node.attrs["pre_shift"] == 0           # a plain shift: no multiplier
     m = np.float32(0.02) * np.float32(0.003) / np.float32(0.05)
     assert g.metadata[ERROR_KEY] == {"qconv": pytest.approx(abs(2.0 ** -node.attrs["shift"] / m - 1), rel=1e-5)}
+
+
+def test_power2_layers_run_on_the_accelerator(tmp_path_factory, tmp_path, monkeypatch):
+    """The default accelerator configuration has no ALU multiplier: exact (fixed-point) layers run on the CPU,
+    power-of-two per-tensor layers on the accelerator (the functional simulator here), with the same bits."""
+    monkeypatch.setenv("VTAKIT_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("VTAKIT_BUILD_JOBS", "1")
+    path = _quantise(tmp_path_factory, False, "QDQ")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        g = vtakit.graph.from_onnx(path, qdq_scales="power2")
+    module = vtakit.graph.build(g, "vta", cache_dir=tmp_path / "cache")
+    assert module.is_accelerated
+    assert {s.name for s in module.plan.steps if s.target == "vta"} == {"conv1", "conv2", "conv3", "fc"}
+    x, _ = datasets.load_digits_test()
+    for i in range(3):
+        np.testing.assert_array_equal(module.run({"input": x[i:i + 1]})[0],
+                                      vtakit.graph.evaluate(g, {"input": x[i:i + 1]})["logits"])
