@@ -351,6 +351,7 @@ def test_digits_accuracy_within_one_point_of_float():
     assert (qp == ys).mean() >= (fp == ys).mean() - 0.01
 
 
+@pytest.mark.slow   # about 8 s with a cold kernel cache
 def test_resnet18_small_bit_exact():
     g = vg.from_onnx(vg.zoo.resnet18(image=32, classes=10))
     q = vg.quantize(g, _data(4, (1, 3, 32, 32)))
