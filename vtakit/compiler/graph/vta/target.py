@@ -96,7 +96,7 @@ def _compile(graph: Graph, node: Node, external: set[str], cache: KernelCache, n
     if node.op in LAYOUT_OPS:
         kernel = LayoutKernel(LAYOUT_OPS[node.op], node.attrs["params"])
         return CompiledKernel(tuple(node.inputs), tuple(node.outputs), Workload(node.op, json.dumps(kernel.key)),
-                              kernel.key, kernel, kernel.to_json())
+                              kernel.key, kernel, kernel)
     return _llvm_compile(graph, node, external, cache, name, wait)
 
 
