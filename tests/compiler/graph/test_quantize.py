@@ -128,6 +128,48 @@ def test_llvm_integer_path_is_bit_exact_and_close_to_float(cnn, options):
     assert _snr(vg.evaluate(cnn, x)["out"], ref["out"]) > (5 if options.get("method") == "kl" else 12)
 
 
+def _random_net(seed):
+    """A random stack of convolutions (groups, dilations, strides, pads, biases), ReLUs, residual adds,
+    max pools and a dense head: every tensor between the input and the output is int8 when quantised."""
+    rng = np.random.default_rng(seed)
+
+    def build(b):
+        x, c, size = "x", 4, 10
+        for _ in range(3):
+            group = int(rng.choice([g for g in (1, 2, 4) if c % g == 0]))
+            out = group * int(rng.integers(1, 4))
+            k, dil, stride = int(rng.choice([1, 3])), int(rng.integers(1, 3)), int(rng.integers(1, 3))
+            pad = (k - 1) * dil // 2
+            y = b.conv(x, c, out, k, stride, [pad] * 4, group, bias=bool(rng.integers(2)))
+            b.nodes[-1].attribute.append(helper.make_attribute("dilations", [dil, dil]))
+            size = (size - 1) // stride + 1
+            if rng.integers(2):
+                y = b.node("Relu", [y])
+            if out == c and stride == 1 and rng.integers(2):
+                y = b.node("Add", [y, x])
+                y = b.node("Relu", [y]) if rng.integers(2) else y
+            x, c = y, out
+        if size >= 2 and rng.integers(2):
+            x = b.node("MaxPool", [x], kernel_shape=[2, 2], strides=[2, 2])
+            size //= 2
+        x = b.node("Flatten", [x], axis=1)
+        return b.node("MatMul", [x, b.constant(b.he_normal((c * size * size, 6), c * size * size), "head")])
+    return _model(build, [("x", [1, 4, 10, 10])], ["out"], seed=seed)
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("options", [dict(), dict(weight_granularity="channel", scales="float")],
+                         ids=["power2", "multiplier"])
+def test_random_graphs_bit_exact_end_to_end(seed, options):
+    g = _random_net(seed)
+    data = _data(8, (1, 4, 10, 10), seed=seed)
+    q = vg.quantize(g, data, skip_first_conv=False, **options)
+    assert "Conv" not in _ops(q)
+    x = {"x": _data(1, (1, 4, 10, 10), seed=100 + seed)[0]}
+    ref = _assert_bit_exact(q, x, end_to_end=True)
+    assert _snr(vg.evaluate(g, x)["out"], ref["out"]) > 10
+
+
 def test_multiplier_form(cnn):
     q = vg.quantize(cnn, _data(16), weight_granularity="channel")
     for node in q.nodes:
@@ -253,6 +295,24 @@ def test_bad_calibration_for_two_inputs(tmp_path):
     (tmp_path / "bad.npz").write_bytes(b"not a zip")
     with pytest.raises(GraphError, match=r"cannot read the calibration file"):
         vg.quantize(g, tmp_path / "bad.npz")
+
+
+def test_calibration_of_an_integer_input_must_match_its_dtype():
+    def build(b):
+        f = b.node("Cast", ["x"], to=TensorProto.FLOAT)
+        return b.node("MatMul", [f, b.constant(np.ones((2, 2), np.float32), "w")])
+    b = ModelBuilder(0)
+    build(b)
+    b.nodes.append(helper.make_node("Identity", [b.nodes[-1].output[0]], ["out"]))
+    graph = helper.make_graph(b.nodes, "net", [helper.make_tensor_value_info("x", TensorProto.INT32, [1, 2])],
+                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)], b.initializers)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    g = vg.from_onnx(model)
+    with pytest.raises(GraphError, match=r"input 'x' is float32, the input is int32\[1x2\]"):
+        vg.quantize(g, np.zeros((2, 1, 2), np.float32))
+    q = vg.quantize(g, np.arange(8, dtype=np.int32).reshape(4, 1, 2))
+    assert "qnn.dense" in _ops(q)
 
 
 def test_non_finite_calibration_is_an_error():

@@ -100,8 +100,6 @@ class _Realizer:
         w = self.g.constants[node.inputs[1]]
         bias = self.g.constants[node.inputs[2]] if len(node.inputs) > 2 and node.inputs[2] else None
         win = conv_window("Conv", self.g.type_of(node.inputs[0]).shape, w.shape, node.attrs)
-        if len(win.kernel) != 2:
-            raise GraphError(f"quantize: layer {layer!r}: only 2-D convolutions are quantised")
         attrs = {"strides": tuple(win.strides), "dilations": tuple(win.dilations), "group": int(node.attrs["group"]),
                  "pads": (win.pads_begin[0], win.pads_begin[1], win.pads_end[0], win.pads_end[1])}
         return self.requantized(step, layer, w, bias, attrs)
