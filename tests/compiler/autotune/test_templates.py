@@ -68,3 +68,19 @@ def test_cpu_conv2d_template_is_correct():
     res = run_trial(task, task.config_space.fallback.index, LocalBuilder(timeout=60),
                     LocalRunner(timeout=60, number=1, repeat=1))
     assert res.ok, res.error_msg
+
+
+def test_conv2d_template_takes_the_workload_key_and_the_older_seven_ints():
+    """A non-square, asymmetrically padded, per-axis-strided workload tunes by its key; the older 7-int
+    form (earlier logs, ``conv2d:`` specs) names the same workload."""
+    wl = Conv2dWorkload(7, 9, 3, 20, (3, 1), (0, 1, 1, 0), (2, 1))
+    task = autotune.create_task("vta.conv2d", wl.key, config=VTAConfig.small())
+    assert task.args == wl.key and len(task.args) == 13
+    assert conv2d_knobs(task.config_space.fallback) == choose_conv2d_tiles(get_env(VTAConfig.small()), wl)
+    res = run_trial(task, task.config_space.fallback.index, LocalBuilder(timeout=60), LocalRunner(timeout=60))
+    assert res.error_no == MeasureErrorNo.NO_ERROR, res.error_msg
+    old = autotune.create_task("vta.conv2d", (8, 8, 16, 32, 3, 1, 1), config=VTAConfig.small())
+    assert Conv2dWorkload.from_key(old.args) == Conv2dWorkload(8, 8, 16, 32, 3, 1, 1)
+    assert old.config_space.fallback.knob_values() == \
+        autotune.create_task("vta.conv2d", Conv2dWorkload(8, 8, 16, 32, 3, 1, 1).key,
+                             config=VTAConfig.small()).config_space.fallback.knob_values()

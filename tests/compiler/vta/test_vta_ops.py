@@ -328,3 +328,15 @@ def test_epilogue_stages_skip_identities_and_check_their_parameters(small_env):
         dense(small_env, 4, 4, 4, pre_shift=2)
     with pytest.raises(CompileError, match="multiplier must be None, \"tensor\" or an int"):
         dense(get_env(MUL), 4, 4, 4, multiplier="per-channel")
+
+
+@pytest.mark.parametrize("config", [MUL, VTAConfig(alu_mul=True)], ids=["small", "default"])
+def test_epilogue_with_a_multiplier_on_the_cycle_backend(config):
+    from vtakit.runtime.packing import requantize
+    env = get_env(config)
+    host, acc, addend, mult, pack = _epilogue_case(env, "conv2d", True, "tensor", seed=4)
+    wl = Conv2dWorkload(5, 6, 6, 10, (3, 2), (1, 0, 1, 1), (1, 2))
+    s, tensors = conv2d(env, wl, shift=12, clip=(-128, 127), multiplier="tensor", pre_shift=3)
+    _, stats = build_and_run(s, tensors, host, pack(requantize(acc, addend, 12, (-128, 127), mult, 3)), config,
+                             backend="cycle")
+    assert stats.cycles > 0
