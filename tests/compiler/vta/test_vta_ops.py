@@ -324,8 +324,8 @@ def test_epilogue_stages_skip_identities_and_check_their_parameters(small_env):
         dense(small_env, 4, 4, 4, clip=(0, 200))
     with pytest.raises(CompileError, match="use shift <= 17"):
         dense(get_env(MUL), 4, 4, 4, shift=18, multiplier=3)
-    with pytest.raises(CompileError, match="pre_shift=2 needs a multiplier"):
-        dense(small_env, 4, 4, 4, pre_shift=2)
+    _, st = dense_packed(small_env, 4, 4, 4, shift=2, pre_shift=5)     # no multiplier: pre_shift unused
+    assert [n for n in st if n != "gemm"] == ["addend_add", "shr", "clip"] and "shift_right(" in str(st["shr"].op.body)
     with pytest.raises(CompileError, match="multiplier must be None, \"tensor\" or an int"):
         dense(get_env(MUL), 4, 4, 4, multiplier="per-channel")
 

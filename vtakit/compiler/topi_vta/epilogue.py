@@ -54,9 +54,7 @@ def check_requant(env: VTAEnv, shift: int, clip: tuple[int, int], multiplier: ob
     if not (_is_int(lo) and _is_int(hi) and -128 <= lo <= hi <= 127):
         raise CompileError(f"{where}: clip {clip!r} must be ints with -128 <= lo <= hi <= 127 (the int8 output)")
     if multiplier is None:
-        if pre_shift:
-            raise CompileError(f"{where}: pre_shift={pre_shift} needs a multiplier (without one, use shift)")
-        return
+        return                          # pre_shift only applies with a multiplier (as requantize)
     if not env.config.alu_mul:
         raise CompileError(f"{where}: a multiplier needs a configuration with ALU_MUL enabled "
                            f"({env.config.model} has ALU_MUL=false)")
