@@ -48,7 +48,8 @@ def test_conv2d_compute_matches_reference(group, strides, pads, dilations, shift
 def test_dense_compute_matches_reference(shift, pre_shift, multiplier, clip):
     rng = np.random.default_rng(shift)
     x = rng.integers(-128, 128, (3, 40)).astype(np.int8)
-    consts = {"w": rng.integers(-128, 128, (7, 40)).astype(np.int8), "b": rng.integers(-2**10, 2**10, 7).astype(np.int32)}
+    consts = {"w": rng.integers(-128, 128, (7, 40)).astype(np.int8),
+              "b": rng.integers(-2**10, 2**10, 7).astype(np.int32)}
     ins = ["x", "w", "b"]
     if multiplier:
         consts["m"] = rng.integers(2**14, 2**15, 7).astype(np.int32)
@@ -61,11 +62,12 @@ def test_dense_accumulator_wraps_like_the_reference():
     x = np.full((1, 4096), 127, np.int8)
     w = np.full((2, 4096), 127, np.int8)   # 4096 * 127 * 127 > 2**31 / 32: with the addend it wraps
     consts = {"w": w, "b": np.array([2**31 - 2**20, -2**31], np.int32)}
-    _check([Node("qnn.dense", ["x", "w", "b"], ["y"], {"shift": 24, "pre_shift": 0, "clip": (-128, 127)}, "fc")], {"x": x}, consts, ["y"])
+    attrs = {"shift": 24, "pre_shift": 0, "clip": (-128, 127)}
+    _check([Node("qnn.dense", ["x", "w", "b"], ["y"], attrs, "fc")], {"x": x}, consts, ["y"])
 
 
-@pytest.mark.parametrize("lshift_a, lshift_b, addend, shift, clip", [(0, 0, 0, 0, (-128, 127)), (2, 0, 2, 2, (0, 127)),
-                                                                     (0, 3, 0, -1, (-128, 127)), (31, 0, 0, 30, (-9, 9))])
+@pytest.mark.parametrize("lshift_a, lshift_b, addend, shift, clip", [
+    (0, 0, 0, 0, (-128, 127)), (2, 0, 2, 2, (0, 127)), (0, 3, 0, -1, (-128, 127)), (31, 0, 0, 30, (-9, 9))])
 def test_add_compute_matches_reference(lshift_a, lshift_b, addend, shift, clip):
     rng = np.random.default_rng(lshift_a + 7 * lshift_b)
     a = rng.integers(-128, 128, (2, 3, 5, 5)).astype(np.int8)

@@ -22,7 +22,8 @@ def _model(build, inputs, outputs, seed=0):
     out = build(b)
     if isinstance(out, str):
         b.nodes.append(helper.make_node("Identity", [out], ["out"]))
-    graph = helper.make_graph(b.nodes, "net", [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs],
+    graph = helper.make_graph(b.nodes, "net",
+                              [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs],
                               [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in outputs],
                               b.initializers)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])

@@ -16,8 +16,8 @@ import numpy as np
 from vtakit.errors import GraphError
 from vtakit.runtime.packing import SHIFT_RANGE
 
-__all__ = ["scale_for", "exponent", "weight_scales", "quantize_weight", "quantize_bias", "bias_in_acc_units", "fixed_point",
-           "check_shift", "MULTIPLIER_BITS", "OVERFLOW_BITS", "ACC_HEADROOM", "QMAX"]
+__all__ = ["scale_for", "exponent", "weight_scales", "quantize_weight", "quantize_bias", "bias_in_acc_units",
+           "fixed_point", "check_shift", "MULTIPLIER_BITS", "OVERFLOW_BITS", "ACC_HEADROOM", "QMAX"]
 
 #: the largest int8 magnitude a symmetric quantiser uses
 QMAX = 127
