@@ -347,3 +347,34 @@ def test_quantized_float_scales_need_alu_mul():
         else:
             assert steps[name].target == "llvm" and "rounding constant" in steps[name].note
     np.testing.assert_array_equal(_run(mod, x, "fsim")[0], ref)
+
+
+def test_saved_accelerator_module_runs_after_load(tmp_path):
+    net = Net((1, 3, 7, 9), seed=8)
+    y = net.conv(net.conv("x", 20), 36, kernel=(3, 1), pads=(1, 0, 1, 0))
+    d = net.dense(net.op("Flatten", [y], {"axis": 1}), 10)
+    g = net.graph([d])
+    path = tmp_path / "net.vtapkg"
+    vg.build(g, target="vta", config=SMALL).save(path)
+    mod = vg.load(path)
+    assert mod.is_accelerated and [s.note for s in mod.plan.steps][0].startswith("pack")
+    np.testing.assert_array_equal(mod.run(net.sample, backend="fsim")[0], vg.evaluate(g, net.sample)[d])
+
+
+@pytest.mark.parametrize("op, shape, params, out_shape", [
+    ("vta.pack_nchw", (1, 20, 3, 5), {"batch": 1, "block": 8}, (1, 3, 3, 5, 1, 8)),
+    ("vta.unpack_nchw", (2, 3, 3, 5, 1, 8), {}, (2, 20, 3, 5)),
+    ("vta.pack_matrix", (3, 36), {"rows": 2, "cols": 16}, (2, 3, 2, 16)),
+    ("vta.unpack_matrix", (2, 3, 2, 16), {}, (3, 36)),
+    ("vta.repack_nchw", (1, 5, 2, 3, 1, 4), {"batch": 1, "channels": 20, "block": 8}, (1, 3, 2, 3, 1, 8)),
+])
+def test_layout_steps_compile_to_their_references(op, shape, params, out_shape):
+    """The CPU layout steps' TE computes equal the runtime's numpy layout kernels (the repack runs only
+    on configurations with BLOCK_IN != BLOCK_OUT, so it is checked here on its own)."""
+    x = np.random.default_rng(9).integers(-128, 128, shape).astype(np.int8)
+    g = Graph([Node(op, ["x"], ["y"], {"params": params, "out_shape": out_shape}, "layout")], ["x"], ["y"],
+              {"x": TensorType(shape, "int8")})
+    from vtakit.compiler.graph.passes import run_passes
+    g = run_passes(g, ["InferType"])
+    ref = vg.evaluate(g, {"x": x})["y"]
+    np.testing.assert_array_equal(vg.build(g, target="llvm").run({"x": x})[0], ref)

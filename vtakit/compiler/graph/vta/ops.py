@@ -12,7 +12,9 @@ After :mod:`.graph_pack` a graph for the ``vta`` target holds
 
 The references compute exactly what the kernels do (channels zero-padded to whole blocks), so
 :func:`vtakit.graph.evaluate` runs a packed graph too and gives the original graph's values.
-None of these operators has a TE compute: the ``vta`` target compiles them itself.
+The layout operators also have TE computes, so the ``vta`` target compiles them as ordinary CPU
+kernels (kernel cache, saved modules); the accelerator operators have none: the target compiles
+them with :mod:`vtakit.compiler.topi_vta`.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from vtakit.compiler import te
 from vtakit.compiler.graph.ir import TensorType
 from vtakit.compiler.graph.op import REQUIRED, Pattern, register_op
 from vtakit.compiler.graph.ops.qnn import conv2d_accumulate
@@ -100,6 +103,68 @@ def _vta_add(ins: list, attrs: dict) -> tuple[np.ndarray, ...]:
     return (requantize(t, np.int32(addend), spec.shift, spec.clip),)
 
 
+# ---------------------------------------------------------------------------- layout computes (CPU kernels)
+def _padded_read(x: te.Tensor, index: list, limits: list[int]) -> object:
+    """``x[index]`` where every index is below its limit, else 0 (indices clamped: no read out of bounds)."""
+    inside = [i < n for i, n in zip(index, limits) if n is not None]
+    clamped = [i if n is None else te.min(i, n - 1) for i, n in zip(index, limits)]
+    value = x[tuple(clamped)]
+    return te.if_then_else(te.all(*inside), value, te.const(0, x.dtype)) if inside else value
+
+
+def _pack_nchw_compute(ins: list, attrs: dict) -> list[te.Tensor]:
+    x, p = ins[0], attrs["params"]
+    n, c = (int(d) for d in x.shape[:2])
+    b, k = p["batch"], p["block"]
+    pads = [n if n % b else None, c if c % k else None]
+
+    def value(no, co, h, w, ni, ci):
+        return _padded_read(x, [no * b + ni, co * k + ci, h, w], [*pads, None, None])
+
+    return [te.compute(tuple(attrs["out_shape"]), value, name="pack_nchw", tag="injective")]
+
+
+def _unpack_nchw_compute(ins: list, attrs: dict) -> list[te.Tensor]:
+    x = ins[0]
+    b, k = int(x.shape[4]), int(x.shape[5])
+    return [te.compute(tuple(attrs["out_shape"]), lambda n, c, h, w: x[n // b, c // k, h, w, n % b, c % k],
+                       name="unpack_nchw", tag="injective")]
+
+
+def _pack_matrix_compute(ins: list, attrs: dict) -> list[te.Tensor]:
+    x, p = ins[0], attrs["params"]
+    m, k = (int(d) for d in x.shape)
+    r, c = p["rows"], p["cols"]
+    pads = [m if m % r else None, k if k % c else None]
+    return [te.compute(tuple(attrs["out_shape"]),
+                       lambda mo, ko, mi, ki: _padded_read(x, [mo * r + mi, ko * c + ki], pads),
+                       name="pack_matrix", tag="injective")]
+
+
+def _unpack_matrix_compute(ins: list, attrs: dict) -> list[te.Tensor]:
+    x = ins[0]
+    r, c = int(x.shape[2]), int(x.shape[3])
+    return [te.compute(tuple(attrs["out_shape"]), lambda m, k: x[m // r, k // c, m % r, k % c],
+                       name="unpack_matrix", tag="injective")]
+
+
+def _repack_nchw_compute(ins: list, attrs: dict) -> list[te.Tensor]:
+    x, p = ins[0], attrs["params"]
+    src, dst, channels = int(x.shape[5]), p["block"], p["channels"]
+
+    def value(n, co, h, w, ni, ci):
+        ch = te.min(co * dst + ci, channels - 1)
+        inside = co * dst + ci < channels
+        return te.if_then_else(inside, x[n, ch // src, h, w, ni, ch % src], te.const(0, x.dtype))
+
+    return [te.compute(tuple(attrs["out_shape"]), value, name="repack_nchw", tag="injective")]
+
+
+_LAYOUT_COMPUTES = {"pack_nchw": _pack_nchw_compute, "unpack_nchw": _unpack_nchw_compute,
+                    "pack_matrix": _pack_matrix_compute, "unpack_matrix": _unpack_matrix_compute,
+                    "repack_nchw": _repack_nchw_compute}
+
+
 def _register_layout(op: str, kernel: str) -> None:
     def reference(ins: list, attrs: dict) -> tuple[np.ndarray, ...]:
         out = np.zeros(tuple(attrs["out_shape"]), ins[0].dtype)
@@ -108,6 +173,7 @@ def _register_layout(op: str, kernel: str) -> None:
 
     reference.__doc__ = f"The CPU layout step {kernel!r} (vtakit.runtime.layout_kernels)."
     register_op(op, pattern=Pattern.OPAQUE, attrs={"params": {}, "out_shape": REQUIRED},
+                compute=_LAYOUT_COMPUTES[kernel],
                 infer=lambda types, consts, attrs: [TensorType(tuple(attrs["out_shape"]), types[0].dtype)])(reference)
 
 

@@ -30,6 +30,9 @@ from vtakit.runtime.layout_kernels import LayoutKernel
 __all__ = ["VTA_PASSES", "VTA_TARGET", "check_quantized", "step_target", "step_note"]
 
 VTA_PASSES = (*LLVM_PASSES[:5], "VTAPartition", "VTAGraphPack", *LLVM_PASSES[5:])
+#: the layout steps are compiled from their TE computes like any CPU kernel (cached, saved with the
+#: module); False runs them as the runtime's named numpy kernels (vtakit.runtime.layout_kernels)
+COMPILED_LAYOUT_STEPS = True
 
 
 def check_quantized(graph: Graph) -> None:
@@ -93,7 +96,7 @@ def _compile(graph: Graph, node: Node, external: set[str], cache: KernelCache, n
         template, args = _layer_description(node)
         return CompiledKernel(tuple(node.inputs), tuple(node.outputs), Workload(template, json.dumps(args)),
                               _kernel_key(kernel), kernel.template, kernel.template)
-    if node.op in LAYOUT_OPS:
+    if node.op in LAYOUT_OPS and not COMPILED_LAYOUT_STEPS:
         kernel = LayoutKernel(LAYOUT_OPS[node.op], node.attrs["params"])
         return CompiledKernel(tuple(node.inputs), tuple(node.outputs), Workload(node.op, json.dumps(kernel.key)),
                               kernel.key, kernel, kernel)
@@ -101,7 +104,7 @@ def _compile(graph: Graph, node: Node, external: set[str], cache: KernelCache, n
 
 
 def _prebuild(graph: Graph, node: Node, external: set[str], cache: KernelCache, name: str) -> bool:
-    if node.op in ACCEL_NODE_OPS or node.op in LAYOUT_OPS:
+    if node.op in ACCEL_NODE_OPS or (node.op in LAYOUT_OPS and not COMPILED_LAYOUT_STEPS):
         return False
     return _llvm_prebuild(graph, node, external, cache, name)
 
