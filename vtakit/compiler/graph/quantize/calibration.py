@@ -152,6 +152,8 @@ def collect_statistics(graph: Graph, samples: Sequence[Sample], values: Sequence
     """Run ``graph`` on every sample and record ``values``' statistics (``channel_values`` also per channel;
     ``histograms`` adds a second pass recording |x| histograms of ``values``)."""
     wanted = list(dict.fromkeys([*values, *channel_values]))
+    if not wanted:
+        return {}
     run = _runner(graph, wanted, samples[0])
     stats = {v: TensorStats() for v in wanted}
     passes = 2 if histograms else 1
