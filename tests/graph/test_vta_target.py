@@ -378,3 +378,15 @@ def test_layout_steps_compile_to_their_references(op, shape, params, out_shape):
     g = run_passes(g, ["InferType"])
     ref = vg.evaluate(g, {"x": x})["y"]
     np.testing.assert_array_equal(vg.build(g, target="llvm").run({"x": x})[0], ref)
+
+
+@pytest.mark.parametrize("config", [DEFAULT, VTAConfig.small(LOG_BATCH=1)], ids=["default", "small-batch2"])
+def test_batch_of_three_with_residual_and_dense(config):
+    """Batch 3 (zero-padded to whole BATCH blocks on a 2-batch configuration), a residual add of two
+    accelerator outputs, flatten, dense -> dense with 3 rows."""
+    net = Net((3, 5, 6, 7), seed=11)
+    a = net.conv("x", 20)
+    b = net.conv(a, 20)
+    r = net.add(a, b)
+    d = net.dense(net.op("Flatten", [r], {"axis": 1}), 12, relu=True)
+    _check(net, [net.dense(d, 7), r], config, backends=("fsim", "cycle"))
