@@ -390,3 +390,23 @@ def test_batch_of_three_with_residual_and_dense(config):
     r = net.add(a, b)
     d = net.dense(net.op("Flatten", [r], {"axis": 1}), 12, relu=True)
     _check(net, [net.dense(d, 7), r], config, backends=("fsim", "cycle"))
+
+
+def test_quantized_resnet18_runs_its_int8_layers_on_the_accelerator():
+    from vtakit.compiler.graph import zoo
+
+    g = vg.from_onnx(zoo.resnet18(image=64))
+    calib = np.random.default_rng(0).standard_normal((2, 3, 64, 64)).astype(np.float32)
+    q = vg.quantize(g, calib)
+    x = {"data": calib[:1]}
+    mod = vg.build(q, target="vta", config=DEFAULT)
+    steps = {s.name: s for s in mod.plan.steps}
+    layers = [n.name for n in q.nodes if n.op in ("qnn.conv2d", "qnn.dense", "qnn.add")]
+    assert len(layers) == 19 + 8 + 1 and all(steps[n].target == "vta" for n in layers)
+    assert sum(s.ops[0].startswith("vta.pack") for s in mod.plan.steps) == 2      # into the body, into the fc
+    ref = vg.evaluate(q, x, keep_all=True)
+    llvm = vg.build(q, target="llvm").debug_run(x)
+    seen = mod.debug_run(x, backend="fsim")
+    np.testing.assert_array_equal(seen["logits"], ref["logits"])
+    for name in [n for n in seen if n in llvm and n not in q.constants]:
+        np.testing.assert_array_equal(seen[name], llvm[name], err_msg=name)
