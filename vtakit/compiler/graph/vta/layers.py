@@ -84,7 +84,7 @@ def _const(g: Graph, node: Node, k: int) -> np.ndarray | None | str:
     return g.constants[name]
 
 
-def _requant(g: Graph, node: Node, ctx: VTABuildContext, channels: int) -> tuple[dict[str, Any], str | None]:
+def _requant(g: Graph, node: Node, ctx: VTABuildContext) -> tuple[dict[str, Any], str | None]:
     """The requantisation fields of a conv2d/dense spec, or a reason to stay on the CPU."""
     from vtakit.runtime.packing import MULTIPLIER_RANGE  # noqa: PLC0415
 
@@ -125,14 +125,14 @@ def analyze(g: Graph, node: Node, ctx: VTABuildContext) -> LayerSpec | str:
             co, _, kh, kw = w.shape
             wl = Conv2dWorkload(h, wd, c, co, (kh, kw), tuple(int(p) for p in node.attrs["pads"]),
                                 tuple(int(s) for s in node.attrs["strides"]), n)
-            fields, reason = _requant(g, node, ctx, co)
+            fields, reason = _requant(g, node, ctx)
             return reason if reason else LayerSpec("conv2d", wl.key, **fields)
         if node.op == "qnn.dense":
             w = _const(g, node, 1)
             if not isinstance(w, np.ndarray):
                 return "the weight is not a constant"
             m, k = g.type_of(node.inputs[0]).shape
-            fields, reason = _requant(g, node, ctx, w.shape[0])
+            fields, reason = _requant(g, node, ctx)
             return reason if reason else LayerSpec("dense", (m, w.shape[0], k), **fields)
         return _analyze_add(g, node, ctx)
     except VtakitError as exc:
@@ -140,10 +140,6 @@ def analyze(g: Graph, node: Node, ctx: VTABuildContext) -> LayerSpec | str:
 
 
 def _analyze_add(g: Graph, node: Node, ctx: VTABuildContext) -> LayerSpec | str:
-    try:
-        from vtakit.compiler.topi_vta import add as _  # noqa: F401,PLC0415
-    except ImportError:
-        return "no accelerator residual add in this build (vtakit.compiler.topi_vta.add is missing)"
     shape = g.type_of(node.inputs[0]).shape
     if len(shape) != 4:
         return f"an add of a {len(shape)}-D tensor (the accelerator adds packed NCHW tensors)"
@@ -154,12 +150,13 @@ def _analyze_add(g: Graph, node: Node, ctx: VTABuildContext) -> LayerSpec | str:
                      add=(int(a["lshift_a"]), int(a["lshift_b"]), int(a["addend"])))
 
 
-def _knobs(spec: LayerSpec, ctx: VTABuildContext) -> tuple[Any, bool]:
-    """The layer's knobs: the tuning log's best when it holds the workload, else the default tiler's."""
+def _knobs(spec: LayerSpec, ctx: VTABuildContext, use_log: bool = True) -> tuple[Any, bool]:
+    """The layer's knobs: the tuning log's best when it holds the workload (and ``use_log``), else
+    the default tiler's; and whether they came from the log."""
     from vtakit.compiler.topi_vta.tiling import choose_conv2d_tiles, choose_dense_tiles  # noqa: PLC0415
     from vtakit.compiler.topi_vta.workloads import Conv2dWorkload  # noqa: PLC0415
 
-    if ctx.history is not None and len(ctx.history):
+    if use_log and ctx.history is not None and len(ctx.history):
         from vtakit.compiler.autotune.dispatch import lookup  # noqa: PLC0415
         from vtakit.compiler.autotune.templates.vta import conv2d_knobs, dense_knobs  # noqa: PLC0415
 
@@ -174,14 +171,20 @@ def _knobs(spec: LayerSpec, ctx: VTABuildContext) -> tuple[Any, bool]:
 
 def compile_layer(spec: LayerSpec, ctx: VTABuildContext) -> LayerKernel:
     """Schedule and build ``spec`` for the accelerator (once per build for identical layers);
-    a :class:`~vtakit.errors.VtakitError` (no tiling fits, a rejected schedule) when it cannot."""
+    a :class:`~vtakit.errors.VtakitError` (no tiling fits, a rejected schedule) when it cannot.
+    Knobs from the tuning log that fail for this layer's epilogue give way to the default tiler's."""
     if spec in ctx.kernels:
         got = ctx.kernels[spec]
         if isinstance(got, Exception):
             raise got
         return got
     try:
-        kernel = _compile(spec, ctx)
+        try:
+            kernel = _compile(spec, ctx, use_log=True)
+        except VtakitError:
+            if ctx.history is None or spec.kind == "add":
+                raise
+            kernel = _compile(spec, ctx, use_log=False)
     except VtakitError as exc:
         ctx.kernels[spec] = exc
         raise
@@ -189,7 +192,7 @@ def compile_layer(spec: LayerSpec, ctx: VTABuildContext) -> LayerKernel:
     return kernel
 
 
-def _compile(spec: LayerSpec, ctx: VTABuildContext) -> LayerKernel:
+def _compile(spec: LayerSpec, ctx: VTABuildContext, use_log: bool) -> LayerKernel:
     from vtakit.compiler.build import build as build_schedule  # noqa: PLC0415
     from vtakit.compiler.topi_vta.conv2d import conv2d  # noqa: PLC0415
     from vtakit.compiler.topi_vta.dense import dense  # noqa: PLC0415
@@ -199,13 +202,16 @@ def _compile(spec: LayerSpec, ctx: VTABuildContext) -> LayerKernel:
     requant = {"shift": spec.shift, "clip": spec.clip, "with_addend": spec.with_addend,
                "multiplier": spec.multiplier, "pre_shift": spec.pre_shift}
     if spec.kind == "add":
-        from vtakit.compiler.topi_vta.add import add, choose_add_tiles  # noqa: PLC0415
+        from vtakit.compiler.topi_vta.add import (add_alu_stages, add_packed, choose_add_tiles,  # noqa: PLC0415
+                                                  schedule_add_packed)
 
         la, lb, addend = spec.add
-        knobs, tuned = choose_add_tiles(env, spec.args, VTHREADS), False
-        s, tensors = add(env, spec.args, la, lb, addend, spec.shift, spec.clip)
+        tensors, stages = add_packed(env, spec.args, la, lb, addend, spec.shift, spec.clip)
+        knobs, tuned = choose_add_tiles(env, spec.args, VTHREADS, len(add_alu_stages(stages))), False
+        knobs.check(env, spec.args)
+        s = schedule_add_packed(env, tensors, stages, knobs)
     else:
-        knobs, tuned = _knobs(spec, ctx)
+        knobs, tuned = _knobs(spec, ctx, use_log)
         if spec.kind == "conv2d":
             s, tensors = conv2d(env, Conv2dWorkload.from_key(spec.args), knobs, **requant)
         else:
