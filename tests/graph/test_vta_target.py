@@ -177,7 +177,7 @@ def test_values_between_accelerator_layers_stay_in_dram():
 def test_layers_that_cannot_run_on_the_accelerator_fall_back_with_a_reason(config):
     net = Net((1, 4, 12, 12), seed=3)
     a = net.conv("x", 8, dilations=(2, 2), pads=(2, 2, 2, 2))
-    b = net.conv(a, 8, group=2)
+    b = net.conv(a, 8, group=8)
     c = net.conv(b, 8, kernel=(11, 11), pads=(5, 5, 5, 5)) if config == SMALL else net.conv(b, 8)
     d = net.conv(c, 8)
     mod = _check(net, [d], config, expect_cpu=("conv1", "conv2") + (("conv3",) if config == SMALL else ()))
@@ -188,6 +188,17 @@ def test_layers_that_cannot_run_on_the_accelerator_fall_back_with_a_reason(confi
         assert "tiling" in steps["conv3"].note, steps["conv3"].note
     assert steps["conv4"].target == "vta"
     assert mod.stats.notes["conv1"] == steps["conv1"].note
+
+
+@pytest.mark.parametrize("config", [SMALL, DEFAULT], ids=["small", "default"])
+def test_few_groups_run_as_one_conv_with_a_block_diagonal_weight(config):
+    net = Net((1, 6, 7, 9), seed=12)
+    a = net.conv("x", 20, group=2)
+    b = net.conv(a, 36, group=4, kernel=(1, 1), pads=(0, 0, 0, 0))
+    mod = _check(net, [b], config, backends=("fsim", "cycle"))
+    steps = {s.name: s for s in mod.plan.steps}
+    for layer, group in (("conv1", 2), ("conv2", 4)):
+        assert steps[layer].target == "vta" and f"group={group}" in steps[layer].note
 
 
 def test_multiplier_needs_alu_mul():

@@ -28,12 +28,14 @@ _local = threading.local()
 class VTABuildContext:
     """A build's configuration, tuning records, layer decisions and compiled accelerator kernels.
 
-    ``notes`` maps a node name to why it runs on the CPU (or what a CPU layout step is for);
+    ``notes`` maps a step's output value to why it runs on the CPU (or what a CPU layout step is
+    for); ``layer_notes`` maps an accelerator layer's (original) output to a remark on how it runs;
     ``kernels`` maps a layer's kernel key to its compiled kernel (one compile per unique layer)."""
 
     config: VTAConfig
     tuning_log: str | Path | None = None
     notes: dict[str, str] = field(default_factory=dict)
+    layer_notes: dict[str, str] = field(default_factory=dict)
     kernels: dict[Any, Any] = field(default_factory=dict)
     decisions: dict[str, Any] = field(default_factory=dict)
     _history: Any = None

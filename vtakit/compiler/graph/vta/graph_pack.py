@@ -20,7 +20,7 @@ import numpy as np
 from vtakit.compiler.graph.ir import Graph, Node, TensorType, unique_name
 from vtakit.compiler.graph.passes.registry import graph_pass
 from vtakit.compiler.graph.vta.context import VTABuildContext, current_context
-from vtakit.compiler.graph.vta.layers import LayerSpec
+from vtakit.compiler.graph.vta.layers import LayerSpec, expand_groups
 from vtakit.compiler.graph.vta.ops import layout_op
 from vtakit.runtime.packing import pack_bias, pack_matrix, pack_oihw
 
@@ -102,7 +102,9 @@ class _Packer:
             w = np.asarray(g.constants[node.inputs[1]])
             ins = [self.packed_input(node.inputs[0], kind, self.bi)]
             if kind == "nchw":
-                ins.append(self.constant(node.inputs[1], "weight", pack_oihw(w, self.bo, self.bi)))
+                group = int(node.attrs["group"])
+                ins.append(self.constant(node.inputs[1], f"weight_g{group}" if group > 1 else "weight",
+                                         pack_oihw(expand_groups(w, group), self.bo, self.bi)))
             else:
                 ins.append(self.constant(node.inputs[1], "weight", pack_matrix(w, self.bo, self.bi)))
             if spec.with_addend:
@@ -118,7 +120,7 @@ class _Packer:
         cfg = self.ctx.config
         self.nodes.append(Node(f"vta.{spec.kind}", ins, [packed_out],
                                {"spec": spec, "blocks": (cfg.batch, cfg.block_in, cfg.block_out),
-                                "out_shape": out_shape}, node.name or out))
+                                "out_shape": out_shape, "source": out}, node.name or out))
         self.packed[out] = (packed_out, kind, block)
         accel_readers = [c for c in consumers.get(out, []) if self.reads_packed(c, out)]
         if out in g.outputs or len(accel_readers) < len(consumers.get(out, [])):

@@ -22,12 +22,17 @@ from vtakit.compiler.graph.ir import Graph, Node
 from vtakit.compiler.graph.vta.context import VTABuildContext
 from vtakit.errors import VtakitError
 
-__all__ = ["LayerSpec", "LayerKernel", "analyze", "compile_layer", "ACCEL_OPS", "VTHREADS"]
+__all__ = ["LayerSpec", "LayerKernel", "analyze", "compile_layer", "expand_groups", "ACCEL_OPS", "VTHREADS",
+           "MAX_EXPANDED_GROUPS"]
 
 #: the qnn operators the accelerator may run
 ACCEL_OPS = ("qnn.conv2d", "qnn.dense", "qnn.add")
 #: virtual threads of the default tilings
 VTHREADS = 2
+#: a conv with at most this many groups runs as one conv whose weight is block-diagonal (the zeros
+#: add nothing, so the result is exact; the accelerator does ``group`` times the MACs); more groups
+#: (depthwise convolutions) stay on the CPU
+MAX_EXPANDED_GROUPS = 4
 
 
 @dataclass(frozen=True)
@@ -116,13 +121,18 @@ def analyze(g: Graph, node: Node, ctx: VTABuildContext) -> LayerSpec | str:
         if node.op == "qnn.conv2d":
             if tuple(node.attrs["dilations"]) != (1, 1):
                 return f"dilation != 1 (dilations={tuple(node.attrs['dilations'])})"
-            if int(node.attrs["group"]) != 1:
-                return f"grouped conv (group={node.attrs['group']})"
+            group = int(node.attrs["group"])
+            if group > MAX_EXPANDED_GROUPS:
+                return (f"grouped conv (group={group}; at most {MAX_EXPANDED_GROUPS} groups run, as one conv with "
+                        "a block-diagonal weight)")
             w = _const(g, node, 1)
             if not isinstance(w, np.ndarray):
                 return "the weight is not a constant"
             n, c, h, wd = g.type_of(node.inputs[0]).shape
             co, _, kh, kw = w.shape
+            if group > 1:
+                ctx.layer_notes[node.outputs[0]] = (f"grouped conv (group={group}) as one conv with a "
+                                                    f"block-diagonal weight ({group}x the MACs)")
             wl = Conv2dWorkload(h, wd, c, co, (kh, kw), tuple(int(p) for p in node.attrs["pads"]),
                                 tuple(int(s) for s in node.attrs["strides"]), n)
             fields, reason = _requant(g, node, ctx)
@@ -137,6 +147,19 @@ def analyze(g: Graph, node: Node, ctx: VTABuildContext) -> LayerSpec | str:
         return _analyze_add(g, node, ctx)
     except VtakitError as exc:
         return str(exc)
+
+
+def expand_groups(w: np.ndarray, group: int) -> np.ndarray:
+    """A grouped conv's ``(O, I/group, KH, KW)`` weight as the ``(O, I, KH, KW)`` weight of one conv:
+    block-diagonal, zero where an output channel does not read an input channel."""
+    if group == 1:
+        return w
+    o, cpg = w.shape[:2]
+    opg = o // group
+    full = np.zeros((o, cpg * group, *w.shape[2:]), w.dtype)
+    for k in range(group):
+        full[k * opg:(k + 1) * opg, k * cpg:(k + 1) * cpg] = w[k * opg:(k + 1) * opg]
+    return full
 
 
 def _analyze_add(g: Graph, node: Node, ctx: VTABuildContext) -> LayerSpec | str:

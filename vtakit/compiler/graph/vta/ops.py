@@ -64,7 +64,8 @@ def _operands(ins: list, spec: Any) -> tuple[np.ndarray | None, Any]:
     return addend, mult
 
 
-_ACCEL_ATTRS = {"spec": REQUIRED, "blocks": REQUIRED, "out_shape": REQUIRED}
+# spec: the LayerSpec; blocks: (BATCH, BLOCK_IN, BLOCK_OUT); source: the qnn layer's output name
+_ACCEL_ATTRS = {"spec": REQUIRED, "blocks": REQUIRED, "out_shape": REQUIRED, "source": ""}
 
 
 @register_op(VTA_CONV2D, pattern=Pattern.OPAQUE, attrs=_ACCEL_ATTRS, infer=_out_type)

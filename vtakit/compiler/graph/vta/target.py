@@ -61,7 +61,9 @@ def step_note(node: Node) -> str:
     ctx = current_context()
     if node.op in ACCEL_NODE_OPS:
         kernel = ctx.kernels.get(node.attrs["spec"])
-        return "tuned: knobs from the tuning log" if getattr(kernel, "tuned", False) else ""
+        notes = [ctx.layer_notes.get(node.attrs.get("source", ""), ""),
+                 "tuned: knobs from the tuning log" if getattr(kernel, "tuned", False) else ""]
+        return "; ".join(n for n in notes if n)
     return ctx.notes.get(node.outputs[0], "") if node.outputs else ""
 
 
