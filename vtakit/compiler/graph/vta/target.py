@@ -6,7 +6,9 @@ and ``VTAGraphPack`` inside a :class:`~.context.VTABuildContext`; then every nod
 - ``vta.conv2d`` / ``vta.dense`` / ``vta.add``: target ``"vta"``, the layer's
   :class:`~vtakit.runtime.template.ProgramTemplate` as the kernel (one per unique layer);
 - the layout steps ``vta.pack_*`` / ``vta.unpack_*`` / ``vta.repack_nchw``: target ``"llvm"``
-  (the CPU), a named :class:`~vtakit.runtime.layout_kernels.LayoutKernel`;
+  (the CPU), compiled from their TE computes like any CPU kernel (or, with
+  :data:`COMPILED_LAYOUT_STEPS` off, the runtime's named
+  :class:`~vtakit.runtime.layout_kernels.LayoutKernel`);
 - everything else (CPU fallbacks included): the ``llvm`` target's compiled kernels.
 """
 
@@ -27,7 +29,7 @@ from vtakit.compiler.graph.vta.ops import ACCEL_NODE_OPS, LAYOUT_OPS
 from vtakit.errors import GraphError
 from vtakit.runtime.layout_kernels import LayoutKernel
 
-__all__ = ["VTA_PASSES", "VTA_TARGET", "check_quantized", "step_target", "step_note"]
+__all__ = ["VTA_PASSES", "VTA_TARGET", "COMPILED_LAYOUT_STEPS", "check_quantized", "step_target", "step_note"]
 
 VTA_PASSES = (*LLVM_PASSES[:5], "VTAPartition", "VTAGraphPack", *LLVM_PASSES[5:])
 #: the layout steps are compiled from their TE computes like any CPU kernel (cached, saved with the
