@@ -421,3 +421,18 @@ def test_quantized_resnet18_runs_its_int8_layers_on_the_accelerator():
     np.testing.assert_array_equal(seen["logits"], ref["logits"])
     for name in [n for n in seen if n in llvm and n not in q.constants]:
         np.testing.assert_array_equal(seen[name], llvm[name], err_msg=name)
+
+
+def test_packed_graph_evaluates_to_the_original_values():
+    """``optimize(qgraph, "vta")`` holds the packed operators, whose numpy references reproduce the
+    quantised graph exactly (the golden model of VTAGraphPack)."""
+    net = Net((1, 3, 7, 9), seed=13)
+    a = net.conv("x", 20)
+    r = net.add(net.conv(a, 20), a)
+    d = net.dense(net.op("Flatten", [r], {"axis": 1}), 10)
+    g = net.graph([d])
+    packed = vg.optimize(g, "vta", config=SMALL)
+    ops = {n.op for n in packed.nodes}
+    assert {"vta.conv2d", "vta.add", "vta.dense", "vta.pack_nchw", "vta.pack_matrix", "vta.unpack_nchw",
+            "vta.unpack_matrix"} <= ops and not any(op.startswith("qnn.") for op in ops)
+    np.testing.assert_array_equal(vg.evaluate(packed, net.sample)[d], vg.evaluate(g, net.sample)[d])
