@@ -85,7 +85,9 @@ class Step:
 
     ``name``, ``ops`` and ``target`` describe the step in profiles; ``outputs`` counts the trailing
     ``args`` the kernel writes. ``note`` is a remark for profiles, such as why a layer the
-    accelerator could not take runs on the CPU."""
+    accelerator could not take runs on the CPU. ``macs`` counts the useful multiply-accumulates of
+    the step's convolutions and matrix products (the unpacked ops', batch included; 0 for steps
+    without any)."""
 
     name: str
     kernel: int
@@ -94,6 +96,7 @@ class Step:
     ops: tuple[str, ...] = ()
     target: str = "llvm"
     note: str = ""
+    macs: int = 0
 
     @property
     def output_names(self) -> tuple[str, ...]:
@@ -134,7 +137,7 @@ class Plan:
     def to_json(self) -> dict[str, Any]:
         return {"values": [[v.name, list(v.shape), v.dtype, v.offset, v.space] for v in self.values.values()],
                 "inputs": list(self.inputs), "outputs": list(self.outputs),
-                "steps": [[s.name, s.kernel, list(s.args), s.outputs, list(s.ops), s.target, *([s.note] * bool(s.note))]
+                "steps": [[s.name, s.kernel, list(s.args), s.outputs, list(s.ops), s.target, *_optional(s)]
                           for s in self.steps],
                 "arena_bytes": self.arena_bytes, "dram_bytes": self.dram_bytes,
                 "config": None if self.config is None else dict(self.config)}
@@ -142,9 +145,18 @@ class Plan:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "Plan":
         values = {v[0]: ValueInfo(v[0], tuple(v[1]), v[2], v[3], *v[4:5]) for v in data["values"]}
-        steps = tuple(Step(s[0], s[1], tuple(s[2]), s[3], tuple(s[4]), s[5], *s[6:7]) for s in data["steps"])
+        steps = tuple(Step(s[0], s[1], tuple(s[2]), s[3], tuple(s[4]), s[5], *s[6:7], *(int(m) for m in s[7:8]))
+                      for s in data["steps"])
         return cls(values, tuple(data["inputs"]), tuple(data["outputs"]), steps, int(data["arena_bytes"]),
                    int(data.get("dram_bytes", 0)), data.get("config"))
+
+
+def _optional(step: Step) -> list[Any]:
+    """The optional trailing elements of a step's JSON: ``note``, then ``macs`` (each only when it,
+    or a later one, is set), so plans without them read and write as before."""
+    if step.macs:
+        return [step.note, int(step.macs)]
+    return [step.note] if step.note else []
 
 
 @dataclass(frozen=True)
@@ -156,7 +168,8 @@ class LayerTiming:
     ``ideal_cycles`` (GEMM micro-ops) and ``utilization`` (None on backends without timing, such
     as fsim), ``dram_bytes`` (bytes loaded plus stored), ``stalls`` (``{"token": {module: cycles},
     "memory": {module: cycles}}`` on timed backends, else None) and ``accel_seconds`` (``cycles``
-    at the configuration's clock). ``note`` is the step's note (why it runs on the CPU, say)."""
+    at the configuration's clock). ``note`` is the step's note (why it runs on the CPU, say);
+    ``macs`` the step's multiply-accumulates (:attr:`Step.macs`)."""
 
     name: str
     ops: tuple[str, ...]
@@ -170,6 +183,7 @@ class LayerTiming:
     stalls: dict[str, dict[str, int]] | None = None
     accel_seconds: float | None = None
     note: str = ""
+    macs: int = 0
 
     @property
     def on_accelerator(self) -> bool:
@@ -438,7 +452,8 @@ class GraphExecutor:
                     start = clock()
                     call()
                     seconds = clock() - start
-                    rows.append(LayerTiming(step.name, step.ops, step.target, shape, seconds, note=step.note))
+                    rows.append(LayerTiming(step.name, step.ops, step.target, shape, seconds, note=step.note,
+                                            macs=step.macs))
                     if events is not None:
                         events.append({"name": step.name, "cat": "cpu", "ph": "X", "ts": offset,
                                        "dur": max(1, round(seconds * mhz * 1e6)), "pid": _CPU_PID, "tid": 0,
@@ -452,7 +467,7 @@ class GraphExecutor:
                     rows.append(LayerTiming(step.name, step.ops, step.target, shape, seconds, cycles,
                                             stats.ideal_cycles, stats.utilization, dram_traffic(stats),
                                             stall_breakdown(stats), None if cycles is None else cycles / (mhz * 1e6),
-                                            step.note))
+                                            step.note, step.macs))
                     if events is not None:
                         events.extend(_shifted_events(path, step.name, index, offset, cycles or 0, first))
                         offset, first = offset + (cycles or 0), False

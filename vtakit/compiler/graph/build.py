@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import time
 from dataclasses import dataclass, field
@@ -18,9 +19,10 @@ from typing import Any, Sequence
 import numpy as np
 
 from vtakit.compiler.graph.fused import FUSED
-from vtakit.compiler.graph.ir import Graph, Node
+from vtakit.compiler.graph.ir import Graph, Node, TensorType
 from vtakit.compiler.graph.kernel_cache import KernelCache, Workload
 from vtakit.compiler.graph.module import NetModule
+from vtakit.compiler.graph.op import infer_types
 from vtakit.compiler.graph.passes import run_passes
 from vtakit.compiler.graph.passes.fuse_ops import VIEW_OPS
 from vtakit.compiler.graph.passes.plan_memory import plan_memory
@@ -30,7 +32,7 @@ from vtakit.progress import QUICK_WORK_DELAY_SECONDS, progress
 from vtakit.runtime.device import default_alignment
 from vtakit.runtime.graph_executor import Plan, Step, ValueInfo
 
-__all__ = ["build", "optimize", "extract_tasks", "Task", "BuildStats"]
+__all__ = ["build", "optimize", "extract_tasks", "Task", "BuildStats", "node_macs", "MAC_OPS"]
 
 
 @dataclass
@@ -101,6 +103,77 @@ def _external(g: Graph, node: Node, consumers: dict[str, list[Node]]) -> set[str
 
 def _ops(node: Node) -> tuple[str, ...]:
     return node.attrs["body"].ops if node.op == FUSED else (node.op,)
+
+
+#: operators whose multiply-accumulates a step counts (:func:`node_macs`)
+MAC_OPS = ("Conv", "PackedConv", "Gemm", "MatMul", "qnn.conv2d", "qnn.dense", "vta.conv2d", "vta.dense")
+_GROUPED_WEIGHT = re.compile(r"/vta_weight_g(\d+)(?:_\d+)?$")
+
+
+def node_macs(g: Graph, node: Node) -> int:
+    """The useful multiply-accumulates of ``node``'s convolutions and matrix products (a fused node's
+    inner ones included): those of the unpacked op, batch included; a grouped conv counts its real
+    MACs (not the block-diagonal weight's the accelerator runs). 0 for nodes without any."""
+    if node.op != FUSED:
+        return _macs_of(node, g.type_of, lambda name: g.constants.get(name))
+    body = node.attrs["body"]
+    if not any(n.op in MAC_OPS for n in body.nodes):
+        return 0
+    outer = dict(zip(body.params, node.inputs))
+    types: dict[str, TensorType] = {}
+
+    def const(name: str) -> np.ndarray | None:
+        if name in body.consts:
+            return body.consts[name]
+        return g.constants.get(outer.get(name, name))
+
+    def type_of(name: str) -> TensorType:
+        if name in types:
+            return types[name]
+        if name in outer:
+            return g.type_of(outer[name])
+        if name in body.consts:
+            value = np.asarray(body.consts[name])
+            return TensorType(value.shape, value.dtype.name)
+        return g.type_of(name)
+
+    total = 0
+    for inner in body.nodes:
+        if inner.op in MAC_OPS:
+            total += _macs_of(inner, type_of, const)
+        if any(o not in g.types for o in inner.outputs):
+            ins = [type_of(i) if i else None for i in inner.inputs]
+            for name, ty in zip(inner.outputs, infer_types(inner, ins, [const(i) if i else None for i in inner.inputs])):
+                types[name] = ty
+        else:
+            types.update((o, g.type_of(o)) for o in inner.outputs)
+    return total
+
+
+def _macs_of(node: Node, type_of: Any, const: Any) -> int:
+    op = node.op
+    if op not in MAC_OPS:
+        return 0
+    if op in ("vta.conv2d", "vta.dense"):
+        spec = node.attrs["spec"]
+        group = 1
+        if op == "vta.conv2d" and len(node.inputs) > 1:
+            found = _GROUPED_WEIGHT.search(node.inputs[1])
+            group = int(found.group(1)) if found else 1
+        return int(spec.macs) // group
+    out = type_of(node.outputs[0]).shape
+    w = type_of(node.inputs[1]).shape
+    size = int(np.prod(out, dtype=np.int64))
+    if op in ("Conv", "qnn.conv2d"):          # weight (O, I/group, KH, KW)
+        return size * int(np.prod(w[1:], dtype=np.int64))
+    if op == "PackedConv":                    # weight (O/b, I, KH, KW, b)
+        return size * int(np.prod(w[1:4], dtype=np.int64))
+    if op == "qnn.dense":                     # weight (N, K)
+        return size * int(w[-1])
+    a = type_of(node.inputs[0]).shape
+    if op == "Gemm":
+        return size * int(a[0] if node.attrs.get("transA", 0) else a[-1])
+    return size * int(a[-1])                  # MatMul
 
 
 def extract_tasks(graph: Graph, target: str = "llvm", config: Any = None, *, opt_level: int = 3,
@@ -273,7 +346,7 @@ def _assemble(g: Graph, tgt: GraphTarget, compiled: list[tuple[Node, CompiledKer
         if note:
             stats.notes[node.name or node.op] = note
         steps.append(Step(node.name or node.op, kernel_index[ck.key], (*ck.inputs, *ck.outputs), len(ck.outputs),
-                          _ops(node), where, note))
+                          _ops(node), where, note, node_macs(g, node)))
     used = set(g.inputs) | set(g.outputs) | {a for s in steps for a in s.args}
     for name, base in views.items():
         used.add(name)

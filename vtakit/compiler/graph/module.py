@@ -101,7 +101,9 @@ class Profile:
     0 for a CPU-only module, None on a backend without timing), ``ideal_cycles``, ``utilization``
     (ideal / total cycles; None without cycles), ``accel_seconds`` (``total_cycles`` at the
     accelerator's clock, ``clock_mhz``) and ``cpu_share`` (the host's part of
-    ``cpu_seconds + accel_seconds``; None without cycles)."""
+    ``cpu_seconds + accel_seconds``; None without cycles); ``macs`` (the multiply-accumulates of
+    every step's convolutions and matrix products), ``accel_macs`` (those of the accelerator steps)
+    and ``accel_mac_share`` (accel_macs / macs; 0.0 for a network without any)."""
 
     outputs: list[np.ndarray]
     layers: list[LayerTiming]
@@ -151,15 +153,29 @@ class Profile:
         both = self.cpu_seconds + accel
         return self.cpu_seconds / both if both else None
 
+    @property
+    def macs(self) -> int:
+        return sum(r.macs for r in self.layers)
+
+    @property
+    def accel_macs(self) -> int:
+        return sum(r.macs for r in self._accel)
+
+    @property
+    def accel_mac_share(self) -> float:
+        total = self.macs
+        return self.accel_macs / total if total else 0.0
+
     def to_json(self) -> dict[str, Any]:
         return {"total_seconds": self.total_seconds, "cpu_seconds": self.cpu_seconds,
                 "total_cycles": self.total_cycles, "ideal_cycles": self.ideal_cycles,
                 "utilization": self.utilization, "accel_seconds": self.accel_seconds, "cpu_share": self.cpu_share,
-                "clock_mhz": self.clock_mhz,
+                "clock_mhz": self.clock_mhz, "macs": self.macs, "accel_macs": self.accel_macs,
+                "accel_mac_share": self.accel_mac_share,
                 "layers": [{"name": r.name, "ops": list(r.ops), "target": r.target, "shape": list(r.shape),
                             "seconds": r.seconds, "cycles": r.cycles, "ideal_cycles": r.ideal_cycles,
                             "utilization": r.utilization, "dram_bytes": r.dram_bytes, "stalls": r.stalls,
-                            "accel_seconds": r.accel_seconds, "note": r.note} for r in self.layers]}
+                            "accel_seconds": r.accel_seconds, "note": r.note, "macs": r.macs} for r in self.layers]}
 
     def __str__(self) -> str:
         notes = any(r.note for r in self.layers)
