@@ -14,6 +14,17 @@ Arithmetic is int32 with wrap-around. A layer's int32 accumulator is requantised
     t = ((t >> pre_shift) * multiplier + 2**(shift-1)) >> shift
     y = clip(t, lo, hi)                   # ReLU is lo = 0
 
+A ``qnn.conv2d`` may fuse a residual add (TVM VTA's fused shortcut): with an optional fifth input
+``residual`` (int8, the output's shape) and the attributes ``residual_lshift`` (>= 0) and
+``residual_shift`` (>= 0) the step before the clip becomes::
+
+    t = ((acc + addend) >> shift) + (residual << residual_lshift)
+    t = t >> residual_shift
+    y = clip(t, lo, hi)
+
+(:func:`residual_requantize`); the quantiser folds the rounding of the second shift into
+``addend`` as ``rounding_addend(residual_shift) << shift``.
+
 ``>> s`` is an arithmetic shift (a left shift when ``s < 0``). Rounding is to nearest, defined
 once: ``2**(s-1)`` is added before every right shift by ``s``; the quantiser folds it, with the
 bias, into ``addend``.
@@ -36,7 +47,8 @@ from vtakit.compiler.ops.common import static_shape
 from vtakit.errors import GraphError
 from vtakit.runtime.packing import requantize, rounding_addend
 
-__all__ = ["QNN_OPS", "INT_RANGES", "quantize_values", "conv2d_accumulate", "conv2d_output_hw"]
+__all__ = ["QNN_OPS", "INT_RANGES", "quantize_values", "conv2d_accumulate", "conv2d_output_hw",
+           "residual_requantize", "RESIDUAL_INPUT"]
 
 #: the operators this module registers
 QNN_OPS = ("qnn.quantize", "qnn.dequantize", "qnn.conv2d", "qnn.dense", "qnn.add")
@@ -45,6 +57,8 @@ QNN_OPS = ("qnn.quantize", "qnn.dequantize", "qnn.conv2d", "qnn.dense", "qnn.add
 INT_RANGES = {"int8": (-128, 127), "uint8": (0, 255)}
 
 _REQUANT_ATTRS = {"shift": REQUIRED, "pre_shift": 0, "clip": (-128, 127)}
+#: the input index of a ``qnn.conv2d``'s fused residual (after data, weight, addend, multiplier)
+RESIDUAL_INPUT = 4
 
 
 def _int_range(dtype: str) -> tuple[int, int]:
@@ -78,7 +92,7 @@ def _shift_expr(v: ir.PrimExpr, s: int) -> ir.PrimExpr:
 
 
 def _requant_expr(t: ir.PrimExpr, channel: ir.PrimExpr, addend: te.Tensor | None, multiplier: te.Tensor | None,
-                  attrs: dict) -> ir.PrimExpr:
+                  attrs: dict, residual: ir.PrimExpr | None = None) -> ir.PrimExpr:
     """:func:`vtakit.runtime.packing.requantize` on one int32 accumulator of output channel ``channel``."""
     if addend is not None:
         t = t + (addend[channel] if static_shape(addend) else addend[()]).astype("int32")
@@ -91,13 +105,17 @@ def _requant_expr(t: ir.PrimExpr, channel: ir.PrimExpr, addend: te.Tensor | None
         if r:
             t = t + ir.const(r, "int32")
         t = _shift_expr(t, attrs["shift"])
+    if residual is not None:
+        t = t + _shift_expr(residual.astype("int32"), -int(attrs.get("residual_lshift", 0)))
+        t = _shift_expr(t, int(attrs.get("residual_shift", 0)))
     lo, hi = (int(c) for c in attrs["clip"])
     return te.min(te.max(t, ir.const(lo, "int32")), ir.const(hi, "int32")).astype("int8")
 
 
 def _requant_compute(acc: te.Tensor, ins: list, attrs: dict, name: str) -> te.Tensor:
-    addend, multiplier = _optional(ins, 2), _optional(ins, 3)
-    return te.compute(static_shape(acc), lambda *i: _requant_expr(acc(*i), i[1], addend, multiplier, attrs),
+    addend, multiplier, residual = _optional(ins, 2), _optional(ins, 3), _optional(ins, RESIDUAL_INPUT)
+    return te.compute(static_shape(acc), lambda *i: _requant_expr(acc(*i), i[1], addend, multiplier, attrs,
+                                                                  None if residual is None else residual(*i)),
                       name=name, tag="elemwise")
 
 
@@ -200,7 +218,40 @@ def _optional(ins: list, k: int) -> np.ndarray | None:
     return ins[k] if len(ins) > k and ins[k] is not None else None
 
 
+def residual_requantize(acc: np.ndarray, addend: np.ndarray | None, shift: int, clip: tuple[int, int],
+                        residual: np.ndarray, residual_lshift: int, residual_shift: int) -> np.ndarray:
+    """The fused residual epilogue of ``qnn.conv2d`` (int32 wrap-around; ``addend`` per channel, axis 1)::
+
+        t = ((acc + addend) >> shift) + (residual << residual_lshift)
+        y = int8(clip(t >> residual_shift, lo, hi))
+    """
+    lo, hi = (int(c) for c in clip)
+    t = acc.astype(np.int64)
+    if addend is not None:
+        a = np.asarray(addend).astype(np.int64)
+        t = t + (a.reshape((1, -1) + (1,) * (t.ndim - 2)) if a.ndim else a)
+    t = _shift64(_wrap(t), int(shift))
+    t = _wrap(t + _wrap(_shift64(residual.astype(np.int64), -int(residual_lshift))))
+    t = _shift64(t, int(residual_shift))
+    return np.clip(t, lo, hi).astype(np.int8)
+
+
+def _wrap(t: np.ndarray) -> np.ndarray:
+    return ((t + (1 << 31)) % (1 << 32)) - (1 << 31)
+
+
+def _shift64(t: np.ndarray, s: int) -> np.ndarray:
+    """The ALU's SHR on int32 values held in int64 (``s < 0``: a wrapping left shift)."""
+    if s >= 0:
+        return t >> min(s, 63)
+    return _wrap(t << -s) if s > -32 else np.zeros_like(t)
+
+
 def _requant(acc: np.ndarray, ins: list, attrs: dict) -> np.ndarray:
+    residual = _optional(ins, RESIDUAL_INPUT)
+    if residual is not None:
+        return residual_requantize(acc, _optional(ins, 2), attrs["shift"], tuple(attrs["clip"]), residual,
+                                   attrs["residual_lshift"], attrs["residual_shift"])
     return requantize(acc, _optional(ins, 2), attrs["shift"], tuple(attrs["clip"]), multiplier=_optional(ins, 3),
                       pre_shift=attrs["pre_shift"])
 
@@ -220,15 +271,28 @@ def _conv2d_infer(types: list, consts: list, attrs: dict) -> list[TensorType]:
     oh, ow = conv2d_output_hw(x.shape[2:], w.shape[2:], attrs)
     if oh < 1 or ow < 1:
         raise GraphError(f"qnn.conv2d: a {w.shape[2]}x{w.shape[3]} kernel does not fit the input {list(x.shape)}")
-    return [TensorType((x.shape[0], w.shape[0], oh, ow), "int8")]
+    out = (x.shape[0], w.shape[0], oh, ow)
+    residual = types[RESIDUAL_INPUT] if len(types) > RESIDUAL_INPUT else None
+    if residual is not None:
+        _check_int8("qnn.conv2d", (residual,), ("the residual",))
+        if tuple(residual.shape) != out:
+            raise GraphError(f"qnn.conv2d: the residual {list(residual.shape)} must have the output's shape {list(out)}")
+        if len(types) > 3 and types[3] is not None:
+            raise GraphError("qnn.conv2d: a residual cannot be fused with a multiplier (power-of-two scales only)")
+    for k in ("residual_lshift", "residual_shift"):
+        if not isinstance(attrs[k], int) or not 0 <= attrs[k] <= 31:
+            raise GraphError(f"qnn.conv2d: {k} must be an int in [0, 31], got {attrs[k]!r}")
+    return [TensorType(out, "int8")]
 
 
 @register_op("qnn.conv2d", pattern=Pattern.OPAQUE,
-             attrs={"strides": (1, 1), "pads": (0, 0, 0, 0), "dilations": (1, 1), "group": 1, **_REQUANT_ATTRS},
+             attrs={"strides": (1, 1), "pads": (0, 0, 0, 0), "dilations": (1, 1), "group": 1, **_REQUANT_ATTRS,
+                    "residual_lshift": 0, "residual_shift": 0},
              infer=_conv2d_infer, compute=_conv2d_compute)
 def _conv2d(ins: list, attrs: dict) -> tuple[np.ndarray, ...]:
     """int8 NCHW data x int8 OIHW weight -> int32 accumulator -> requantised int8 (inputs: data, weight,
-    optional per-channel int32 addend, optional per-channel multiplier; pads are (top, left, bottom, right))."""
+    optional per-channel int32 addend, optional per-channel multiplier, optional int8 residual of the output's
+    shape, fused as :func:`residual_requantize` says; pads are (top, left, bottom, right))."""
     return (_requant(conv2d_accumulate(ins[0], ins[1], attrs), ins, attrs),)
 
 

@@ -12,6 +12,17 @@ Requantisation of a conv/dense with input scale ``s_in``, weight scales ``s_w[c]
 
 ``qnn.add`` brings both operands to the finer scale by left shifts and shifts the sum to the output
 scale (``addend = rounding_addend(shift)``); its operand and result scales are powers of two.
+
+Residual fusion (TVM VTA's fused shortcut add; on unless the options say ``fuse_residual=False``):
+a ``qnn.add`` one of whose operands is a ``qnn.conv2d`` output that nothing else reads (power-of-two
+form, no ReLU/clip of its own) becomes that conv with a ``residual`` input (:mod:`..ops.qnn`).
+With the add's common (finer) operand exponent ``fine``, the conv's operand shift ``la``, the other
+operand's ``lb``, and the add's ``shift``/``addend``/``clip``, the fused conv requantises its
+accumulator straight to ``fine`` (``shift' = shift_conv - la``), adds ``residual << lb`` and shifts
+by the add's ``shift``: ``residual_lshift = lb``, ``residual_shift = shift``, ``addend' =
+round(b / acc_scale) + rounding_addend(shift') + (addend_add << shift')``, clip the add's. The
+conv's own int8 rounding and clip disappear (the sum is taken on the finer accumulator scale).
+Adds whose shifts do not fit stay separate ``qnn.add`` nodes.
 """
 
 from __future__ import annotations
@@ -137,11 +148,64 @@ class _Realizer:
         outputs = [step.output, *node.outputs[1:]] if step.kind == "int8" else list(node.outputs)
         return Node(node.op, list(step.inputs), outputs, dict(node.attrs), node.name)
 
+    def fuse_residuals(self, nodes: list[Node]) -> list[Node]:
+        """``nodes`` with each ``qnn.add`` that can be fused into the conv producing one of its
+        operands replaced by that conv with a residual input (see the module)."""
+        producer = {o: n for n in nodes for o in n.outputs}
+        readers: dict[str, int] = {}
+        for n in nodes:
+            for i in n.inputs:
+                if i:
+                    readers[i] = readers.get(i, 0) + 1
+        fused: dict[int, Node] = {}
+        removed: set[int] = set()
+        for add in nodes:
+            if add.op != "qnn.add":
+                continue
+            for k in (0, 1):
+                new = self.fused_conv(add, k, producer, readers, removed)
+                if new is not None:
+                    fused[id(add)] = new
+                    removed.add(id(producer[add.inputs[k]]))
+                    break
+        return [fused.get(id(n), n) for n in nodes if id(n) not in removed]
+
+    def fused_conv(self, add: Node, k: int, producer: dict[str, Node], readers: dict[str, int],
+                   removed: set[int]) -> Node | None:
+        """The conv producing operand ``k`` of ``add`` with the other operand fused as its residual, or None."""
+        value, other = add.inputs[k], add.inputs[1 - k]
+        conv = producer.get(value)
+        if (conv is None or conv.op != "qnn.conv2d" or id(conv) in removed or value == other
+                or readers.get(value) != 1 or value in self.g.outputs or len(conv.inputs) > 3
+                or int(conv.attrs["pre_shift"]) != 0 or tuple(conv.attrs["clip"]) != (-128, 127)
+                or other in self.g.constants or other in self.constants):
+            return None
+        a = add.attrs
+        la, lb = (int(a["lshift_a"]), int(a["lshift_b"]))[::1 if k == 0 else -1]
+        shift_c, add_shift, add_addend = int(conv.attrs["shift"]), int(a["shift"]), int(a["addend"])
+        shift = shift_c - la
+        lo, hi = SHIFT_RANGE
+        if not (lo <= shift <= hi and 0 <= lb <= 31 and 0 <= add_shift <= 31) or (add_addend and shift < 0):
+            return None
+        addend_name = conv.inputs[2] if len(conv.inputs) > 2 and conv.inputs[2] else ""
+        old = self.constants.get(addend_name, self.g.constants.get(addend_name))
+        bias = np.zeros((), np.int64) if old is None else np.asarray(old).astype(np.int64) - rounding_addend(shift_c)
+        addend = bias + rounding_addend(shift) + (add_addend << max(shift, 0))
+        if addend.min() < -(1 << 31) or addend.max() >= 1 << 31:
+            return None
+        layer = conv.name or value
+        ins = [conv.inputs[0], conv.inputs[1], self.constant(f"{layer}_residual_addend", addend.astype(np.int32)),
+               "", other]
+        attrs = dict(conv.attrs, shift=shift, clip=tuple(a["clip"]), residual_lshift=lb, residual_shift=add_shift)
+        return Node("qnn.conv2d", ins, list(add.outputs), normalize_attrs("qnn.conv2d", attrs, layer), layer)
+
     def graph(self) -> Graph:
         nodes = [self.node(s) for s in self.plan.steps]
+        if getattr(self.opts, "fuse_residual", True):
+            nodes = self.fuse_residuals(nodes)
         used = {i for n in nodes for i in n.inputs if i}
         constants = {k: v for k, v in self.g.constants.items() if k in used}
-        constants.update(self.constants)
+        constants.update({k: v for k, v in self.constants.items() if k in used})
         types = {k: self.g.types[k] for k in self.g.inputs}
         out = Graph(nodes, list(self.g.inputs), list(self.g.outputs), types, constants, self.g.name)
         return run_passes(out.verify(), ["InferType"])
