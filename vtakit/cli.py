@@ -362,6 +362,9 @@ def _network_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--opt-level", type=int, default=3, help="graph optimisation level 0-3 (default 3)")
     parser.add_argument("--disable-pass", dest="disabled_passes", action="append", default=[], metavar="PASS",
                         help="skip a graph pass by name, e.g. FuseOps (repeatable)")
+    parser.add_argument("--tuning-log", type=Path, metavar="FILE",
+                        help="with --target vta: compile each accelerator layer with the best config of this tuning "
+                        "log (`vtakit tune MODEL.onnx`), the default tiling for layers it does not hold")
 
 
 def _compile_model(args: argparse.Namespace) -> Any:
@@ -382,7 +385,8 @@ def _compile_model(args: argparse.Namespace) -> Any:
                           "--calibration CALIB.npz (samples keyed by input name) to quantise it, or compile a "
                           "model that is already quantised (QDQ)")
     return graph.build(g, args.target, config=config, opt_level=args.opt_level,
-                       disabled_passes=args.disabled_passes)
+                       disabled_passes=args.disabled_passes,
+                       tuning_log=None if args.tuning_log is None else str(args.tuning_log))
 
 
 def _add_compile(verbs: argparse._SubParsersAction) -> None:
@@ -564,16 +568,29 @@ def _positive(text: str) -> int:
 
 
 def _add_tune(verbs: argparse._SubParsersAction) -> None:
-    p = verbs.add_parser("tune", help="tune an operator's schedule (AutoTVM-style), appending every trial to a log",
+    p = verbs.add_parser("tune", help="tune an operator's or a whole network's schedules (AutoTVM-style), appending "
+                         "every trial to a log",
                          description="Search a template's config space, measuring each trial (cycles on the cycle "
-                                     "model for vta, wall time for llvm) and checking it against numpy. A log that "
-                                     "already holds trials of the task resumes the run: they count towards --trials "
-                                     "and are not measured again.")
-    p.add_argument("--workload", required=True, metavar="W",
-                   help="resnet18.C2..C11, conv2d:H,W,CI,CO,K,PAD,STRIDE or dense:M,N,K")
+                                     "model for vta, wall time for llvm) and checking it against numpy. Give one "
+                                     "--workload, or an ONNX model: then every accelerator layer of the network is a "
+                                     "task, the default tiling of each is measured first, and --trials is shared out "
+                                     "in proportion to each task's layers x MACs (at least 16 per task, or its whole "
+                                     "space); `vtakit compile --tuning-log` applies the log. A log that already holds "
+                                     "trials of a task resumes it: they count towards its trials and are not measured "
+                                     "again.")
+    p.add_argument("model", type=Path, nargs="?", metavar="MODEL.onnx",
+                   help="tune every accelerator layer of this network (instead of --workload)")
+    p.add_argument("--workload", metavar="W",
+                   help="resnet18.C2..C11, conv2d:H,W,CI,CO,K,PAD,STRIDE or dense:M,N,K (instead of MODEL.onnx)")
     p.add_argument("--target", choices=("vta", "llvm"), default="vta", help="what to tune for (default vta)")
     _config_option(p)
-    p.add_argument("--trials", type=_positive, required=True, metavar="N", help="trials in total, resumed ones included")
+    p.add_argument("--calibration", type=Path, metavar="CALIB.npz",
+                   help="with a float MODEL.onnx: quantise it to int8 first, calibrating on these samples (as "
+                        "`vtakit compile --calibration`; a QDQ model needs none)")
+    p.add_argument("--input-shape", dest="input_shapes", type=_input_shape, action="append", default=[],
+                   metavar="NAME:DIMS", help="with MODEL.onnx: fix an input's shape, e.g. data:1x3x224x224 (repeatable)")
+    p.add_argument("--trials", type=_positive, required=True, metavar="N",
+                   help="trials in total, resumed ones included (with a model: shared among its tasks)")
     p.add_argument("--tuner", choices=_TUNERS, default="xgb", help="search strategy (default xgb)")
     p.add_argument("--log", type=Path, required=True, metavar="FILE", help="JSON-lines log, appended per trial")
     p.add_argument("--parallel", type=_positive, metavar="N", help="trials in flight at once (default: CPUs, or the "
@@ -582,7 +599,8 @@ def _add_tune(verbs: argparse._SubParsersAction) -> None:
                                                      "local cluster of N worker processes with local:N")
     p.add_argument("--timeout", type=float, default=10.0, metavar="S", help="seconds each of build and run may take "
                                                                              "before the trial is killed (default 10)")
-    p.add_argument("--early-stopping", type=_positive, metavar="N", help="stop after N trials without a better one")
+    p.add_argument("--early-stopping", type=_positive, metavar="N", help="stop (a task) after N trials without a "
+                                                                         "better one")
     _seed_option(p, "the tuner")
     _json_option(p)
     p.set_defaults(func=cmd_tune)
@@ -597,39 +615,26 @@ def _make_tuner(name: str, task: Any, seed: int) -> Any:
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
-    import warnings  # noqa: PLC0415
-
     from vtakit import autotune  # noqa: PLC0415
-    from vtakit.compiler.autotune.report import COST_UNITS  # noqa: PLC0415
-    from vtakit.compiler.autotune.tuner.callback import progress_callback  # noqa: PLC0415
 
-    kind, workload = autotune.parse_workload(args.workload)
+    if (args.model is None) == (args.workload is None):
+        raise VtakitError("give either MODEL.onnx (tune every accelerator layer of a network) or --workload W "
+                          "(one operator), " + ("not both" if args.model is not None else "one of them"))
     if args.target != "vta" and args.config is not None:
         raise VtakitError(f"--config applies to --target vta only, not {args.target!r}")
+    if args.model is None and (args.calibration is not None or args.input_shapes):
+        raise VtakitError("--calibration and --input-shape apply to a MODEL.onnx, not to --workload")
+    if args.model is not None:
+        return _tune_network(args)
+    kind, workload = autotune.parse_workload(args.workload)
     task = autotune.create_task(f"{args.target}.{kind}", workload, target=args.target, config=_load_config(args))
-    tuner = _make_tuner(args.tuner, task, args.seed)
-    executor, client = autotune.dask_executor(args.dask) if args.dask else (None, None)
-    try:
-        parallel = args.parallel or (sum(w.get("nthreads", 1) for w in client.scheduler_info()["workers"].values())
-                                     if client is not None else None)
-        option = autotune.measure_option(autotune.LocalBuilder(timeout=args.timeout, n_parallel=parallel),
-                                         autotune.LocalRunner(timeout=args.timeout), executor)
-        unit = COST_UNITS[task.target]
-        with warnings.catch_warnings(record=True) as caught, \
-                progress.progress(f"tune {task}", total=args.trials, unit="trial", delay=0) as bar:
-            warnings.simplefilter("always")
-            summary = tuner.tune(args.trials, option, early_stopping=args.early_stopping,
-                                 callbacks=[progress_callback(bar, unit)], log_file=args.log)
-        for w in caught:
-            print(f"vtakit: note: {w.message}", file=sys.stderr)
-    finally:
-        if client is not None:
-            client.close()
+    with _measure_option(args) as option:
+        summary = _tune_task(args, task, args.trials, option, f"tune {task}")
     best = summary.best_config
     result = {"task": str(task), "template": task.name, "workload": list(task.args), "target": task.target,
               "space": len(task.config_space), "tuner": args.tuner, "trials": summary.trials,
               "measured": summary.measured, "resumed": summary.resumed, "errors": summary.errors,
-              "best_cost": None if best is None else summary.best_cost, "unit": unit,
+              "best_cost": None if best is None else summary.best_cost, "unit": _unit(task),
               "best_config": None if best is None else best.knob_values(), "log": str(args.log)}
     if args.json:
         print(json.dumps(result, indent=2))
@@ -637,8 +642,141 @@ def cmd_tune(args: argparse.Namespace) -> int:
     _print_table([("task", result["task"]), ("config space", f"{result['space']} configs"),
                   ("trials", f"{summary.trials} ({summary.measured} measured now, {summary.resumed} from the log, "
                              f"{summary.errors} errors now)"),
-                  ("best", "none valid" if best is None else f"{summary.best_cost:.6g} {unit}"),
+                  ("best", "none valid" if best is None else f"{summary.best_cost:.6g} {result['unit']}"),
                   ("best config", result["best_config"]), ("log", args.log)])
+    return 0
+
+
+def _unit(task: Any) -> str:
+    from vtakit.compiler.autotune.report import COST_UNITS  # noqa: PLC0415
+
+    return COST_UNITS[task.target]
+
+
+class _measure_option:  # noqa: N801 -- used as a context manager, like a function
+    """The measure option of ``--parallel/--timeout/--dask`` (the dask client closed on exit)."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.client = None
+
+    def __enter__(self) -> Any:
+        from vtakit import autotune  # noqa: PLC0415
+
+        args = self.args
+        executor, self.client = autotune.dask_executor(args.dask) if args.dask else (None, None)
+        parallel = args.parallel or (sum(w.get("nthreads", 1) for w in
+                                         self.client.scheduler_info()["workers"].values())
+                                     if self.client is not None else None)
+        return autotune.measure_option(autotune.LocalBuilder(timeout=args.timeout, n_parallel=parallel),
+                                       autotune.LocalRunner(timeout=args.timeout), executor)
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.client is not None:
+            self.client.close()
+
+
+def _tune_task(args: argparse.Namespace, task: Any, trials: int, option: Any, title: str, done: int = 0) -> Any:
+    """Tune ``task`` for ``trials`` trials into ``args.log`` with a progress bar (best so far, ETA;
+    ``done`` of them are already in the log); the tuner's notes go to stderr."""
+    from vtakit.compiler.autotune.tuner.callback import progress_callback  # noqa: PLC0415
+
+    tuner = _make_tuner(args.tuner, task, args.seed)
+    with warnings.catch_warnings(record=True) as caught, \
+            progress.progress(title, total=trials, unit="trial", delay=0) as bar:
+        warnings.simplefilter("always")
+        bar.advance(min(done, trials))
+        summary = tuner.tune(trials, option, early_stopping=args.early_stopping,
+                             callbacks=[progress_callback(bar, _unit(task))], log_file=args.log)
+    for w in caught:
+        print(f"vtakit: note: {w.message}", file=sys.stderr)
+    return summary
+
+
+def _measure_default(task: Any, option: Any, log: Path, logged: dict[int, Any]) -> tuple[float | None, bool]:
+    """The cost of ``task``'s default config (its template's fallback: the default tiler's knobs),
+    from the log when it holds it, else measured now and appended (tuner ``"default"``), so that the
+    log's best for the task is never worse than the default; and whether it was measured now."""
+    from vtakit.compiler.autotune.measure import MeasureInput, run_trial  # noqa: PLC0415
+    from vtakit.compiler.autotune.record import RecordWriter, TuningRecord  # noqa: PLC0415
+
+    cfg = task.config_space.fallback
+    if cfg.index in logged:
+        result = logged[cfg.index]
+        return (result.cost if result.ok else None), False
+    started = time.time()
+    with option.open_executor() as executor:
+        result = executor.submit(run_trial, task, cfg.index, option.builder, option.runner).result()
+    with RecordWriter(log) as writer:
+        writer.write(TuningRecord.of(MeasureInput(task, cfg), result, started, "default"))
+    return (result.cost if result.ok else None), True
+
+
+def _tune_network(args: argparse.Namespace) -> int:
+    """``vtakit tune MODEL.onnx``: every tunable layer of the network, --trials shared by weight."""
+    from vtakit import autotune  # noqa: PLC0415
+    from vtakit.compiler.autotune.record import split_records  # noqa: PLC0415
+
+    shapes = dict(args.input_shapes)
+    if len(shapes) != len(args.input_shapes):
+        raise VtakitError(f"--input-shape names an input twice: {[n for n, _ in args.input_shapes]}")
+    config = _load_config(args)
+    tasks = autotune.extract_tasks(args.model, target=args.target, config=config, calibration=args.calibration,
+                                   input_shapes=shapes)
+    if not tasks:
+        raise VtakitError(f"{str(args.model)!r} has no accelerator layers to tune (no convolution or dense runs on "
+                          "the accelerator)")
+    shares = autotune.split_trials(tasks, args.trials)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")   # the tuner reports an unreadable line once, per task, on stderr
+        records = autotune.load_records(args.log) if args.log.exists() else []
+    rows = []
+    with _measure_option(args) as option:
+        for k, (task, share) in enumerate(zip(tasks, shares)):
+            logged = {}
+            for rec in split_records(records, task)[0]:
+                try:
+                    logged.setdefault(task.config_space.entity_from_json(rec.entity).index, rec.result)
+                except VtakitError:
+                    continue
+            default, measured_default = _measure_default(task, option, args.log, logged)
+            done = len(logged) + measured_default
+            summary = _tune_task(args, task, share, option, f"tune {k + 1}/{len(tasks)} {task}", done)
+            best = summary.best_config
+            rows.append({"task": str(task), "template": task.name, "workload": list(task.args), "count": task.count,
+                         "macs": task.macs, "weight": task.weight, "space": len(task.config_space),
+                         "trials": summary.trials, "measured": summary.measured + measured_default,
+                         "resumed": summary.resumed - measured_default, "errors": summary.errors,
+                         "default_cost": default, "best_cost": None if best is None else summary.best_cost,
+                         "speedup": None if best is None or not default else default / summary.best_cost,
+                         "best_config": None if best is None else best.knob_values()})
+    unit = _unit(tasks[0])
+    valid = all(r["default_cost"] is not None and r["best_cost"] is not None for r in rows)
+    totals = {"tasks": len(rows), "layers": sum(r["count"] for r in rows),
+              **{key: sum(r[key] for r in rows) for key in ("trials", "measured", "resumed", "errors")},
+              "default_cost": sum(r["count"] * r["default_cost"] for r in rows) if valid else None,
+              "best_cost": sum(r["count"] * r["best_cost"] for r in rows) if valid else None}
+    totals["speedup"] = totals["default_cost"] / totals["best_cost"] if valid and totals["best_cost"] else None
+    result = {"model": str(args.model), "target": args.target, "config": (config or VTAConfig()).model,
+              "tuner": args.tuner, "trials_requested": args.trials, "unit": unit, "log": str(args.log),
+              "tasks": rows, "totals": totals}
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return 0
+    width = max(len(r["task"]) for r in rows)
+    print(f"{'task':<{width}}  {'layers':>6}  {'trials':>6}  {'default':>12}  {'best':>12}  speedup")
+    for r in rows:
+        cost = [f"{c:.6g}" if c is not None else "-" for c in (r["default_cost"], r["best_cost"])]
+        speedup = f"{r['speedup']:.3f}x" if r["speedup"] else "-"
+        print(f"{r['task']:<{width}}  {r['count']:>6}  {r['trials']:>6}  {cost[0]:>12}  {cost[1]:>12}  {speedup}")
+    summary_line = (f"{totals['tasks']} tasks ({totals['layers']} layers), {totals['trials']} trials ("
+                    f"{totals['measured']} measured now, {totals['resumed']} from the log, {totals['errors']} "
+                    f"errors now)")
+    if valid:
+        summary_line += (f"; {unit} x layers: {totals['default_cost']:.6g} default, {totals['best_cost']:.6g} "
+                         f"tuned ({totals['speedup']:.3f}x)")
+    print(summary_line)
+    print(f"log: {args.log} (vtakit compile {args.model} --tuning-log {args.log} ...)")
     return 0
 
 

@@ -11,8 +11,11 @@ JSON) on one target and, for the accelerator, one :class:`~vtakit.hw.config.VTAC
 from __future__ import annotations
 
 import json
+import os
+import warnings
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from pathlib import Path
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -22,7 +25,7 @@ from vtakit.errors import TuningError
 from vtakit.hw.config import VTAConfig
 
 __all__ = ["Template", "template", "get_template", "registered_templates", "Task", "create_task",
-           "parse_workload", "TARGETS"]
+           "parse_workload", "extract_tasks", "split_trials", "MIN_TRIALS_PER_TASK", "TARGETS"]
 
 #: Targets a template may be written for (the prefix of its name) and how each is measured.
 TARGETS = {"vta": "cycles on the cycle model", "llvm": "wall time on the host CPU"}
@@ -79,13 +82,17 @@ def registered_templates() -> list[str]:
 
 @dataclass
 class Task:
-    """A template on one workload, target and (for ``vta``) configuration."""
+    """A template on one workload, target and (for ``vta``) configuration.
+
+    ``count`` is how many layers of a network use the task (:func:`extract_tasks`; 1 otherwise);
+    it is not part of the task's identity (:meth:`key`)."""
 
     name: str
     args: tuple[int, ...]
     target: str
     config: VTAConfig | None = None
     _space: ConfigSpace | None = field(default=None, repr=False, compare=False)
+    count: int = field(default=1, compare=False)
 
     @property
     def template(self) -> Template:
@@ -107,6 +114,16 @@ class Task:
     @property
     def flop(self) -> int:
         return self.config_space.flop
+
+    @property
+    def macs(self) -> int:
+        """Multiply-accumulates of one run of the task (half its ``flop``)."""
+        return self.flop // 2
+
+    @property
+    def weight(self) -> int:
+        """The task's share of a network: ``count`` x :attr:`macs` (how :func:`split_trials` splits a budget)."""
+        return self.count * self.macs
 
     def instantiate(self, cfg: ConfigEntity) -> tuple[Any, list[Any]]:
         """``(schedule, tensors)`` of config ``cfg``."""
@@ -185,3 +202,108 @@ def parse_workload(spec: str) -> tuple[str, tuple[int, ...]]:
     if len(args) != len(names) or any(a < 0 for a in args):
         raise TuningError(f"workload {spec!r}: expected {kind}:{','.join(names)} ({len(names)} non-negative ints)")
     return kind, args
+
+
+# ---------------------------------------------------------------------------- networks
+#: The fewest trials :func:`split_trials` gives a task (all of its space when that is smaller).
+MIN_TRIALS_PER_TASK = 16
+
+
+def _is_quantized(graph: Any) -> bool:
+    return any(node.op.startswith("qnn.") for node in graph.nodes)
+
+
+def extract_tasks(graph_or_path: Any, target: str = "vta", config: VTAConfig | None = None, calibration: Any = None,
+                  *, input_shapes: dict[str, Sequence[int]] | None = None, opt_level: int = 3,
+                  disabled_passes: Sequence[str] = ()) -> list[Task]:
+    """The unique tuning tasks of a network, each with ``count`` (its layers) and ``weight``.
+
+    ``graph_or_path`` is a :class:`vtakit.graph.Graph`, an ONNX ``ModelProto`` or the path of an
+    ``.onnx`` file (imported with ``input_shapes``). A float model is quantised first with
+    ``calibration`` (what :func:`vtakit.graph.quantize` takes: an ``.npz`` path, arrays keyed by input
+    name, ...); an int8 one (QDQ, or already quantised) needs none. The tasks are the accelerator
+    layers that ``vtakit.graph.build(graph, target, config=config)`` compiles with a tunable template
+    (``vta.conv2d``, ``vta.dense``), in network order, with the configuration ``config``
+    (``VTAConfig()`` when None): tuning them into a log and building with ``tuning_log=`` applies
+    the log's best config to every layer of the task. Only ``target="vta"`` has tunable network
+    layers: the CPU graph target's kernels take no tuning log."""
+    from vtakit.compiler import graph as vg  # noqa: PLC0415 -- the graph compiler (onnx) loads only when used
+
+    if target not in TARGETS:
+        raise TuningError(f"unknown target {target!r}; expected one of {sorted(TARGETS)}")
+    g = graph_or_path
+    where = "the graph"
+    if isinstance(g, (str, os.PathLike)):
+        where = repr(os.fspath(g))
+        if not Path(g).is_file():
+            raise TuningError(f"model {where} is not a file")
+        g = vg.from_onnx(g, input_shapes=input_shapes)
+    elif type(g).__name__ == "ModelProto":
+        g = vg.from_onnx(g, input_shapes=input_shapes)
+    elif not isinstance(g, vg.Graph):
+        raise TuningError(f"extract_tasks takes a vtakit.graph.Graph, an onnx ModelProto or an .onnx path, "
+                          f"got {type(g).__name__}")
+    if target != "vta":
+        raise TuningError(f"the {target} graph target has no tunable schedule templates (vtakit.graph.build(..., "
+                          f"target={target!r}) takes no tuning log), so a network has nothing to tune for it; tune "
+                          "it for target 'vta', or tune single llvm workloads (vtakit tune --workload)")
+    if calibration is not None:
+        g = vg.quantize(g, calibration)
+    elif not _is_quantized(g):
+        raise TuningError(f"{where} is a float model: the accelerator runs int8 networks, so give calibration "
+                          "samples (--calibration CALIB.npz, keyed by input name) to quantise it, or a model that "
+                          "is already quantised (QDQ)")
+    config = config or VTAConfig()
+    tasks: dict[str, Task] = {}
+    for layer in vg.extract_tasks(g, target, config, opt_level=opt_level, disabled_passes=disabled_passes):
+        if layer.template not in _TEMPLATES:
+            continue   # accelerator ops without knobs (vta.add): nothing to tune
+        try:
+            task = create_task(layer.template, layer.workload, target, config)
+        except TuningError as exc:
+            warnings.warn(f"layer {layer.template}{tuple(layer.workload)} is not tunable: {exc}", stacklevel=2)
+            continue
+        if task.key() in tasks:
+            tasks[task.key()].count += layer.count
+        else:
+            task.count = layer.count
+            tasks[task.key()] = task
+    return list(tasks.values())
+
+
+def split_trials(tasks: Sequence[Task], total: int, minimum: int = MIN_TRIALS_PER_TASK) -> list[int]:
+    """Split a budget of ``total`` trials over ``tasks`` in proportion to their ``weight``
+    (``count`` x MACs): every task gets at least ``minimum`` trials and at most its whole config
+    space (all of it when the space is smaller than ``minimum``); what a capped task cannot use
+    goes to the others, rounding gives the largest remainders one more. The sum is ``total`` unless
+    the minimums need more, or the spaces hold fewer configs. Deterministic: a rerun with the same
+    tasks and budget gives every task the same share, so a log resumes per task."""
+    if total < 1 or minimum < 1:
+        raise TuningError(f"split_trials: total and minimum must be >= 1, got {total} and {minimum}")
+    sizes = [len(t.config_space) for t in tasks]
+    weights = [max(t.weight, 1) for t in tasks]
+    share: dict[int, int] = {}
+    free = list(range(len(tasks)))
+    budget = total
+    while free:   # fix the tasks whose proportional share is below the minimum or above the space
+        w = sum(weights[i] for i in free)
+        want = {i: budget * weights[i] / w for i in free}
+        low = [i for i in free if want[i] < min(minimum, sizes[i])]
+        high = [i for i in free if want[i] > sizes[i]] if not low else []
+        if not low and not high:
+            break
+        for i in low:
+            share[i] = min(minimum, sizes[i])
+        for i in high:
+            share[i] = sizes[i]
+        budget -= sum(share[i] for i in low + high)
+        free = [i for i in free if i not in share]
+    if free:
+        w = sum(weights[i] for i in free)
+        exact = {i: budget * weights[i] / w for i in free}
+        for i in free:
+            share[i] = int(exact[i])
+        left = budget - sum(share[i] for i in free)
+        for i in sorted(free, key=lambda i: (share[i] - exact[i], i))[:max(left, 0)]:
+            share[i] += 1
+    return [share[i] for i in range(len(tasks))]
