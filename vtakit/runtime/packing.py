@@ -25,7 +25,8 @@ from vtakit.errors import ArgumentError
 
 __all__ = ["blocks", "pad_to_blocks", "pack_nchw", "unpack_nchw", "pack_oihw", "pack_matrix", "unpack_matrix",
            "pack_bias", "requantize", "rounding_addend", "shift_values", "add_reference", "conv2d_reference",
-           "dense_reference", "SHIFT_RANGE", "MULTIPLIER_RANGE"]
+           "dense_reference", "SHIFT_RANGE", "MULTIPLIER_RANGE", "SHIFT_ADD_TERMS", "multiplier_set_bits",
+           "shift_add_amounts", "shift_add_value"]
 
 
 def blocks(n: int, block: int) -> int:
@@ -194,6 +195,58 @@ def requantize(acc: np.ndarray, addend: np.ndarray | int | None, shift: int, cli
         t = _wrap32(shift_values(t, pre_shift) * m)
         t = shift_values(_wrap32(t + rounding_addend(shift)), shift)
     return np.clip(t, lo, hi).astype(np.int8)
+
+
+SHIFT_ADD_TERMS = 4       # set bits of a multiplier that the shift-and-add epilogue realises (no ALU_MUL)
+
+
+def multiplier_set_bits(multiplier: np.ndarray | int) -> np.ndarray | int:
+    """The set bits of each multiplier's 32-bit two's complement pattern (what ``t * m`` sums
+    as shifted copies of ``t``, mod 2**32): ``m > 0`` its popcount, ``m < 0`` at least 17."""
+    m = np.asarray(multiplier, dtype=np.int64) & 0xFFFFFFFF
+    bits = np.zeros(m.shape, np.int64)
+    for b in range(32):
+        bits += (m >> b) & 1
+    return int(bits) if bits.ndim == 0 else bits
+
+
+def shift_add_amounts(multiplier: np.ndarray | int, terms: int = SHIFT_ADD_TERMS) -> np.ndarray:
+    """The ALU SHR amounts (negative: left) that compute ``t * m`` (int32, wrapped) without MUL,
+    one row of ``terms`` per multiplier, for the Horner form::
+
+        h = t >> a[0]; h = (h + t) >> a[1]; ...; h = (h + t) >> a[terms - 1]      # == t * m
+
+    A multiplier with set bits ``b0 > b1 > ... > b(k-1)`` (32-bit pattern, ``k <= terms``) uses
+    the last ``k`` steps (``-(b0 - b1), ..., -b(k-1)``); ``a[terms - k - 1] = -32`` (a left shift
+    by 32 gives 0) drops the copies of ``t`` before them, and earlier amounts are 0. ``m = 0``:
+    ``a[terms - 1] = -32``. :class:`ArgumentError` when a multiplier has more than ``terms`` set bits."""
+    m = np.asarray(multiplier, dtype=np.int64).reshape(-1)
+    if not isinstance(terms, int) or terms < 1:
+        raise ArgumentError(f"shift_add_amounts: terms must be a positive int, got {terms!r}")
+    out = np.zeros((m.size, terms), np.int32)
+    for c, v in enumerate(m.tolist()):
+        bits = [b for b in range(31, -1, -1) if (v & 0xFFFFFFFF) >> b & 1]
+        if len(bits) > terms:
+            raise ArgumentError(f"shift_add_amounts: multiplier {v} has {len(bits)} set bits, more than {terms}")
+        z = terms - len(bits)
+        if z:
+            out[c, z - 1] = -32
+        for j, b in enumerate(bits):
+            out[c, z + j] = -(b - bits[j + 1]) if j + 1 < len(bits) else -b
+    return out
+
+
+def shift_add_value(amounts: np.ndarray, t: np.ndarray | int = 1) -> np.ndarray:
+    """The Horner form of :func:`shift_add_amounts` run on ``t`` (default 1: the multipliers),
+    with the ALU's SHR (-32..31, wrapped); ``amounts`` is ``(channels, terms)``."""
+    a = np.asarray(amounts, dtype=np.int64)
+    t = np.asarray(t, dtype=np.int64)
+    h = None
+    for k in range(a.shape[-1]):
+        x = t if h is None else _wrap32(h + t)
+        s = a[..., k]
+        h = np.where(s >= 0, x >> np.maximum(s, 0), _wrap32(x << np.minimum(-s, 32)))
+    return h.astype(np.int64)
 
 
 def add_reference(a: np.ndarray, b: np.ndarray, lshift_a: int, lshift_b: int, addend: int, shift: int,

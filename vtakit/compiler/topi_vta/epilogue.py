@@ -2,42 +2,90 @@
 as element-wise stages in the accumulator and scheduled onto the vector ALU next to the GEMM
 stage that produces ``acc``. It computes exactly :func:`vtakit.runtime.packing.requantize`::
 
-    t = acc + addend                       # ADD tensor (addend loaded into the accumulator); no addend: skipped
+    t = acc + addend                       # addend_add: ADD tensor (loaded into the accumulator); no addend: skipped
     if multiplier is None:
-        t = t >> shift                     # SHR imm (negative: a left shift; 0: skipped)
-    else:                                  # needs ALU_MUL
-        t = t >> pre_shift                 # SHR imm
-        t = t * multiplier                 # MUL tensor (per channel) or immediate, 16 signed bits
-        t = t + rounding_addend(shift)     # ADD imm (1 << (shift - 1); skipped when 0)
-        t = t >> shift                     # SHR imm
-    out = int8(min(max(t, lo), hi))        # MAX imm, MIN imm, store
+        t = t >> shift                     # shr: SHR imm (negative: a left shift; 0: skipped)
+    else:
+        t = t >> pre_shift                 # shr: SHR imm
+        t = t * multiplier                 # mul: see the multiplier forms below
+        t = (t + 2**(shift-1)) >> shift    # round_*: rounding to nearest, see below
+    out = int8(min(max(t, lo), hi))        # clip: MAX imm, MIN imm, store
 
 with int32 wrap-around. Rounding to nearest in the first form is the caller's: it folds
 ``rounding_addend(shift)`` into the addend (a quantiser passes ``bias + rounding_addend(shift)``).
-The ALU's immediates are 16-bit signed, so the rounding constant with a multiplier is split into
-at most three ADDs (``shift <= 17``; put the rest of the scale into ``pre_shift``).
+
+Multiplier forms (``multiplier`` of :func:`declare_requant`, from an op's argument via
+:func:`op_multiplier`):
+
+- an int immediate in [-2**15, 2**15): with ALU_MUL one MUL immediate (a negative one too: the
+  ALU chain undoes the simplifier's ``0 - x*c``; 0 is a left shift by 32); without ALU_MUL the
+  shift-and-add form below with immediate amounts, when the value has at most
+  :data:`~vtakit.runtime.packing.SHIFT_ADD_TERMS` set bits (32-bit pattern);
+- ``"tensor"``: a per-channel int32 operand of multipliers, one MUL tensor (needs ALU_MUL);
+- ``"shift_add"``: per-channel multipliers without ALU_MUL, an int32 operand ``(CO/bo,
+  SHIFT_ADD_TERMS, b, bo)`` of SHR amounts (:func:`~vtakit.runtime.packing.shift_add_amounts`):
+  ``h = t >> a0; h = (h + t) >> a1; ...`` -- a Horner sum of left-shifted copies of ``t`` with
+  per-lane amounts (a left shift by 32 gives 0 and drops the copies of a channel with fewer set
+  bits), ``2 * SHIFT_ADD_TERMS + 1`` ALU instructions including the copy of ``t`` that the sum
+  re-reads (the stage needs its own accumulator tile).
+
+Rounding: the ALU's immediates are 16-bit signed, so for ``shift <= 15`` it is ``ADD 2**(shift-1)``
+(round_add) then ``SHR shift``; for larger shifts, with ``j = shift - 15``, it is exactly::
+
+    y = t >> j; y = y + 2**14; y = y << j; t = y >> shift     # round_pre, round_add, round_wrap, round_shr
+
+(``(t + 2**(s-1)) >> s == ((t >> j) + 2**(s-j-1)) >> (s-j)`` for integers; shifting back left by ``j``
+before the final shift reproduces the int32 wrap-around of ``t + 2**(shift-1)`` bit for bit), so every
+shift in the ALU's range works with a multiplier.
 """
 
 from __future__ import annotations
 
 from typing import Callable
 
+import numpy as np
+
 from vtakit.compiler import te
 from vtakit.compiler.te import Schedule, Tensor
 from vtakit.compiler.te.tensor import PlaceholderOp
 from vtakit.compiler.vta.env import VTAEnv
 from vtakit.errors import CompileError
-from vtakit.runtime.packing import MULTIPLIER_RANGE, SHIFT_RANGE, rounding_addend
+from vtakit.runtime.packing import (MULTIPLIER_RANGE, SHIFT_ADD_TERMS, SHIFT_RANGE, multiplier_set_bits,
+                                    rounding_addend)
 
 __all__ = ["declare_requant", "schedule_requant", "cache_requant_operands", "requant_stages", "check_requant",
-           "op_multiplier", "MAX_ROUNDING_ADDS"]
+           "op_multiplier", "multiplier_form", "MULTIPLIER_FORMS", "ROUND_IMM_SHIFT"]
 
-_IMM_MAX = (1 << 15) - 1
-MAX_ROUNDING_ADDS = 3            # ADD immediates for the rounding constant: shift <= 17 with a multiplier
-_ALU_STAGES = ("addend_add", "shr", "mul", *(f"round_add{k}" for k in range(MAX_ROUNDING_ADDS)), "round_shr", "clip")
+#: the largest shift whose rounding constant 2**(shift-1) is one ADD immediate
+ROUND_IMM_SHIFT = 15
+#: the string forms of an op's ``multiplier`` argument
+MULTIPLIER_FORMS = ("tensor", "shift_add")
+_ALU_STAGES = ("addend_add", "shr", "mul", "round_pre", "round_add", "round_wrap", "round_shr", "clip")
+
 
 def _is_int(v: object) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
+    return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+
+
+def multiplier_form(multiplier: object, alu_mul: bool) -> tuple[None | str | int, str | None]:
+    """How the epilogue realises ``multiplier`` (None, an int, or an array of per-channel values) on
+    a configuration with or without ALU_MUL: ``(form, None)`` with ``form`` the op argument (None,
+    an int immediate, ``"tensor"`` or ``"shift_add"``), or ``(None, reason)`` when it cannot."""
+    if multiplier is None:
+        return None, None
+    m = np.asarray(multiplier).reshape(-1)
+    if m.size == 0 or not np.issubdtype(m.dtype, np.integer):
+        return None, f"the multiplier must be integers, got {np.asarray(multiplier).dtype}"
+    if m.min() < MULTIPLIER_RANGE[0] or m.max() > MULTIPLIER_RANGE[1]:
+        return None, f"multiplier values outside {MULTIPLIER_RANGE} (the ALU's MUL reads 16 signed bits)"
+    uniform = bool(np.all(m == m[0]))
+    if alu_mul:
+        return (int(m[0]) if uniform else "tensor"), None
+    bits = int(np.max(multiplier_set_bits(m)))
+    if bits > SHIFT_ADD_TERMS:
+        return None, (f"multiplier needs ALU_MUL (more than {SHIFT_ADD_TERMS} set bits: {bits}; quantise with "
+                      f"multiplier_bits={SHIFT_ADD_TERMS} to realise it by shift-and-add)")
+    return (int(m[0]) if uniform else "shift_add"), None
 
 
 def check_requant(env: VTAEnv, shift: int, clip: tuple[int, int], multiplier: object = None,
@@ -55,37 +103,60 @@ def check_requant(env: VTAEnv, shift: int, clip: tuple[int, int], multiplier: ob
         raise CompileError(f"{where}: clip {clip!r} must be ints with -128 <= lo <= hi <= 127 (the int8 output)")
     if multiplier is None:
         return                          # pre_shift only applies with a multiplier (as requantize)
+    if _is_int(multiplier):
+        if not MULTIPLIER_RANGE[0] <= multiplier <= MULTIPLIER_RANGE[1]:
+            raise CompileError(f"{where}: multiplier {multiplier} is outside [{MULTIPLIER_RANGE[0]}, "
+                               f"{MULTIPLIER_RANGE[1]}] (the ALU's MUL reads 16 signed bits)")
+        if not env.config.alu_mul and multiplier_set_bits(int(multiplier)) > SHIFT_ADD_TERMS:
+            raise CompileError(f"{where}: multiplier {multiplier} needs ALU_MUL (more than {SHIFT_ADD_TERMS} set "
+                               f"bits; {env.config.model} has ALU_MUL=false and realises a multiplier by "
+                               f"shift-and-add)")
+        return
+    if _is_shift_add(multiplier):
+        return
     if not env.config.alu_mul:
-        raise CompileError(f"{where}: a multiplier needs a configuration with ALU_MUL enabled "
-                           f"({env.config.model} has ALU_MUL=false)")
-    if _is_int(multiplier) and not MULTIPLIER_RANGE[0] <= multiplier <= MULTIPLIER_RANGE[1]:
-        raise CompileError(f"{where}: multiplier {multiplier} is outside [{MULTIPLIER_RANGE[0]}, "
-                           f"{MULTIPLIER_RANGE[1]}] (the ALU's MUL reads 16 signed bits)")
-    if _is_int(multiplier) and multiplier < 1:
-        # the simplifier rewrites x * -c as 0 - x * c, which the ALU cannot run (and x * 0 as 0)
-        raise CompileError(f"{where}: an immediate multiplier must be positive (1 to {MULTIPLIER_RANGE[1]}), got "
-                           f"{multiplier}; pass multiplier=\"tensor\" for negative or zero values")
-    if -(-rounding_addend(shift) // _IMM_MAX) > MAX_ROUNDING_ADDS:
-        raise CompileError(f"{where}: shift {shift} with a multiplier needs the rounding constant "
-                           f"{rounding_addend(shift)}, more than {MAX_ROUNDING_ADDS} 16-bit ALU immediates; use "
-                           f"shift <= 17 and put the rest into pre_shift")
+        raise CompileError(f"{where}: a multiplier tensor needs a configuration with ALU_MUL enabled "
+                           f"({env.config.model} has ALU_MUL=false; use multiplier=\"shift_add\")")
+
+
+def _is_shift_add(multiplier: object) -> bool:
+    return isinstance(multiplier, Tensor) and len(multiplier.shape) == 4 and multiplier.name == "multiplier"
 
 
 def op_multiplier(multiplier: object, shape: tuple, dtype: str) -> Tensor | int | None:
     """An op's ``multiplier`` argument as :func:`declare_requant` takes it: None (no multiply),
-    ``"tensor"`` (a per-channel int32 placeholder named ``multiplier``, of ``shape``) or an int
-    (an immediate, the same for every channel)."""
+    ``"tensor"`` (a per-channel int32 placeholder named ``multiplier``, of ``shape``),
+    ``"shift_add"`` (the placeholder of SHR amounts, ``(shape[0], SHIFT_ADD_TERMS, *shape[1:])``)
+    or an int (an immediate, the same for every channel)."""
     if multiplier is None or _is_int(multiplier):
-        return multiplier
+        return None if multiplier is None else int(multiplier)
     if multiplier == "tensor":
         return te.placeholder(shape, dtype, name="multiplier")
-    raise CompileError(f"multiplier must be None, \"tensor\" or an int, got {multiplier!r}")
+    if multiplier == "shift_add":
+        return te.placeholder((shape[0], SHIFT_ADD_TERMS, *shape[1:]), dtype, name="multiplier")
+    raise CompileError(f"multiplier must be None, \"tensor\", \"shift_add\" or an int, got {multiplier!r}")
 
 
 def _shift_stage(prev: Tensor, amount: int, name: str) -> Tensor:
     if amount >= 0:
         return te.compute(prev.shape, lambda *i: prev(*i) >> amount, name=name)
     return te.compute(prev.shape, lambda *i: prev(*i) << -amount, name=name)
+
+
+def _horner_imm(prev: Tensor, multiplier: int) -> Callable[..., object]:
+    """``t * multiplier`` (int32, wrapped) as a Horner sum of left-shifted copies of ``t``."""
+    bits = [b for b in range(31, -1, -1) if (multiplier & 0xFFFFFFFF) >> b & 1]
+
+    def value(*i):
+        h = None
+        for j, b in enumerate(bits):
+            h = prev(*i) if h is None else h + prev(*i)
+            amount = b - bits[j + 1] if j + 1 < len(bits) else b
+            if amount:
+                h = h << amount
+        return h
+
+    return value
 
 
 def declare_requant(env: VTAEnv, acc: Tensor, shift: int, clip: tuple[int, int], addend: Tensor | None,
@@ -96,8 +167,9 @@ def declare_requant(env: VTAEnv, acc: Tensor, shift: int, clip: tuple[int, int],
 
     ``addend_index(*out_index)`` says which ``addend`` element an output element adds (no ADD stage
     when ``addend`` is None); ``multiplier`` is None, an int32 tensor read at
-    ``multiplier_index(*out_index)`` (``addend_index`` when not given) or an int immediate, and is
-    only allowed when the configuration has ALU_MUL."""
+    ``multiplier_index(*out_index)`` (``addend_index`` when not given; a ``"shift_add"`` tensor of
+    :func:`op_multiplier` is read at that index with the term inserted after the first axis) or an
+    int immediate (see the module for the forms each configuration runs)."""
     check_requant(env, shift, clip, multiplier, pre_shift)
     stages: dict[str, Tensor] = {}
     res = acc
@@ -109,19 +181,37 @@ def declare_requant(env: VTAEnv, acc: Tensor, shift: int, clip: tuple[int, int],
         res = stages["shr"] = _shift_stage(res, first, "shr")
     if multiplier is not None:
         prev = res
-        if isinstance(multiplier, Tensor):
-            index = multiplier_index or addend_index
-            res = te.compute(acc.shape, lambda *i: prev(*i) * multiplier(*index(*i)), name="mul")
-            stages["mul"] = res
+        index = multiplier_index or addend_index
+        if _is_shift_add(multiplier):
+            def horner(*i):
+                o = index(*i)
+                h = None
+                for k in range(SHIFT_ADD_TERMS):
+                    h = prev(*i) if h is None else h + prev(*i)
+                    h = h >> multiplier(o[0], k, *o[1:])
+                return h
+
+            res = stages["mul"] = te.compute(acc.shape, horner, name="mul")
+        elif isinstance(multiplier, Tensor):
+            res = stages["mul"] = te.compute(acc.shape, lambda *i: prev(*i) * multiplier(*index(*i)), name="mul")
+        elif multiplier == 0:           # x * 0 would fold to a constant; a left shift by 32 gives 0
+            res = stages["mul"] = te.compute(acc.shape, lambda *i: prev(*i) << 32, name="mul")
         elif multiplier != 1:
-            res = stages["mul"] = te.compute(acc.shape, lambda *i: prev(*i) * multiplier, name="mul")
-        remaining = rounding_addend(shift)
-        k = 0
-        while remaining:
-            part, prev = min(remaining, _IMM_MAX), res
-            res = stages[f"round_add{k}"] = te.compute(acc.shape, lambda *i, p=prev, c=part: p(*i) + c,
-                                                       name=f"round_add{k}")
-            remaining, k = remaining - part, k + 1
+            if env.config.alu_mul:
+                res = stages["mul"] = te.compute(acc.shape, lambda *i: prev(*i) * multiplier, name="mul")
+            else:
+                res = stages["mul"] = te.compute(acc.shape, _horner_imm(prev, multiplier), name="mul")
+        if shift > ROUND_IMM_SHIFT:
+            j = shift - ROUND_IMM_SHIFT
+            res = stages["round_pre"] = _shift_stage(res, j, "round_pre")
+            prev = res
+            res = stages["round_add"] = te.compute(acc.shape, lambda *i: prev(*i) + (1 << (ROUND_IMM_SHIFT - 1)),
+                                                   name="round_add")
+            res = stages["round_wrap"] = _shift_stage(res, -j, "round_wrap")
+        elif rounding_addend(shift):
+            prev = res
+            res = stages["round_add"] = te.compute(acc.shape, lambda *i: prev(*i) + rounding_addend(shift),
+                                                   name="round_add")
         if shift:
             res = stages["round_shr"] = _shift_stage(res, shift, "round_shr")
     prev = res

@@ -12,7 +12,9 @@ Two steps (VTA's AnnotateALUCoProcScope + InjectALUIntrin):
    the destination: ``max``/``min``/``+``/``-`` constant, ``>>``/``<<`` constant (SHR with a
    negative amount for left shifts), ``*`` when the configuration has ALU_MUL, each with an
    immediate or another accumulator tensor (which may broadcast along whole entries). So
-   ``min(max(x >> 8, 0), 127)`` is three instructions. Each operation becomes a micro-op loop
+   ``min(max(x >> 8, 0), 127)`` is three instructions. A right shift by an accumulator tensor is
+   SHR tensor (per-lane amounts, the low 6 bits signed: negative shifts left). The simplifier's
+   ``c0 - x * c`` (how it writes ``x * -c``) is MUL by ``-c`` then ADD ``c0``. Each operation becomes a micro-op loop
    (``vta.uop_push`` mode 1) in its own ``coproc_uop_scope`` on the compute queue; the loops that
    walk one accumulator entry disappear, the others are folded later by FoldUopLoop.
 """
@@ -65,8 +67,13 @@ def alu_chain(value: ir.PrimExpr, store: ir.BufferStore, where: str, alu_mul: bo
         return e, []
     if isinstance(e, ir.Call) and e.op in ("shift_right", "shift_left"):
         amount = _const(e.args[1])
+        if amount is None and e.op == "shift_right" and isinstance(_strip(e.args[1]), ir.BufferLoad):
+            operand = _check_operand(_strip(e.args[1]), where)   # per-lane amounts: SHR tensor (low 6 bits)
+            base, steps = alu_chain(e.args[0], store, where, alu_mul)
+            return base, steps + [AluStep(AluOp.SHR, operand)]
         if amount is None:
-            raise CompileError(f"{where}: shift amounts must be constants, got {e.args[1]}")
+            raise CompileError(f"{where}: shift amounts must be constants or (right shifts) accumulator "
+                               f"tensors, got {e.args[1]}")
         amount = amount if e.op == "shift_right" else -amount
         if not SHIFT_RANGE[0] <= amount <= SHIFT_RANGE[1]:
             raise CompileError(f"{where}: shift by {amount} (right) is outside the ALU's range "
@@ -80,6 +87,18 @@ def alu_chain(value: ir.PrimExpr, store: ir.BufferStore, where: str, alu_mul: bo
     if op == AluOp.MUL and not alu_mul:
         raise CompileError(f"{where}: multiplication needs a configuration with ALU_MUL enabled")
     a, b = e.a, e.b
+    if isinstance(e, ir.Sub) and _const(a) is not None and _const(b) is None:
+        # the simplifier writes x * -c as 0 - x * c (x * -1 as 0 - x): MUL by -c, then ADD the constant
+        c0, neg, factor = _const(a), _strip(b), -1
+        if isinstance(neg, ir.Mul) and (_const(neg.b) is not None or _const(neg.a) is not None):
+            factor, neg = (-_const(neg.b), neg.a) if _const(neg.b) is not None else (-_const(neg.a), neg.b)
+        if not alu_mul:
+            raise CompileError(f"{where}: {e} negates, which needs a configuration with ALU_MUL enabled")
+        for imm in (factor, c0):
+            if not IMM_RANGE[0] <= imm <= IMM_RANGE[1]:
+                raise CompileError(f"{where}: immediate {imm} does not fit the ALU's 16-bit signed field")
+        base, steps = alu_chain(neg, store, where, alu_mul)
+        return base, steps + [AluStep(AluOp.MUL, factor)] + ([AluStep(AluOp.ADD, c0)] if c0 else [])
     cb = _const(b)
     ca = _const(a) if not isinstance(e, ir.Sub) else None
     if isinstance(e, ir.Sub):
@@ -105,12 +124,16 @@ def alu_chain(value: ir.PrimExpr, store: ir.BufferStore, where: str, alu_mul: bo
     else:
         operand = loads[0]
         rest = b if operand is a else a
-    operand = _strip(operand)
+    operand = _check_operand(_strip(operand), where)
+    base, steps = alu_chain(rest, store, where, alu_mul)
+    return base, steps + [AluStep(op, operand)]
+
+
+def _check_operand(operand: ir.BufferLoad, where: str) -> ir.BufferLoad:
     if operand.buffer.scope != ACC_SCOPE:
         raise CompileError(f"{where}: the ALU operand {operand.buffer.name} is in scope {operand.buffer.scope}; "
                            f"load it into {ACC_SCOPE} with a dma_copy")
-    base, steps = alu_chain(rest, store, where, alu_mul)
-    return base, steps + [AluStep(op, operand)]
+    return operand
 
 
 def _common_addend(a: ir.PrimExpr, b: ir.PrimExpr) -> tuple[ir.PrimExpr, ir.PrimExpr, ir.PrimExpr] | None:

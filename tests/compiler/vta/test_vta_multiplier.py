@@ -1,0 +1,162 @@
+"""The requantisation epilogue's multiplier forms on the accelerator, bit-exact with
+``packing.requantize``: MUL (immediate, negative too, or per channel) with every shift in the ALU's
+range on ALU_MUL configurations, shift-and-add (immediate or per-channel SHR amounts) without it."""
+
+import numpy as np
+import pytest
+
+from vtakit.compiler.topi_vta import Conv2dWorkload, conv2d, dense
+from vtakit.compiler.topi_vta.epilogue import multiplier_form
+from vtakit.compiler.vta.env import get_env
+from vtakit.errors import CompileError
+from vtakit.hw.config import VTAConfig
+from vtakit.runtime.packing import (SHIFT_ADD_TERMS, conv2d_reference, dense_reference, multiplier_set_bits,
+                                    pack_bias, pack_matrix, pack_nchw, pack_oihw, requantize, shift_add_amounts,
+                                    shift_add_value)
+
+from tests.compiler.vta.helpers import build_and_run
+
+SMALL_MUL = VTAConfig.small(alu_mul=True)
+SMALL = VTAConfig.small()
+DEFAULT = VTAConfig()
+WL = Conv2dWorkload(5, 6, 6, 10, (3, 2), (1, 0, 1, 1), (1, 2))
+
+
+def _few_bits(rng, n, bits=SHIFT_ADD_TERMS, top=15):
+    """``n`` multipliers in [0, 2**top) with at most ``bits`` set bits (some with fewer, one 0)."""
+    out = []
+    for k in range(n):
+        chosen = rng.choice(top, size=rng.integers(0, bits + 1), replace=False)
+        out.append(int(sum(1 << int(b) for b in chosen)))
+    return np.array(out, np.int32)
+
+
+def _case(env, op, multiplier, seed, addend=True):
+    rng = np.random.default_rng(seed)
+    if op == "conv2d":
+        x = rng.integers(-128, 128, (1, WL.ci, WL.h, WL.w), dtype=np.int8)
+        w = rng.integers(-128, 128, (WL.co, WL.ci, WL.kh, WL.kw), dtype=np.int8)
+        acc = conv2d_reference(x, w, WL.stride, WL.pad)
+        host = [pack_nchw(x, env.batch, env.block_in), pack_oihw(w, env.block_out, env.block_in)]
+        channels, pack = WL.co, lambda r: pack_nchw(r, env.batch, env.block_out)
+    else:
+        a = rng.integers(-128, 128, (3, 10), dtype=np.int8)
+        w = rng.integers(-128, 128, (6, 10), dtype=np.int8)
+        acc = dense_reference(a, w)
+        host = [pack_matrix(a, env.batch, env.block_in), pack_matrix(w, env.block_out, env.block_in)]
+        channels, pack = 6, lambda r: pack_matrix(r, env.batch, env.block_out)
+    add = rng.integers(-3000, 3000, channels, dtype=np.int32) if addend else None
+    if addend:
+        host.append(pack_bias(add, env.batch, env.block_out))
+    if multiplier == "tensor":
+        mult = rng.integers(-(1 << 15), 1 << 15, channels, dtype=np.int32)
+        mult[0], mult[-1] = -(1 << 15), (1 << 15) - 1
+        host.append(pack_bias(mult, env.batch, env.block_out))
+    elif multiplier == "shift_add":
+        mult = _few_bits(rng, channels)
+        amounts = shift_add_amounts(mult)
+        packed = np.stack([pack_bias(amounts[:, k].copy(), env.batch, env.block_out)
+                           for k in range(SHIFT_ADD_TERMS)], axis=1)
+        host.append(np.ascontiguousarray(packed))
+    else:
+        mult = multiplier
+    return host, acc, add, mult, pack
+
+
+def _run(config, op, multiplier, shift, pre_shift, seed=0, backend="fsim", clip=(-128, 127)):
+    env = get_env(config)
+    host, acc, add, mult, pack = _case(env, op, multiplier, seed)
+    kw = dict(shift=shift, clip=clip, multiplier=multiplier, pre_shift=pre_shift)
+    s, tensors = conv2d(env, WL, **kw) if op == "conv2d" else dense(env, 3, 6, 10, **kw)
+    expect = pack(requantize(acc, add, shift, clip, mult, pre_shift))
+    build_and_run(s, tensors, host, expect, config, backend=backend)
+    return expect
+
+
+# ---------------------------------------------------------------------------- ALU_MUL
+@pytest.mark.parametrize("op", ["conv2d", "dense"])
+@pytest.mark.parametrize("shift,pre_shift", [(18, 4), (20, 2), (21, 0), (22, 0), (23, 0), (27, 9), (31, 13), (16, 6),
+                                             (-3, 0)])
+def test_mul_per_channel_every_shift_fsim(op, shift, pre_shift):
+    expect = _run(SMALL_MUL, op, "tensor", shift, pre_shift, seed=abs(shift))
+    if 20 <= shift + pre_shift <= 23:
+        assert len(np.unique(expect)) > 3            # not all saturated or zero
+
+
+@pytest.mark.parametrize("op", ["conv2d", "dense"])
+@pytest.mark.parametrize("mult,shift,pre_shift", [(-3, 4, 0), (-32768, 22, 3), (-1, 0, 0), (0, 20, 0),
+                                                  (32767, 31, 12), (12345, 21, 1)])
+def test_mul_immediate_negative_and_large_shifts_fsim(op, mult, shift, pre_shift):
+    _run(SMALL_MUL, op, mult, shift, pre_shift, seed=7)
+
+
+@pytest.mark.parametrize("op", ["conv2d", "dense"])
+def test_mul_on_the_cycle_backend(op):
+    _run(SMALL_MUL, op, "tensor", 24, 4, seed=3, backend="cycle")
+    _run(SMALL_MUL, op, -771, 19, 0, seed=4, backend="cycle")
+
+
+def test_rounding_reproduces_int32_wraparound():
+    """t + 2**(shift-1) overflowing int32 wraps in requantize; the split rounding does too."""
+    env = get_env(SMALL_MUL)
+    a = np.full((3, 10), 127, np.int8)
+    w = np.full((6, 10), 127, np.int8)
+    acc = dense_reference(a, w)                      # 161290
+    add = np.full(6, 0, np.int32)
+    mult = np.array([32767, 13316, 13317, 13318, -32768, 1], np.int32)   # t*m near 2**31
+    host = [pack_matrix(a, env.batch, env.block_in), pack_matrix(w, env.block_out, env.block_in),
+            pack_bias(add, env.batch, env.block_out), pack_bias(mult, env.batch, env.block_out)]
+    s, tensors = dense(env, 3, 6, 10, shift=30, clip=(-128, 127), multiplier="tensor")
+    expect = pack_matrix(requantize(acc, add, 30, (-128, 127), mult), env.batch, env.block_out)
+    build_and_run(s, tensors, host, expect, SMALL_MUL)
+
+
+# ---------------------------------------------------------------------------- shift-and-add (no ALU_MUL)
+@pytest.mark.parametrize("config", [SMALL, DEFAULT], ids=["small", "default"])
+@pytest.mark.parametrize("op", ["conv2d", "dense"])
+@pytest.mark.parametrize("shift,pre_shift", [(20, 0), (23, 3), (14, 0)])
+def test_shift_add_per_channel_fsim(config, op, shift, pre_shift):
+    _run(config, op, "shift_add", shift, pre_shift, seed=shift + 1)
+
+
+@pytest.mark.parametrize("config", [SMALL, DEFAULT], ids=["small", "default"])
+@pytest.mark.parametrize("mult", [0b100100010001, 1 << 14, 3, 1, 0])
+def test_shift_add_immediate_fsim(config, mult):
+    _run(config, "conv2d", mult, 18, 1, seed=int(mult))
+
+
+@pytest.mark.parametrize("config", [SMALL, DEFAULT], ids=["small", "default"])
+def test_shift_add_on_the_cycle_backend(config):
+    _run(config, "conv2d", "shift_add", 21, 2, seed=11, backend="cycle")
+    _run(config, "dense", 0b1010000010001, 22, 0, seed=12, backend="cycle")
+
+
+def test_shift_add_amounts_realise_the_multiplier():
+    rng = np.random.default_rng(0)
+    m = np.concatenate([_few_bits(rng, 200), [0, 1, 1 << 14, 0x7800, 0x4001]])
+    assert (shift_add_value(shift_add_amounts(m)).reshape(-1) == m).all()
+    t = rng.integers(-(1 << 31), 1 << 31, m.size)
+    want = ((t * m.astype(np.int64)) + (1 << 31)) % (1 << 32) - (1 << 31)
+    assert (shift_add_value(shift_add_amounts(m), t) == want).all()
+    with pytest.raises(Exception, match="5 set bits, more than 4"):
+        shift_add_amounts([0b11111])
+    assert multiplier_set_bits(-1) == 32 and multiplier_set_bits(0x7001) == 4
+
+
+def test_multiplier_form_and_errors():
+    assert multiplier_form(None, False) == (None, None)
+    assert multiplier_form(np.array([5, 5]), True) == (5, None)
+    assert multiplier_form(np.array([5, -6]), True) == ("tensor", None)
+    assert multiplier_form(np.array([5, 0x4400]), False) == ("shift_add", None)
+    assert multiplier_form(np.array([0x4400, 0x4400]), False) == (0x4400, None)
+    form, reason = multiplier_form(np.array([5, 0x7700]), False)
+    assert form is None and "multiplier needs ALU_MUL (more than 4 set bits" in reason
+    form, reason = multiplier_form(np.array([-5]), False)
+    assert form is None and "more than 4 set bits" in reason
+    assert "outside" in multiplier_form(np.array([1 << 15]), True)[1]
+    with pytest.raises(CompileError, match="needs ALU_MUL"):
+        dense(get_env(SMALL), 4, 4, 4, multiplier=0x7700)
+    with pytest.raises(CompileError, match="a multiplier tensor needs a configuration with ALU_MUL"):
+        dense(get_env(SMALL), 4, 4, 4, multiplier="tensor")
+    with pytest.raises(CompileError, match="multiplier must be None"):
+        dense(get_env(SMALL), 4, 4, 4, multiplier="per-channel")
