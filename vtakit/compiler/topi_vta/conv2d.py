@@ -7,8 +7,13 @@ of :mod:`.epilogue` in the accumulator and a cast to int8: ``clip((acc + addend)
 with ``multiplier`` (ALU_MUL configurations) ``clip((((acc + addend) >> pre_shift) * multiplier
 + round) >> shift)`` -- exactly :func:`vtakit.runtime.packing.requantize`.
 
-API: ``conv2d_packed(env, wl, shift, clip, with_addend=True, multiplier=None, pre_shift=0)``
-returns ``[data, kernel, addend, multiplier, out]`` without the operands it does not have:
+A fused residual add (``residual=(lshift, rshift)``; :func:`vtakit.compiler.graph.ops.qnn.residual_requantize`)
+reads one more int8 tensor of the output's packed layout, DMA-loaded per output tile into the
+accumulator (an ACC_8BIT load) and added before the clip: ``clip((((acc + addend) >> shift) +
+(residual << lshift)) >> rshift)`` -- SHR, [SHL], ADD tensor, [SHR], MAX, MIN.
+
+API: ``conv2d_packed(env, wl, shift, clip, with_addend=True, multiplier=None, pre_shift=0,
+residual=None)`` returns ``[data, kernel, addend, multiplier, residual, out]`` without the operands it does not have:
 ``addend`` when ``with_addend`` (int32 ``(CO/bo, BATCH, bo)``, ``pack_bias``'s layout; fold the
 bias and ``rounding_addend(shift)`` into it), ``multiplier`` when ``multiplier="tensor"`` (the same
 layout, per-channel values in [-2**15, 2**15)); an int ``multiplier`` is an ALU immediate.
@@ -30,13 +35,15 @@ from vtakit.compiler.topi_vta.knobs import Conv2dKnobs, conv2d_blocks
 from vtakit.compiler.topi_vta.tiling import choose_conv2d_tiles
 from vtakit.compiler.topi_vta.workloads import Conv2dWorkload
 from vtakit.compiler.vta.env import VTAEnv
+from vtakit.errors import CompileError
 
 __all__ = ["Conv2dKnobs", "conv2d_packed", "schedule_conv2d_packed", "default_conv2d_knobs", "conv2d"]
 
 
 def conv2d_packed(env: VTAEnv, wl: Conv2dWorkload, shift: int = 8, clip: tuple[int, int] = (0, 127),
                   with_addend: bool = True, multiplier: None | str | int = None,
-                  pre_shift: int = 0) -> tuple[list[Tensor], dict[str, Tensor]]:
+                  pre_shift: int = 0,
+                  residual: tuple[int, int] | None = None) -> tuple[list[Tensor], dict[str, Tensor]]:
     """The tensors ``[data, kernel, (addend,) (multiplier,) out]`` and the named intermediate stages.
 
     ``addend`` (when ``with_addend``) and a ``multiplier="tensor"`` are int32 ``(CO/bo, b, bo)``
@@ -75,7 +82,42 @@ def conv2d_packed(env: VTAEnv, wl: Conv2dWorkload, shift: int = 8, clip: tuple[i
     if any(wl.pad):
         stages["data_pad"] = data_pad
     operands = [t for t in (addend, mult) if isinstance(t, Tensor)]
+    if residual is not None:
+        res, out = _fuse_residual(env, oshape, stages, residual, clip)
+        operands.append(res)
     return [data, kernel, *operands, out], stages
+
+
+#: the names of the fused residual's stages, in order (the load, then ALU stages)
+RESIDUAL_STAGES = ("residual_acc", "residual_shl", "residual_add", "residual_shr")
+
+
+def _fuse_residual(env: VTAEnv, oshape: tuple, stages: dict[str, Tensor], residual: tuple[int, int],
+                   clip_range: tuple[int, int]) -> tuple[Tensor, Tensor]:
+    """Insert the residual add before the epilogue's clip (``stages`` updated: new residual stages and
+    a new ``clip``); returns the residual placeholder and the new output."""
+    try:
+        lshift, rshift = (int(v) for v in residual)
+    except (TypeError, ValueError):
+        raise CompileError(f"conv2d: residual must be (lshift, rshift), got {residual!r}") from None
+    if not (0 <= lshift <= 31 and 0 <= rshift <= 31):
+        raise CompileError(f"conv2d: residual shifts must lie in [0, 31], got {residual!r}")
+    prev = stages["clip"].op.input_tensors[0]
+    lo, hi = clip_range
+    res = te.placeholder(oshape, env.inp_dtype, name="residual")
+    r = stages["residual_acc"] = te.compute(oshape, lambda *i: res(*i).astype(env.acc_dtype), name="residual_acc")
+    if lshift:
+        r0 = r
+        r = stages["residual_shl"] = te.compute(oshape, lambda *i: r0(*i) << lshift, name="residual_shl")
+    r1 = r
+    t = stages["residual_add"] = te.compute(oshape, lambda *i: prev(*i) + r1(*i), name="residual_add")
+    if rshift:
+        t0 = t
+        t = stages["residual_shr"] = te.compute(oshape, lambda *i: t0(*i) >> rshift, name="residual_shr")
+    t1 = t
+    clip = stages["clip"] = te.compute(oshape, lambda *i: te.min(te.max(t1(*i), lo), hi), name="clip")
+    out = te.compute(oshape, lambda *i: clip(*i).astype(env.inp_dtype), name="out")
+    return res, out
 
 
 def schedule_conv2d_packed(env: VTAEnv, tensors: list[Tensor], stages: dict[str, Tensor],
@@ -94,6 +136,7 @@ def schedule_conv2d_packed(env: VTAEnv, tensors: list[Tensor], stages: dict[str,
     ckernel = s.cache_read(kernel, env.wgt_scope, [conv])
     s[conv].set_scope(env.acc_scope)
     caches = cache_requant_operands(env, s, stages)
+    residual = [stages[n] for n in RESIDUAL_STAGES if n in stages]
 
     x_bo, x_co, x_i, x_j, x_bi, x_ci = s[out].op.axis
     x_co0, x_co1 = s[out].split(x_co, factor=knobs.tile_co)
@@ -102,6 +145,10 @@ def schedule_conv2d_packed(env: VTAEnv, tensors: list[Tensor], stages: dict[str,
     outer = (x_i0, x_co0) if knobs.tile_order == "h_co" else (x_co0, x_i0)
     s[out].reorder(x_bo, *outer, x_j0, x_co1, x_i1, x_j1, x_bi, x_ci)
     schedule_requant(env, s, out, stages, conv, caches, x_j0)
+    for t in residual:
+        s[t].set_scope(env.acc_scope)
+        s[t].compute_at(s[out], x_j0)
+        s[t].pragma(s[t].op.axis[0], env.dma_copy if t.op.name == "residual_acc" else env.alu)
     if knobs.oc_nthread > 1:
         bind_cthreads(s, out, x_co0, knobs.oc_nthread, x_bo)
     if knobs.h_nthread > 1:
@@ -116,16 +163,17 @@ def schedule_conv2d_packed(env: VTAEnv, tensors: list[Tensor], stages: dict[str,
     return s
 
 
-def default_conv2d_knobs(env: VTAEnv, wl: Conv2dWorkload, vthreads: int = 2) -> Conv2dKnobs:
-    """A tiling that fits the SRAMs with ``vthreads`` virtual threads (see :mod:`.tiling`)."""
-    return choose_conv2d_tiles(env, wl, vthreads)
+def default_conv2d_knobs(env: VTAEnv, wl: Conv2dWorkload, vthreads: int = 2, residual: bool = False) -> Conv2dKnobs:
+    """A tiling that fits the SRAMs with ``vthreads`` virtual threads (see :mod:`.tiling`);
+    ``residual``: room for a fused residual add."""
+    return choose_conv2d_tiles(env, wl, vthreads, residual)
 
 
 def conv2d(env: VTAEnv, wl: Conv2dWorkload, knobs: Conv2dKnobs | None = None, vthreads: int = 2,
            **kwargs: Any) -> tuple[Schedule, list[Tensor]]:
     """Declaration (``kwargs``: those of :func:`conv2d_packed`) and default schedule:
     ``(s, [data, kernel, (addend,) (multiplier,) out])``."""
-    knobs = knobs or default_conv2d_knobs(env, wl, vthreads)
+    knobs = knobs or default_conv2d_knobs(env, wl, vthreads, kwargs.get("residual") is not None)
     knobs.check(wl, env)
     tensors, stages = conv2d_packed(env, wl, **kwargs)
     return schedule_conv2d_packed(env, tensors, stages, knobs), tensors

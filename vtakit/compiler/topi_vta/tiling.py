@@ -31,10 +31,12 @@ def divisors(n: int) -> list[int]:
 
 
 def _cost(env: VTAEnv, threads: int, n_tiles: int, n_k: int, gemm: int, load_bytes: int, dma_insns: int,
-          acc_entries: int, store_bytes: int) -> float:
+          acc_entries: int, store_bytes: int, extra_ops: int = 0, acc_load_bytes: int = 0) -> float:
     bus = env.config.bus_bytes
     load = load_bytes / bus + _DMA_LATENCY * dma_insns
-    epilogue = (_EPILOGUE_OPS + 1) * (acc_entries + _INSN_OVERHEAD)
+    epilogue = (_EPILOGUE_OPS + extra_ops + 1) * (acc_entries + _INSN_OVERHEAD)
+    if acc_load_bytes:      # a fused residual: an ACC_8BIT load on the compute module, per tile
+        epilogue += acc_load_bytes / bus + _DMA_LATENCY
     store = store_bytes / bus + _DMA_LATENCY
     if threads == 1:
         per_tile = n_k * (gemm + load + _INSN_OVERHEAD) + epilogue + store
@@ -44,8 +46,9 @@ def _cost(env: VTAEnv, threads: int, n_tiles: int, n_k: int, gemm: int, load_byt
     return n_tiles * per_tile + load + store
 
 
-def choose_conv2d_tiles(env: VTAEnv, wl: Conv2dWorkload, vthreads: int = 2) -> Conv2dKnobs:
-    """The cheapest conv2d tiling with at most ``vthreads`` virtual threads.
+def choose_conv2d_tiles(env: VTAEnv, wl: Conv2dWorkload, vthreads: int = 2, residual: bool = False) -> Conv2dKnobs:
+    """The cheapest conv2d tiling with at most ``vthreads`` virtual threads; ``residual``: with a
+    fused residual add (one more accumulator tile per thread, its load and up to 3 ALU ops).
 
     Threads split output channels or rows; when neither divides ``vthreads`` ways (a 7x7 output
     with one channel block and 2 threads), the most threads that do are used, as the knobs say;
@@ -53,14 +56,14 @@ def choose_conv2d_tiles(env: VTAEnv, wl: Conv2dWorkload, vthreads: int = 2) -> C
     """
     _check_vthreads(vthreads)
     for threads in range(_thread_bound(env, vthreads), 0, -1):
-        knobs = _best_conv2d_tiles(env, wl, threads)
+        knobs = _best_conv2d_tiles(env, wl, threads, residual)
         if knobs is not None:
             return knobs
     raise CompileError(f"no conv2d tiling of {wl} fits {env.config.model}, even with one virtual thread (tiles "
                        "must fit the SRAMs and each must read input that is not all padding)")
 
 
-def _best_conv2d_tiles(env: VTAEnv, wl: Conv2dWorkload, vthreads: int) -> Conv2dKnobs | None:
+def _best_conv2d_tiles(env: VTAEnv, wl: Conv2dWorkload, vthreads: int, residual: bool = False) -> Conv2dKnobs | None:
     c = env.config
     batch_blocks, ci_blocks, co_blocks = conv2d_blocks(env, wl)
     kh, kw, sh, sw = wl.kh, wl.kw, wl.stride_h, wl.stride_w
@@ -71,11 +74,11 @@ def _best_conv2d_tiles(env: VTAEnv, wl: Conv2dWorkload, vthreads: int) -> Conv2d
         if wl.oh % (th * h_n) or co_blocks % (tco * oc_n) or not _tiles_read_data(wl, th, tw):
             continue
         rows, cols = (th - 1) * sh + kh, (tw - 1) * sw + kw
-        acc = th * tw * tco + tco
+        acc = th * tw * tco * (2 if residual else 1) + tco
         inp = tci * rows * cols
         wgt = tco * tci * kh * kw
         kernel = kh * tco * th * (kw if tci > 1 or tw == 1 else 1)
-        uops = (kernel + 3 * th * tco) * vthreads
+        uops = (kernel + (6 if residual else 3) * th * tco) * vthreads
         if acc * vthreads > c.acc_depth or inp * vthreads > c.inp_depth or wgt * vthreads > c.wgt_depth \
                 or uops > c.uop_depth or tw >= 1 << ITER_BITS or th * tco * tw >= 1 << ITER_BITS:
             continue
@@ -83,7 +86,8 @@ def _best_conv2d_tiles(env: VTAEnv, wl: Conv2dWorkload, vthreads: int) -> Conv2d
         gemm = th * tw * tco * tci * kh * kw
         cost = _cost(env, vthreads, n_tiles, ci_blocks // tci, gemm,
                      inp * c.inp_elem_bytes + wgt * c.wgt_elem_bytes, tci + 1, th * tw * tco,
-                     th * tw * tco * c.out_elem_bytes)
+                     th * tw * tco * c.out_elem_bytes, 2 if residual else 0,
+                     th * tw * tco * c.out_elem_bytes if residual else 0)
         knobs = Conv2dKnobs(th, tw, tco, tci, oc_n, h_n)
         if best is None or cost < best[0]:
             best = (cost, knobs)

@@ -2,7 +2,8 @@
 
 Each layer :mod:`.partition` chose becomes its packed operator (:mod:`.ops`): ``vta.conv2d``
 on NCHW{BATCH}n{BLOCK_IN}c data and OIHW{BLOCK_OUT}o{BLOCK_IN}i weights, ``vta.dense`` on
-``(M/b, K/bi, b, bi)`` x ``(N/bo, K/bi, bo, bi)``, ``vta.add`` on two packed tensors. Weights,
+``(M/b, K/bi, b, bi)`` x ``(N/bo, K/bi, bo, bi)``, ``vta.add`` on two packed tensors; a conv with a
+fused residual reads it as one more packed input (NCHW{BATCH}n{BLOCK_OUT}c, last). Weights,
 addends and multipliers are packed here, once, into new constants (channel counts that are not
 whole blocks zero-padded). Tensors are packed and unpacked only at the borders of accelerator
 regions: a CPU layout step (``vta.pack_nchw`` / ``vta.pack_matrix``) where a value produced on
@@ -19,6 +20,7 @@ import numpy as np
 
 from vtakit.compiler.graph.ir import Graph, Node, TensorType, unique_name
 from vtakit.compiler.graph.passes.registry import graph_pass
+from vtakit.compiler.graph.ops.qnn import RESIDUAL_INPUT
 from vtakit.compiler.graph.vta.context import VTABuildContext, current_context
 from vtakit.compiler.graph.vta.layers import LayerSpec, expand_groups
 from vtakit.compiler.graph.vta.ops import layout_op
@@ -111,6 +113,8 @@ class _Packer:
                 ins.append(self.per_channel(node, 2, w.shape[0], "addend"))
             if spec.multiplier == "tensor":
                 ins.append(self.per_channel(node, 3, w.shape[0], "multiplier"))
+            if spec.residual is not None:       # a fused residual add: packed like the output
+                ins.append(self.packed_input(node.inputs[RESIDUAL_INPUT], "nchw", self.bo))
             shape = g.type_of(out).shape
             out_shape = _nchw_packed(shape, self.b, self.bo) if kind == "nchw" else _matrix_packed(shape, self.b,
                                                                                                    self.bo)
@@ -134,8 +138,9 @@ class _Packer:
         spec = self.ctx.decisions.get(consumer.outputs[0])
         if spec is None or consumer.op not in ("qnn.conv2d", "qnn.dense", "qnn.add"):
             return False
-        data = consumer.inputs[:2] if spec.kind == "add" else consumer.inputs[:1]
-        return value in data and value not in consumer.inputs[len(data):]
+        k = range(2) if spec.kind == "add" else (0, RESIDUAL_INPUT) if spec.residual is not None else (0,)
+        data = [v for i, v in enumerate(consumer.inputs) if i in k]
+        return value in data and value not in [v for i, v in enumerate(consumer.inputs) if i not in k]
 
 
 def _nchw_packed(shape: tuple[int, ...], batch: int, block: int) -> tuple[int, ...]:

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from vtakit.compiler.graph.ir import Graph, Node
+from vtakit.compiler.graph.ops.qnn import RESIDUAL_INPUT
 from vtakit.compiler.graph.vta.context import VTABuildContext
 from vtakit.errors import VtakitError
 
@@ -41,7 +42,8 @@ class LayerSpec:
 
     ``args`` are the tuner's task arguments: a conv2d's ``Conv2dWorkload.key``, a dense's
     ``(m, n, k)``, an add's NCHW shape. ``multiplier`` is None, ``"tensor"`` (per channel) or an
-    int immediate; ``add`` holds a ``qnn.add``'s ``(lshift_a, lshift_b, addend)``."""
+    int immediate; ``add`` holds a ``qnn.add``'s ``(lshift_a, lshift_b, addend)``; ``residual`` a conv's
+    fused residual ``(residual_lshift, residual_shift)`` (None: no residual input)."""
 
     kind: str
     args: tuple[int, ...]
@@ -51,6 +53,7 @@ class LayerSpec:
     multiplier: None | str | int = None
     with_addend: bool = True
     add: tuple[int, int, int] = (0, 0, 0)
+    residual: tuple[int, int] | None = None
 
     @property
     def template(self) -> str:
@@ -136,6 +139,10 @@ def analyze(g: Graph, node: Node, ctx: VTABuildContext) -> LayerSpec | str:
             wl = Conv2dWorkload(h, wd, c, co, (kh, kw), tuple(int(p) for p in node.attrs["pads"]),
                                 tuple(int(s) for s in node.attrs["strides"]), n)
             fields, reason = _requant(g, node, ctx)
+            if len(node.inputs) > RESIDUAL_INPUT and node.inputs[RESIDUAL_INPUT]:
+                if node.inputs[RESIDUAL_INPUT] in g.constants:
+                    return "a fused residual that is a constant"
+                fields["residual"] = (int(node.attrs["residual_lshift"]), int(node.attrs["residual_shift"]))
             return reason if reason else LayerSpec("conv2d", wl.key, **fields)
         if node.op == "qnn.dense":
             w = _const(g, node, 1)
@@ -188,7 +195,8 @@ def _knobs(spec: LayerSpec, ctx: VTABuildContext, use_log: bool = True) -> tuple
         if not getattr(cfg, "is_fallback", False):
             return (conv2d_knobs(cfg) if spec.kind == "conv2d" else dense_knobs(cfg)), True
     if spec.kind == "conv2d":
-        return choose_conv2d_tiles(ctx.env, Conv2dWorkload.from_key(spec.args), VTHREADS), False
+        return choose_conv2d_tiles(ctx.env, Conv2dWorkload.from_key(spec.args), VTHREADS,
+                                   spec.residual is not None), False
     return choose_dense_tiles(ctx.env, *spec.args, VTHREADS), False
 
 
@@ -236,7 +244,7 @@ def _compile(spec: LayerSpec, ctx: VTABuildContext, use_log: bool) -> LayerKerne
     else:
         knobs, tuned = _knobs(spec, ctx, use_log)
         if spec.kind == "conv2d":
-            s, tensors = conv2d(env, Conv2dWorkload.from_key(spec.args), knobs, **requant)
+            s, tensors = conv2d(env, Conv2dWorkload.from_key(spec.args), knobs, residual=spec.residual, **requant)
         else:
             s, tensors = dense(env, *spec.args, knobs, **requant)
     module = build_schedule(s, tensors, target="vta", config=ctx.config, name=f"vta_{spec.kind}")

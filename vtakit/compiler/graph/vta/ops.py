@@ -3,7 +3,8 @@
 After :mod:`.graph_pack` a graph for the ``vta`` target holds
 
 - accelerator layers on packed tensors: ``vta.conv2d`` (data NCHW{b}n{bi}c, weight
-  OIHW{bo}o{bi}i, optional addend and multiplier ``(O/bo, b, bo)`` int32, output NCHW{b}n{bo}c),
+  OIHW{bo}o{bi}i, optional addend and multiplier ``(O/bo, b, bo)`` int32, an optional fused residual
+  NCHW{b}n{bo}c int8 last, output NCHW{b}n{bo}c),
   ``vta.dense`` (data ``(M/b, K/bi, b, bi)``, weight ``(N/bo, K/bi, bo, bi)``, output
   ``(M/b, N/bo, b, bo)``) and ``vta.add`` (two packed tensors of one layout);
 - CPU layout steps at the borders of accelerator regions: ``vta.pack_nchw``,
@@ -26,7 +27,7 @@ import numpy as np
 from vtakit.compiler import te
 from vtakit.compiler.graph.ir import TensorType
 from vtakit.compiler.graph.op import REQUIRED, Pattern, register_op
-from vtakit.compiler.graph.ops.qnn import conv2d_accumulate
+from vtakit.compiler.graph.ops.qnn import conv2d_accumulate, residual_requantize
 from vtakit.runtime.layout_kernels import LAYOUT_KERNELS
 from vtakit.runtime.packing import pack_matrix, pack_nchw, requantize, unpack_matrix, unpack_nchw
 
@@ -80,7 +81,10 @@ def _vta_conv2d(ins: list, attrs: dict) -> tuple[np.ndarray, ...]:
     wl = Conv2dWorkload.from_key(spec.args)
     acc = conv2d_accumulate(x, w, {"strides": wl.stride, "pads": wl.pad, "dilations": (1, 1), "group": 1})
     addend, mult = _operands(ins, spec)
-    y = requantize(acc, addend, spec.shift, spec.clip, multiplier=mult, pre_shift=spec.pre_shift)
+    if spec.residual is not None:        # the last input: packed like the output
+        y = residual_requantize(acc, addend, spec.shift, spec.clip, unpack_nchw(ins[-1]), *spec.residual)
+    else:
+        y = requantize(acc, addend, spec.shift, spec.clip, multiplier=mult, pre_shift=spec.pre_shift)
     return (pack_nchw(y, b, bo),)
 
 
