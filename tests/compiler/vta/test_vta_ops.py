@@ -311,22 +311,21 @@ def test_epilogue_stages_skip_identities_and_check_their_parameters(small_env):
     _, st = dense_packed(small_env, 4, 4, 4, shift=0, with_addend=False)
     assert [n for n in st if n != "gemm"] == ["clip"]
     _, st = dense_packed(get_env(MUL), 4, 4, 4, shift=3, multiplier=5, pre_shift=1)
-    assert [n for n in st if n != "gemm"] == ["addend_add", "shr", "mul", "round_add0", "round_shr", "clip"]
-    with pytest.raises(CompileError, match="a multiplier needs a configuration with ALU_MUL enabled"):
+    assert [n for n in st if n != "gemm"] == ["addend_add", "shr", "mul", "round_add", "round_shr", "clip"]
+    with pytest.raises(CompileError, match="a multiplier tensor needs a configuration with ALU_MUL enabled"):
         dense(small_env, 4, 4, 4, multiplier="tensor")
     with pytest.raises(CompileError, match=r"multiplier 32768 is outside \[-32768, 32767\]"):
         dense(get_env(MUL), 4, 4, 4, multiplier=1 << 15)
-    with pytest.raises(CompileError, match="an immediate multiplier must be positive .*multiplier=\"tensor\""):
-        dense(get_env(MUL), 4, 4, 4, multiplier=-3)
     with pytest.raises(CompileError, match="shift must be an int in"):
         dense(small_env, 4, 4, 4, shift=32)
     with pytest.raises(CompileError, match="clip"):
         dense(small_env, 4, 4, 4, clip=(0, 200))
-    with pytest.raises(CompileError, match="use shift <= 17"):
-        dense(get_env(MUL), 4, 4, 4, shift=18, multiplier=3)
+    _, st = dense_packed(get_env(MUL), 4, 4, 4, shift=18, multiplier=-3)   # every shift; negative immediates
+    assert [n for n in st if n != "gemm"] == ["addend_add", "mul", "round_pre", "round_add", "round_wrap",
+                                              "round_shr", "clip"]
     _, st = dense_packed(small_env, 4, 4, 4, shift=2, pre_shift=5)     # no multiplier: pre_shift unused
     assert [n for n in st if n != "gemm"] == ["addend_add", "shr", "clip"] and "shift_right(" in str(st["shr"].op.body)
-    with pytest.raises(CompileError, match="multiplier must be None, \"tensor\" or an int"):
+    with pytest.raises(CompileError, match="multiplier must be None, \"tensor\", \"shift_add\" or an int"):
         dense(get_env(MUL), 4, 4, 4, multiplier="per-channel")
 
 
