@@ -45,7 +45,8 @@ class DemoResult:
     cpu_seconds_per_image: float          # host work of one image (CPU layers, packing)
     compile_seconds: float
     run_seconds: float                    # simulating every image on ``backend``
-    accelerator_macs_share: float         # share of the network's MACs that ran on the accelerator
+    accelerator_macs_share: float         # share of the network's MACs that ran on the accelerator (each
+                                          # layer's "macs": its convs' and matrix products' MACs)
     layers: list[dict[str, Any]] = field(default_factory=list)
     table: str = ""
 
@@ -68,12 +69,6 @@ class DemoResult:
         lines.append(f"  MACs on accelerator   {100 * self.accelerator_macs_share:.1f}%")
         lines.append(f"  compile               {self.compile_seconds:.2f} s; simulate {self.run_seconds:.2f} s")
         return "\n".join(lines + ["", "per-layer profile of one image (cycle model):", self.table])
-
-
-def _mac_share(layers: list[dict[str, Any]]) -> float:
-    total = sum(row.get("macs") or 0 for row in layers)
-    on_vta = sum(row.get("macs") or 0 for row in layers if row.get("target") == "vta")
-    return on_vta / total if total else 0.0
 
 
 def run_demo(model: str = "digits", backend: str = "fsim", config: VTAConfig | None = None,
@@ -124,7 +119,7 @@ def run_demo(model: str = "digits", backend: str = "fsim", config: VTAConfig | N
         cycles_per_image=int(profile.total_cycles), ideal_cycles_per_image=int(profile.ideal_cycles),
         utilization=float(profile.utilization or 0.0), accel_seconds_per_image=float(profile.accel_seconds),
         cpu_seconds_per_image=float(profile.cpu_seconds), compile_seconds=compile_seconds,
-        run_seconds=run_seconds, accelerator_macs_share=_mac_share(layers), layers=layers, table=str(profile))
+        run_seconds=run_seconds, accelerator_macs_share=float(profile.accel_mac_share), layers=layers, table=str(profile))
 
 
 def _load(model: str, limit: int | None) -> tuple[np.ndarray, np.ndarray | None, Any, Any]:
