@@ -20,7 +20,9 @@ With the add's common (finer) operand exponent ``fine``, the conv's operand shif
 operand's ``lb``, and the add's ``shift``/``addend``/``clip``, the fused conv requantises its
 accumulator straight to ``fine`` (``shift' = shift_conv - la``), adds ``residual << lb`` and shifts
 by the add's ``shift``: ``residual_lshift = lb``, ``residual_shift = shift``, ``addend' =
-round(b / acc_scale) + rounding_addend(shift') + (addend_add << shift')``, clip the add's. The
+round(b / acc_scale) + rounding_addend(shift') + (addend_add << shift')``, clip the add's; the
+common part ``m = min(lb, shift)`` of the two residual shifts moves into the conv's shift
+(``shift' + m``, ``lb - m``, ``shift - m``: the same sum, rounded once). The
 conv's own int8 rounding and clip disappear (the sum is taken on the finer accumulator scale).
 Adds whose shifts do not fit stay separate ``qnn.add`` nodes.
 """
@@ -36,8 +38,8 @@ from vtakit.compiler.graph.passes import run_passes
 from vtakit.compiler.graph.quantize.calibration import TensorStats, threshold
 from vtakit.compiler.graph.quantize.options import QuantizeOptions
 from vtakit.compiler.graph.quantize.plan import Plan, Step, dense_weight
-from vtakit.compiler.graph.quantize.scales import (ACC_HEADROOM, QMAX, bias_in_acc_units, check_shift, exponent,
-                                                   fixed_point, quantize_bias, quantize_weight, scale_for,
+from vtakit.compiler.graph.quantize.scales import (ACC_HEADROOM, MULTIPLIER_ERROR_KEY, QMAX, bias_in_acc_units,
+                                                   check_shift, exponent, fixed_point, quantize_bias, quantize_weight, scale_for,
                                                    weight_scales)
 from vtakit.errors import GraphError
 from vtakit.runtime.packing import SHIFT_RANGE, rounding_addend
@@ -52,6 +54,7 @@ class _Realizer:
             s.output for s in plan.steps}
         self.constants: dict[str, np.ndarray] = {}
         self._scales: dict[str, float] = {}
+        self.multiplier_errors: dict[str, float] = {}     # multiplier_bits: {layer: relative scale error}
 
     # -- scales ---------------------------------------------------------------------------------
     def scale(self, int8_value: str) -> float:
@@ -97,7 +100,8 @@ class _Realizer:
             hard = 128.0 * np.abs(wq.reshape(len(wq), -1).astype(np.int64)).sum(axis=1) + np.abs(bias_q)
             # |acc + addend| <= bound: twice the calibrated range, never more than the worst case
             bound = np.maximum(np.minimum(calibrated, hard), 1.0)
-            multiplier, shift, pre_shift = fixed_point(acc_scale / s_out, bound, layer)
+            multiplier, shift, pre_shift = fixed_point(acc_scale / s_out, bound, layer, self.opts.multiplier_bits,
+                                                       self.multiplier_errors)
             addend = quantize_bias(bias, acc_scale, rounding_addend(pre_shift), layer)
             ins += [self.constant(f"{layer}_addend", addend), self.constant(f"{layer}_multiplier", multiplier)]
             attrs.update(shift=shift, pre_shift=pre_shift)
@@ -184,6 +188,12 @@ class _Realizer:
         la, lb = (int(a["lshift_a"]), int(a["lshift_b"]))[::1 if k == 0 else -1]
         shift_c, add_shift, add_addend = int(conv.attrs["shift"]), int(a["shift"]), int(a["addend"])
         shift = shift_c - la
+        if add_addend == rounding_addend(add_shift):
+            # ((c + (r << lb)) >> sh) == ((c >> m) + (r << (lb - m))) >> (sh - m): shift the conv by m more
+            # (one rounding instead of two) and save the residual's SHL and SHR on the accelerator
+            m = min(lb, add_shift)
+            shift, lb, add_shift = shift + m, lb - m, add_shift - m
+            add_addend = rounding_addend(add_shift)
         lo, hi = SHIFT_RANGE
         if not (lo <= shift <= hi and 0 <= lb <= 31 and 0 <= add_shift <= 31) or (add_addend and shift < 0):
             return None
@@ -208,6 +218,8 @@ class _Realizer:
         constants.update({k: v for k, v in self.constants.items() if k in used})
         types = {k: self.g.types[k] for k in self.g.inputs}
         out = Graph(nodes, list(self.g.inputs), list(self.g.outputs), types, constants, self.g.name)
+        if self.multiplier_errors:
+            out.metadata[MULTIPLIER_ERROR_KEY] = dict(self.multiplier_errors)
         return run_passes(out.verify(), ["InferType"])
 
 
