@@ -282,28 +282,24 @@ def split_trials(tasks: Sequence[Task], total: int, minimum: int = MIN_TRIALS_PE
         raise TuningError(f"split_trials: total and minimum must be >= 1, got {total} and {minimum}")
     sizes = [len(t.config_space) for t in tasks]
     weights = [max(t.weight, 1) for t in tasks]
-    share: dict[int, int] = {}
-    free = list(range(len(tasks)))
-    budget = total
-    while free:   # fix the tasks whose proportional share is below the minimum or above the space
-        w = sum(weights[i] for i in free)
-        want = {i: budget * weights[i] / w for i in free}
-        low = [i for i in free if want[i] < min(minimum, sizes[i])]
-        high = [i for i in free if want[i] > sizes[i]] if not low else []
-        if not low and not high:
+    low = [min(minimum, n) for n in sizes]
+    if sum(low) >= total or sum(sizes) <= total:
+        return low if sum(low) >= total else sizes
+
+    def clamp(scale: float) -> list[float]:
+        return [min(max(scale * w, lo), n) for w, lo, n in zip(weights, low, sizes)]
+
+    lo_scale, hi_scale = 0.0, max(sizes) / min(weights)   # sum(clamp(lo_scale)) < total <= sum(clamp(hi_scale))
+    for _ in range(200):   # the scale at which the clamped proportional shares add up to the budget
+        mid = (lo_scale + hi_scale) / 2
+        lo_scale, hi_scale = (mid, hi_scale) if sum(clamp(mid)) < total else (lo_scale, mid)
+    exact = clamp(hi_scale)
+    share = [int(x) for x in exact]
+    left = total - sum(share)
+    for i in sorted(range(len(tasks)), key=lambda i: (share[i] - exact[i], i)):
+        if left <= 0:
             break
-        for i in low:
-            share[i] = min(minimum, sizes[i])
-        for i in high:
-            share[i] = sizes[i]
-        budget -= sum(share[i] for i in low + high)
-        free = [i for i in free if i not in share]
-    if free:
-        w = sum(weights[i] for i in free)
-        exact = {i: budget * weights[i] / w for i in free}
-        for i in free:
-            share[i] = int(exact[i])
-        left = budget - sum(share[i] for i in free)
-        for i in sorted(free, key=lambda i: (share[i] - exact[i], i))[:max(left, 0)]:
+        if share[i] < sizes[i]:
             share[i] += 1
-    return [share[i] for i in range(len(tasks))]
+            left -= 1
+    return share
