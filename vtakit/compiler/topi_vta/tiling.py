@@ -46,9 +46,13 @@ def _cost(env: VTAEnv, threads: int, n_tiles: int, n_k: int, gemm: int, load_byt
     return n_tiles * per_tile + load + store
 
 
-def choose_conv2d_tiles(env: VTAEnv, wl: Conv2dWorkload, vthreads: int = 2, residual: bool = False) -> Conv2dKnobs:
+def choose_conv2d_tiles(env: VTAEnv, wl: Conv2dWorkload, vthreads: int = 2, residual: bool = False,
+                        epilogue: tuple[int, int, int] = (0, 0, 0)) -> Conv2dKnobs:
     """The cheapest conv2d tiling with at most ``vthreads`` virtual threads; ``residual``: with a
-    fused residual add (one more accumulator tile per thread, its load and up to 3 ALU ops).
+    fused residual add (one more accumulator tile per thread, its load and up to 3 ALU ops);
+    ``epilogue``: what a requantisation epilogue needs beyond the default (``(tiles, operand rows,
+    ALU ops)``: more accumulator tiles, per-channel operand entries and ALU instructions;
+    :func:`vtakit.compiler.topi_vta.epilogue.epilogue_resources`).
 
     Threads split output channels or rows; when neither divides ``vthreads`` ways (a 7x7 output
     with one channel block and 2 threads), the most threads that do are used, as the knobs say;
@@ -56,14 +60,16 @@ def choose_conv2d_tiles(env: VTAEnv, wl: Conv2dWorkload, vthreads: int = 2, resi
     """
     _check_vthreads(vthreads)
     for threads in range(_thread_bound(env, vthreads), 0, -1):
-        knobs = _best_conv2d_tiles(env, wl, threads, residual)
+        knobs = _best_conv2d_tiles(env, wl, threads, residual, epilogue)
         if knobs is not None:
             return knobs
     raise CompileError(f"no conv2d tiling of {wl} fits {env.config.model}, even with one virtual thread (tiles "
                        "must fit the SRAMs and each must read input that is not all padding)")
 
 
-def _best_conv2d_tiles(env: VTAEnv, wl: Conv2dWorkload, vthreads: int, residual: bool = False) -> Conv2dKnobs | None:
+def _best_conv2d_tiles(env: VTAEnv, wl: Conv2dWorkload, vthreads: int, residual: bool = False,
+                       epilogue: tuple[int, int, int] = (0, 0, 0)) -> Conv2dKnobs | None:
+    e_tiles, e_rows, e_ops = epilogue
     c = env.config
     batch_blocks, ci_blocks, co_blocks = conv2d_blocks(env, wl)
     kh, kw, sh, sw = wl.kh, wl.kw, wl.stride_h, wl.stride_w
@@ -74,11 +80,11 @@ def _best_conv2d_tiles(env: VTAEnv, wl: Conv2dWorkload, vthreads: int, residual:
         if wl.oh % (th * h_n) or co_blocks % (tco * oc_n) or not _tiles_read_data(wl, th, tw):
             continue
         rows, cols = (th - 1) * sh + kh, (tw - 1) * sw + kw
-        acc = th * tw * tco * (2 if residual else 1) + tco
+        acc = th * tw * tco * ((2 if residual else 1) + e_tiles) + tco * (1 + e_rows)
         inp = tci * rows * cols
         wgt = tco * tci * kh * kw
         kernel = kh * tco * th * (kw if tci > 1 or tw == 1 else 1)
-        uops = (kernel + (6 if residual else 3) * th * tco) * vthreads
+        uops = (kernel + ((6 if residual else 3) + e_ops) * th * tco) * vthreads
         if acc * vthreads > c.acc_depth or inp * vthreads > c.inp_depth or wgt * vthreads > c.wgt_depth \
                 or uops > c.uop_depth or tw >= 1 << ITER_BITS or th * tco * tw >= 1 << ITER_BITS:
             continue
@@ -86,7 +92,7 @@ def _best_conv2d_tiles(env: VTAEnv, wl: Conv2dWorkload, vthreads: int, residual:
         gemm = th * tw * tco * tci * kh * kw
         cost = _cost(env, vthreads, n_tiles, ci_blocks // tci, gemm,
                      inp * c.inp_elem_bytes + wgt * c.wgt_elem_bytes, tci + 1, th * tw * tco,
-                     th * tw * tco * c.out_elem_bytes, 2 if residual else 0,
+                     th * tw * tco * c.out_elem_bytes, (2 if residual else 0) + e_ops,
                      th * tw * tco * c.out_elem_bytes if residual else 0)
         knobs = Conv2dKnobs(th, tw, tco, tci, oc_n, h_n)
         if best is None or cost < best[0]:
@@ -94,35 +100,39 @@ def _best_conv2d_tiles(env: VTAEnv, wl: Conv2dWorkload, vthreads: int, residual:
     return None if best is None else best[1]
 
 
-def choose_dense_tiles(env: VTAEnv, m: int, n: int, k: int, vthreads: int = 2) -> DenseKnobs:
+def choose_dense_tiles(env: VTAEnv, m: int, n: int, k: int, vthreads: int = 2,
+                       epilogue: tuple[int, int, int] = (0, 0, 0)) -> DenseKnobs:
     """The cheapest dense tiling with at most ``vthreads`` virtual threads over output column
     blocks (fewer when the columns do not split ``vthreads`` ways or TOKEN_QUEUE_DEPTH is smaller,
-    as the knobs say)."""
+    as the knobs say; ``epilogue`` as :func:`choose_conv2d_tiles`)."""
     dense_blocks(env, m, n, k)  # rejects sizes that are not positive integers
     _check_vthreads(vthreads)
     for threads in range(_thread_bound(env, vthreads), 0, -1):
-        knobs = _best_dense_tiles(env, m, n, k, threads)
+        knobs = _best_dense_tiles(env, m, n, k, threads, epilogue)
         if knobs is not None:
             return knobs
     raise CompileError(f"no dense tiling of {m}x{n}x{k} fits {env.config.model}, even with one virtual thread")
 
 
-def _best_dense_tiles(env: VTAEnv, m: int, n: int, k: int, vthreads: int) -> DenseKnobs | None:
+def _best_dense_tiles(env: VTAEnv, m: int, n: int, k: int, vthreads: int,
+                      epilogue: tuple[int, int, int] = (0, 0, 0)) -> DenseKnobs | None:
+    e_tiles, e_rows, e_ops = epilogue
     c = env.config
     mb, nb, kb = dense_blocks(env, m, n, k)
     best: tuple[float, DenseKnobs] | None = None
     for tb, tco, tci in itertools.product(divisors(mb), divisors(nb), divisors(kb)):
         if nb % (tco * vthreads):
             continue
-        acc = tb * tco + tco
+        acc = tb * tco * (1 + e_tiles) + tco * (1 + e_rows)
         inp, wgt = tb * tci, tco * tci
-        uops = (tco + 3 * tco) * vthreads
+        uops = (tco + (3 + e_ops) * tco) * vthreads
         if acc * vthreads > c.acc_depth or inp * vthreads > c.inp_depth or wgt * vthreads > c.wgt_depth \
                 or uops > c.uop_depth or tb >= 1 << ITER_BITS or tci >= 1 << ITER_BITS:
             continue
         n_tiles = (mb // tb) * (nb // tco)
         cost = _cost(env, vthreads, n_tiles, kb // tci, tb * tco * tci,
-                     inp * c.inp_elem_bytes + wgt * c.wgt_elem_bytes, 2, tb * tco, tb * tco * c.out_elem_bytes)
+                     inp * c.inp_elem_bytes + wgt * c.wgt_elem_bytes, 2, tb * tco, tb * tco * c.out_elem_bytes,
+                     e_ops)
         knobs = DenseKnobs(tb, tco, tci, vthreads)
         if best is None or cost < best[0]:
             best = (cost, knobs)

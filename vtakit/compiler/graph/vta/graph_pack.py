@@ -24,7 +24,7 @@ from vtakit.compiler.graph.ops.qnn import RESIDUAL_INPUT
 from vtakit.compiler.graph.vta.context import VTABuildContext, current_context
 from vtakit.compiler.graph.vta.layers import LayerSpec, expand_groups
 from vtakit.compiler.graph.vta.ops import layout_op
-from vtakit.runtime.packing import pack_bias, pack_matrix, pack_oihw
+from vtakit.runtime.packing import pack_bias, pack_matrix, pack_oihw, shift_add_amounts
 
 __all__ = ["graph_pack", "vta_graph_pack"]
 
@@ -93,6 +93,16 @@ class _Packer:
         full = np.broadcast_to(value.reshape(-1) if value.size > 1 else value.reshape(()), (channels,))
         return self.constant(node.inputs[k], what, pack_bias(full.astype(np.int32), self.b, self.bo))
 
+    def shift_add(self, node: Node, channels: int) -> str:
+        """A per-channel multiplier as the SHR amounts of the shift-and-add epilogue, packed
+        ``(O/bo, SHIFT_ADD_TERMS, b, bo)``."""
+        value = np.asarray(self.g.constants[node.inputs[3]])
+        full = np.broadcast_to(value.reshape(-1) if value.size > 1 else value.reshape(()), (channels,))
+        amounts = shift_add_amounts(full)
+        packed = np.stack([pack_bias(np.ascontiguousarray(amounts[:, k]), self.b, self.bo)
+                           for k in range(amounts.shape[1])], axis=1)
+        return self.constant(node.inputs[3], "shift_add", np.ascontiguousarray(packed))
+
     def accel(self, node: Node, spec: LayerSpec, consumers: dict[str, list[Node]]) -> None:
         g, out = self.g, node.outputs[0]
         if spec.kind == "add":
@@ -113,6 +123,8 @@ class _Packer:
                 ins.append(self.per_channel(node, 2, w.shape[0], "addend"))
             if spec.multiplier == "tensor":
                 ins.append(self.per_channel(node, 3, w.shape[0], "multiplier"))
+            elif spec.multiplier == "shift_add":
+                ins.append(self.shift_add(node, w.shape[0]))
             if spec.residual is not None:       # a fused residual add: packed like the output
                 ins.append(self.packed_input(node.inputs[RESIDUAL_INPUT], "nchw", self.bo))
             shape = g.type_of(out).shape

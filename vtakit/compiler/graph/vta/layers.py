@@ -41,8 +41,9 @@ class LayerSpec:
     """What an accelerator layer computes (everything its kernel depends on).
 
     ``args`` are the tuner's task arguments: a conv2d's ``Conv2dWorkload.key``, a dense's
-    ``(m, n, k)``, an add's NCHW shape. ``multiplier`` is None, ``"tensor"`` (per channel) or an
-    int immediate; ``add`` holds a ``qnn.add``'s ``(lshift_a, lshift_b, addend)``; ``residual`` a conv's
+    ``(m, n, k)``, an add's NCHW shape. ``multiplier`` is None, ``"tensor"`` (per channel, MUL),
+    ``"shift_add"`` (per channel, shift-and-add without ALU_MUL) or an int immediate
+    (:func:`~vtakit.compiler.topi_vta.epilogue.multiplier_form`); ``add`` holds a ``qnn.add``'s ``(lshift_a, lshift_b, addend)``; ``residual`` a conv's
     fused residual ``(residual_lshift, residual_shift)`` (None: no residual input)."""
 
     kind: str
@@ -94,23 +95,18 @@ def _const(g: Graph, node: Node, k: int) -> np.ndarray | None | str:
 
 def _requant(g: Graph, node: Node, ctx: VTABuildContext) -> tuple[dict[str, Any], str | None]:
     """The requantisation fields of a conv2d/dense spec, or a reason to stay on the CPU."""
-    from vtakit.runtime.packing import MULTIPLIER_RANGE  # noqa: PLC0415
-
     addend, mult = _const(g, node, 2), _const(g, node, 3)
     for what, v in (("addend", addend), ("multiplier", mult)):
         if isinstance(v, str):
             return {}, f"the {what}: {v}"
     fields: dict[str, Any] = {"shift": int(node.attrs["shift"]), "pre_shift": int(node.attrs["pre_shift"]),
                               "clip": tuple(int(c) for c in node.attrs["clip"]), "with_addend": addend is not None}
-    if mult is not None:
-        if not ctx.config.alu_mul:
-            return {}, f"needs ALU_MUL (a fixed-point multiplier; {ctx.config.model} has ALU_MUL=false)"
-        if mult.ndim == 0 or mult.size == 1 or bool(np.all(mult == mult.reshape(-1)[0])):
-            fields["multiplier"] = int(mult.reshape(-1)[0])
-        else:
-            fields["multiplier"] = "tensor"
-            if mult.min() < MULTIPLIER_RANGE[0] or mult.max() > MULTIPLIER_RANGE[1]:
-                return {}, f"multiplier values outside {MULTIPLIER_RANGE} (the ALU's MUL reads 16 signed bits)"
+    if mult is not None:     # MUL (ALU_MUL) or shift-and-add (few set bits), immediate or per channel
+        from vtakit.compiler.topi_vta.epilogue import multiplier_form  # noqa: PLC0415
+
+        fields["multiplier"], reason = multiplier_form(mult, ctx.config.alu_mul)
+        if reason:
+            return {}, reason
     return fields, None
 
 
@@ -194,10 +190,13 @@ def _knobs(spec: LayerSpec, ctx: VTABuildContext, use_log: bool = True) -> tuple
             cfg = lookup(spec.template, spec.args, target="vta", config=ctx.config)
         if not getattr(cfg, "is_fallback", False):
             return (conv2d_knobs(cfg) if spec.kind == "conv2d" else dense_knobs(cfg)), True
+    from vtakit.compiler.topi_vta.epilogue import epilogue_resources  # noqa: PLC0415
+
+    epilogue = epilogue_resources(spec.multiplier, ctx.config.alu_mul, spec.shift)   # shift-and-add: a second tile
     if spec.kind == "conv2d":
         return choose_conv2d_tiles(ctx.env, Conv2dWorkload.from_key(spec.args), VTHREADS,
-                                   spec.residual is not None), False
-    return choose_dense_tiles(ctx.env, *spec.args, VTHREADS), False
+                                   spec.residual is not None, epilogue), False
+    return choose_dense_tiles(ctx.env, *spec.args, VTHREADS, epilogue), False
 
 
 def compile_layer(spec: LayerSpec, ctx: VTABuildContext) -> LayerKernel:

@@ -29,7 +29,8 @@ from vtakit.compiler.graph.ir import TensorType
 from vtakit.compiler.graph.op import REQUIRED, Pattern, register_op
 from vtakit.compiler.graph.ops.qnn import conv2d_accumulate, residual_requantize
 from vtakit.runtime.layout_kernels import LAYOUT_KERNELS
-from vtakit.runtime.packing import pack_matrix, pack_nchw, requantize, unpack_matrix, unpack_nchw
+from vtakit.runtime.packing import (pack_matrix, pack_nchw, requantize, shift_add_value, unpack_matrix,
+                                    unpack_nchw)
 
 __all__ = ["VTA_CONV2D", "VTA_DENSE", "VTA_ADD", "ACCEL_NODE_OPS", "LAYOUT_OPS", "layout_op"]
 
@@ -62,6 +63,9 @@ def _operands(ins: list, spec: Any) -> tuple[np.ndarray | None, Any]:
     mult = spec.multiplier
     if mult == "tensor":
         mult = _channels(ins[k])
+    elif mult == "shift_add":        # (O/bo, terms, b, bo) SHR amounts: the multipliers they realise
+        amounts = ins[k][:, :, 0, :].transpose(0, 2, 1).reshape(-1, ins[k].shape[1])
+        mult = shift_add_value(amounts).astype(np.int32)
     return addend, mult
 
 
