@@ -26,7 +26,7 @@ from vtakit.errors import ArgumentError
 __all__ = ["blocks", "pad_to_blocks", "pack_nchw", "unpack_nchw", "pack_oihw", "pack_matrix", "unpack_matrix",
            "pack_bias", "requantize", "rounding_addend", "shift_values", "add_reference", "conv2d_reference",
            "dense_reference", "SHIFT_RANGE", "MULTIPLIER_RANGE", "SHIFT_ADD_TERMS", "multiplier_set_bits",
-           "shift_add_amounts", "shift_add_value"]
+           "shift_add_amounts", "shift_add_value", "nearest_with_set_bits"]
 
 
 def blocks(n: int, block: int) -> int:
@@ -208,6 +208,27 @@ def multiplier_set_bits(multiplier: np.ndarray | int) -> np.ndarray | int:
     for b in range(32):
         bits += (m >> b) & 1
     return int(bits) if bits.ndim == 0 else bits
+
+
+def nearest_with_set_bits(multiplier: np.ndarray | int, bits: int, limit: int = MULTIPLIER_RANGE[1]) -> np.ndarray:
+    """Each non-negative multiplier rounded to the nearest integer with at most ``bits`` set bits (ties
+    and values that would exceed ``limit`` round down): keep the top ``bits`` set bits, or add one at
+    the lowest kept bit when that is nearer."""
+    m = np.asarray(multiplier, dtype=np.int64)
+    if np.any(m < 0):
+        raise ArgumentError("nearest_with_set_bits: multipliers must be non-negative")
+    if not isinstance(bits, (int, np.integer)) or isinstance(bits, bool) or bits < 1:
+        raise ArgumentError(f"nearest_with_set_bits: bits must be a positive int, got {bits!r}")
+    out = m.copy().reshape(-1)
+    for c, v in enumerate(out.tolist()):
+        set_bits = [b for b in range(v.bit_length() - 1, -1, -1) if v >> b & 1]
+        if len(set_bits) <= bits:
+            continue
+        low = set_bits[bits - 1]
+        down = v >> low << low
+        up = down + (1 << low)
+        out[c] = up if (up - v < v - down and up <= limit) else down
+    return out.reshape(m.shape)
 
 
 def shift_add_amounts(multiplier: np.ndarray | int, terms: int = SHIFT_ADD_TERMS) -> np.ndarray:

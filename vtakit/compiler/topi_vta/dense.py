@@ -4,7 +4,7 @@ as int8 (:func:`vtakit.runtime.packing.requantize`, the epilogue of :mod:`.epilo
 layouts of :mod:`vtakit.runtime.packing` (sizes that are not whole blocks zero-padded).
 ``dense_packed(env, m, n, k, shift, clip, with_addend=True, multiplier=None, pre_shift=0)`` returns
 ``[data, weight, addend, multiplier, out]`` without the operands it does not have (``addend`` when
-``with_addend``, ``multiplier`` when ``multiplier="tensor"``; an int is an immediate). Knobs: ``tile_b``
+``with_addend``, ``multiplier`` when ``multiplier="tensor"`` or ``"shift_add"``; an int is an immediate). Knobs: ``tile_b``
 row blocks and ``tile_co`` column blocks per output tile, ``tile_ci`` reduction blocks per load,
 ``oc_nthread`` virtual threads over column tiles.
 """
@@ -16,7 +16,8 @@ from typing import Any
 from vtakit.compiler import te
 from vtakit.compiler.te import Schedule, Tensor
 from vtakit.compiler.topi_vta.common import bind_cthreads, schedule_gemm_core
-from vtakit.compiler.topi_vta.epilogue import cache_requant_operands, declare_requant, op_multiplier, schedule_requant
+from vtakit.compiler.topi_vta.epilogue import (cache_requant_operands, declare_requant, epilogue_resources,
+                                              op_multiplier, schedule_requant)
 from vtakit.compiler.topi_vta.knobs import DenseKnobs, dense_blocks
 from vtakit.compiler.topi_vta.tiling import choose_dense_tiles
 from vtakit.compiler.vta.env import VTAEnv
@@ -82,6 +83,7 @@ def dense(env: VTAEnv, m: int, n: int, k: int, knobs: DenseKnobs | None = None, 
     """Declaration (``kwargs``: those of :func:`dense_packed`) and default schedule:
     ``(s, [data, weight, (addend,) (multiplier,) out])``."""
     tensors, stages = dense_packed(env, m, n, k, **kwargs)
-    knobs = knobs or choose_dense_tiles(env, m, n, k, vthreads)
+    knobs = knobs or choose_dense_tiles(env, m, n, k, vthreads, epilogue_resources(
+        kwargs.get("multiplier"), env.config.alu_mul, kwargs.get("shift", 8)))
     knobs.check(*dense_blocks(env, m, n, k))
     return schedule_dense_packed(env, tensors, stages, knobs), tensors

@@ -54,7 +54,7 @@ from vtakit.runtime.packing import (MULTIPLIER_RANGE, SHIFT_ADD_TERMS, SHIFT_RAN
                                     rounding_addend)
 
 __all__ = ["declare_requant", "schedule_requant", "cache_requant_operands", "requant_stages", "check_requant",
-           "op_multiplier", "multiplier_form", "MULTIPLIER_FORMS", "ROUND_IMM_SHIFT"]
+           "op_multiplier", "multiplier_form", "epilogue_resources", "MULTIPLIER_FORMS", "ROUND_IMM_SHIFT"]
 
 #: the largest shift whose rounding constant 2**(shift-1) is one ADD immediate
 ROUND_IMM_SHIFT = 15
@@ -86,6 +86,24 @@ def multiplier_form(multiplier: object, alu_mul: bool) -> tuple[None | str | int
         return None, (f"multiplier needs ALU_MUL (more than {SHIFT_ADD_TERMS} set bits: {bits}; quantise with "
                       f"multiplier_bits={SHIFT_ADD_TERMS} to realise it by shift-and-add)")
     return (int(m[0]) if uniform else "shift_add"), None
+
+
+def epilogue_resources(multiplier: None | str | int, alu_mul: bool, shift: int) -> tuple[int, int, int]:
+    """What the epilogue with op argument ``multiplier`` needs beyond a shift-only one, for the tiler
+    (:func:`~vtakit.compiler.topi_vta.tiling.choose_conv2d_tiles`' ``epilogue``): ``(accumulator
+    tiles, per-channel operand rows, ALU instructions)``. A shift-and-add sum re-reads ``t`` and so
+    computes into a tile of its own."""
+    if multiplier is None:
+        return 0, 0, 0
+    rounding = 4 if shift > ROUND_IMM_SHIFT else 2
+    if multiplier == "tensor":
+        return 0, 1, 1 + rounding
+    if multiplier == "shift_add":
+        return 1, SHIFT_ADD_TERMS, 2 * SHIFT_ADD_TERMS + rounding
+    bits = multiplier_set_bits(int(multiplier))
+    if alu_mul or bits <= 1:
+        return 0, 0, 1 + rounding
+    return 1, 0, 2 * bits + rounding
 
 
 def check_requant(env: VTAEnv, shift: int, clip: tuple[int, int], multiplier: object = None,

@@ -8,6 +8,10 @@ from dataclasses import dataclass, fields
 from typing import Any, Mapping
 
 from vtakit.errors import GraphError
+from vtakit.runtime.packing import SHIFT_ADD_TERMS
+
+#: a fixed-point multiplier has at most this many significant bits (15: the ALU's 16-bit signed MUL operand)
+MULTIPLIER_BITS = 15
 
 __all__ = ["QuantizeOptions", "parse_options", "METHODS", "GRANULARITIES", "SCALE_KINDS"]
 
@@ -29,6 +33,7 @@ class QuantizeOptions:
     weight_granularity: str = "tensor"
     scales: str = "power2"
     skip_first_conv: bool = True
+    multiplier_bits: int | None = None
 
     @property
     def multiplier_form(self) -> bool:
@@ -57,5 +62,10 @@ def parse_options(options: Mapping[str, Any]) -> QuantizeOptions:
         raise GraphError(f"quantize: percentile={p!r} must be a number in (0, 100], e.g. 99.99")
     if not isinstance(opts["skip_first_conv"], bool):
         raise GraphError(f"quantize: skip_first_conv={opts['skip_first_conv']!r} must be True or False")
+    bits = opts["multiplier_bits"]
+    if bits is not None and (isinstance(bits, bool) or not isinstance(bits, int) or not 1 <= bits <= MULTIPLIER_BITS):
+        raise GraphError(f"quantize: multiplier_bits={bits!r} must be None or an int in [1, {MULTIPLIER_BITS}] (the "
+                         f"set bits of each fixed-point multiplier; {SHIFT_ADD_TERMS} runs on configurations without "
+                         "ALU_MUL)")
     return QuantizeOptions(opts["method"], float(p), opts["weight_granularity"], opts["scales"],
-                           opts["skip_first_conv"])
+                           opts["skip_first_conv"], bits)

@@ -14,10 +14,10 @@ import math
 import numpy as np
 
 from vtakit.errors import GraphError
-from vtakit.runtime.packing import SHIFT_RANGE
+from vtakit.runtime.packing import SHIFT_RANGE, nearest_with_set_bits
 
 __all__ = ["scale_for", "exponent", "weight_scales", "quantize_weight", "quantize_bias", "bias_in_acc_units",
-           "fixed_point", "check_shift", "MULTIPLIER_BITS", "OVERFLOW_BITS", "ACC_HEADROOM", "QMAX"]
+           "fixed_point", "check_shift", "MULTIPLIER_ERROR_KEY", "MULTIPLIER_BITS", "OVERFLOW_BITS", "ACC_HEADROOM", "QMAX"]
 
 #: the largest int8 magnitude a symmetric quantiser uses
 QMAX = 127
@@ -26,6 +26,9 @@ MULTIPLIER_BITS = 15
 #: |(t >> pre_shift) * multiplier| is kept at or below 2**OVERFLOW_BITS (the rounding addend, at most
 #: 2**30, then still fits int32)
 OVERFLOW_BITS = 29
+#: ``graph.metadata`` key of the quantiser's ``multiplier_bits`` rounding: the largest relative scale error
+#: of each layer's multipliers (``{layer: error}``)
+MULTIPLIER_ERROR_KEY = "multiplier_bits_error"
 #: the calibrated accumulator range is doubled before sizing pre_shift (inputs beyond calibration)
 ACC_HEADROOM = 2.0
 
@@ -86,11 +89,16 @@ def check_shift(shift: int, layer: str, what: str = "shift") -> int:
     return int(shift)
 
 
-def fixed_point(real: np.ndarray, acc_bound: np.ndarray, layer: str) -> tuple[np.ndarray, int, int]:
+def fixed_point(real: np.ndarray, acc_bound: np.ndarray, layer: str, bits: int | None = None,
+                errors: dict[str, float] | None = None) -> tuple[np.ndarray, int, int]:
     """``(multiplier, shift, pre_shift)`` with ``((t >> pre_shift) * multiplier[c]) >> shift`` ~ ``t * real[c]``.
 
     The largest multiplier lies in [2**14, 2**15) (the others share its shift, so a channel whose
-    ``real`` is 2**-k times the largest keeps k bits fewer). ``pre_shift`` is the smallest non-negative
+    ``real`` is 2**-k times the largest keeps k bits fewer). ``bits`` (the quantiser's
+    ``multiplier_bits``): each multiplier is then rounded to the nearest value with at most ``bits``
+    set bits (:func:`~vtakit.runtime.packing.nearest_with_set_bits`: realisable by shift-and-add on
+    configurations without ALU_MUL), and ``errors[layer]`` (when given) records the largest relative
+    error of the realised scales against ``real``. ``pre_shift`` is the smallest non-negative
     shift with ``(acc_bound[c] / 2**pre_shift) * multiplier[c] <= 2**29`` for every channel, so that
     for ``|t| <= acc_bound`` the product, plus the final shift's rounding addend (at most 2**30),
     stays inside int32."""
@@ -101,6 +109,11 @@ def fixed_point(real: np.ndarray, acc_bound: np.ndarray, layer: str) -> tuple[np
     if m.max() >= 1 << MULTIPLIER_BITS:
         k -= 1
         m = np.rint(real * 2.0 ** k).astype(np.int64)
+    if bits is not None:
+        m = nearest_with_set_bits(m, bits)
+        if errors is not None:
+            exact = real * 2.0 ** k
+            errors[layer] = float(np.max(np.abs(m - exact) / np.where(exact > 0, exact, 1.0)))
     worst = float(np.max(np.asarray(acc_bound, np.float64) * m))
     pre = max(0, math.ceil(math.log2(worst)) - OVERFLOW_BITS) if worst > 0 else 0
     check_shift(pre, layer, "pre_shift")

@@ -1,0 +1,139 @@
+"""The graph target's multiplier layers: on ALU_MUL configurations every fixed-point layer (float
+scales, per-channel weights, exactly realised QDQ models) runs on the accelerator whatever its shift;
+without ALU_MUL, multipliers with at most SHIFT_ADD_TERMS set bits run by shift-and-add (the quantiser's
+``multiplier_bits`` and ``from_onnx(..., qdq_multiplier_bits=)`` round them so), the others fall back
+to the CPU with the reason. Outputs and boundary tensors equal the llvm integer build bit for bit."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import vtakit.graph as vg
+from vtakit.compiler.graph.ir import TensorType
+from vtakit.errors import GraphError
+from vtakit.hw.config import VTAConfig
+from vtakit.runtime.packing import SHIFT_ADD_TERMS, multiplier_set_bits
+
+from tests.graph.test_vta_target import _odd_channel_model
+
+SMALL, DEFAULT = VTAConfig.small(), VTAConfig()
+SMALL_MUL = SMALL.replace(alu_mul=True)
+MAC_OPS = ("qnn.conv2d", "qnn.dense")
+
+
+def _mult_layers(q):
+    return [n for n in q.nodes if n.op in MAC_OPS and len(n.inputs) > 3 and n.inputs[3]]
+
+
+def _check_all_on_vta(q, x, config, backends=("fsim",), layers=None):
+    """Every conv/dense of ``q`` on vta; outputs and boundary tensors equal the reference and llvm."""
+    mod = vg.build(q, target="vta", config=config)
+    steps = {s.name: s for s in mod.plan.steps}
+    for n in (layers if layers is not None else [n for n in q.nodes if n.op in MAC_OPS]):
+        assert steps[n.name].target == "vta", (n.name, steps[n.name].note)
+    ref = vg.evaluate(q, x, keep_all=True)
+    llvm = vg.build(q, target="llvm").debug_run(x)
+    for backend in backends:
+        for name, got in zip(q.outputs, mod.run(x, backend=backend)):
+            np.testing.assert_array_equal(got, ref[name], err_msg=f"{backend} {name}")
+        seen = mod.debug_run(x, backend=backend)
+        boundary = [n for n in seen if n in ref and n in llvm and n not in q.constants]
+        for name in boundary:
+            np.testing.assert_array_equal(seen[name], llvm[name], err_msg=f"{backend} {name} vs llvm")
+    return mod
+
+
+@pytest.mark.parametrize("opts", [dict(scales="float"), dict(weight_granularity="channel"),
+                                  dict(scales="float", weight_granularity="channel")], ids=str)
+def test_quantised_multiplier_layers_all_run_with_alu_mul(opts):
+    g = _odd_channel_model()
+    calib = np.random.default_rng(1).standard_normal((4, 3, 11, 9)).astype(np.float32)
+    q = vg.quantize(g, calib, skip_first_conv=False, **opts)
+    mult = _mult_layers(q)
+    assert mult and max(int(n.attrs["shift"]) for n in mult) > 17      # beyond the old 3-immediate limit
+    _check_all_on_vta(q, {"data": calib[:1]}, SMALL_MUL, backends=("fsim", "cycle"))
+
+
+@pytest.mark.parametrize("config", [SMALL, DEFAULT], ids=["small", "default"])
+def test_multiplier_bits_run_by_shift_and_add_without_alu_mul(config):
+    g = _odd_channel_model()
+    calib = np.random.default_rng(2).standard_normal((4, 3, 11, 9)).astype(np.float32)
+    q = vg.quantize(g, calib, skip_first_conv=False, scales="float", weight_granularity="channel",
+                    multiplier_bits=SHIFT_ADD_TERMS)
+    mult = _mult_layers(q)
+    assert mult and all(np.max(multiplier_set_bits(q.constants[n.inputs[3]])) <= SHIFT_ADD_TERMS for n in mult)
+    errors = q.metadata["multiplier_bits_error"]
+    assert set(errors) == {n.name for n in mult} and 0 < max(errors.values()) < 1 / 16
+    _check_all_on_vta(q, {"data": calib[:1]}, config, backends=("fsim", "cycle"))
+
+
+def test_many_set_bits_fall_back_with_the_reason():
+    g = _odd_channel_model()
+    calib = np.random.default_rng(3).standard_normal((4, 3, 11, 9)).astype(np.float32)
+    q = vg.quantize(g, calib, skip_first_conv=False, scales="float", weight_granularity="channel")
+    mult = _mult_layers(q)
+    many = [n for n in mult if np.max(multiplier_set_bits(q.constants[n.inputs[3]])) > SHIFT_ADD_TERMS]
+    assert many
+    mod = vg.build(q, target="vta", config=SMALL)
+    steps = {s.name: s for s in mod.plan.steps}
+    for n in many:
+        assert steps[n.name].target == "llvm"
+        assert f"multiplier needs ALU_MUL (more than {SHIFT_ADD_TERMS} set bits" in steps[n.name].note
+    x = {"data": calib[:1]}
+    np.testing.assert_array_equal(mod.run(x, backend="fsim")[0], vg.evaluate(q, x)["logits"])
+
+
+def _conv_with_multiplier(mult: np.ndarray, shift: int, pre_shift: int, seed: int = 9):
+    """One qnn.conv2d (5 -> 12 channels, 3x3, pad 1) on a 6x6 int8 input with multiplier ``mult``."""
+    from vtakit.compiler.graph.ir import Graph, Node
+    from vtakit.compiler.graph.op import normalize_attrs
+    from vtakit.compiler.graph.passes import run_passes
+
+    rng = np.random.default_rng(seed)
+    x = rng.integers(-128, 128, (1, 5, 6, 6)).astype(np.int8)
+    consts = {"w": rng.integers(-128, 128, (12, 5, 3, 3)).astype(np.int8),
+              "b": rng.integers(-5000, 5000, 12).astype(np.int32), "m": np.asarray(mult, np.int32)}
+    attrs = normalize_attrs("qnn.conv2d", {"strides": (1, 1), "pads": (1, 1, 1, 1), "dilations": (1, 1), "group": 1,
+                                           "shift": shift, "pre_shift": pre_shift, "clip": (-128, 127)}, "conv1")
+    types = {"x": TensorType(x.shape, "int8"), **{k: TensorType(v.shape, v.dtype.name) for k, v in consts.items()}}
+    g = Graph([Node("qnn.conv2d", ["x", "w", "b", "m"], ["y"], attrs, "conv1")], ["x"], ["y"], types, consts, "net")
+    return run_passes(g, ["InferType"]), {"x": x}
+
+
+@pytest.mark.parametrize("config", [SMALL, SMALL_MUL], ids=["small", "small_mul"])
+def test_hand_built_per_tensor_and_per_channel_multipliers(config):
+    """Per-tensor (immediate) and per-channel multipliers with few set bits, shifts 18..31."""
+    rng = np.random.default_rng(5)
+    few = np.array([sum(1 << int(b) for b in rng.choice(15, rng.integers(1, 5), replace=False))
+                    for _ in range(12)], np.int32)
+    for mult, shift in ((few, 20), (np.full(12, 0x4821), 24), (few, 31), (np.full(12, 0x4000), 18)):
+        g, x = _conv_with_multiplier(mult, shift, max(0, shift - 19))
+        ref = vg.evaluate(g, x)["y"]
+        assert len(np.unique(ref)) > 3 or shift == 31
+        mod = vg.build(g, target="vta", config=config)
+        assert next(s for s in mod.plan.steps if s.name == "conv1").target == "vta"
+        llvm = vg.build(g, target="llvm").run(x)[0]
+        for backend in ("fsim", "cycle"):
+            got = mod.run(x, backend=backend)[0]
+            np.testing.assert_array_equal(got, ref)
+            np.testing.assert_array_equal(got, llvm)
+
+
+def test_negative_per_channel_multipliers_need_alu_mul():
+    mult = np.array([-3, 5, -32768, 32767, 0, 1, -1, 100, 7, -9, 12, 4096])
+    g, x = _conv_with_multiplier(mult, 22, 2)
+    mod = vg.build(g, target="vta", config=SMALL)
+    step = next(s for s in mod.plan.steps if s.name == "conv1")
+    assert step.target == "llvm" and "multiplier needs ALU_MUL (more than 4 set bits" in step.note
+    mod = vg.build(g, target="vta", config=SMALL_MUL)
+    assert next(s for s in mod.plan.steps if s.name == "conv1").target == "vta"
+    np.testing.assert_array_equal(mod.run(x, backend="fsim")[0], vg.build(g, target="llvm").run(x)[0])
+
+
+def test_multiplier_bits_option_is_checked():
+    g = _odd_channel_model()
+    calib = np.random.default_rng(1).standard_normal((2, 3, 11, 9)).astype(np.float32)
+    for bad in (0, 16, 2.5, True, "4"):
+        with pytest.raises(GraphError, match="multiplier_bits="):
+            vg.quantize(g, calib, scales="float", multiplier_bits=bad)
