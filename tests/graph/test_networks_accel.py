@@ -320,7 +320,7 @@ def test_qdq_digits_as_imported_on_an_alu_mul_configuration(qdq_digits):
     _check_qdq_on(*qdq_digits, ALU_MUL)
 
 
-@pytest.mark.xfail(strict=True, reason="exact QDQ scales need a fixed-point multiplier, and the default "
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason="exact QDQ scales need a fixed-point multiplier, and the default "
                    "configuration (ALU_MUL=false) has none yet: its layers fall back to the CPU with "
                    "'needs ALU_MUL' until multipliers run as shift-and-add there")
 def test_qdq_digits_as_imported_on_the_default_configuration(qdq_digits):
@@ -349,5 +349,5 @@ def test_resnet18_224_agrees_with_float():
             np.testing.assert_array_equal(accel.run(x, backend="fsim")[0], out)
         agree += int(np.argmax(ref) == np.argmax(out))
         snrs.append(_snr_db(ref, out))
-    assert agree >= 18, agree
-    assert np.mean(snrs) >= 20 and min(snrs) >= 15, snrs
+    assert agree >= 18, agree                                  # measured: 19 of 20
+    assert np.mean(snrs) >= 20 and min(snrs) >= 18, snrs      # measured: 22.6 to 23.1 dB
