@@ -251,7 +251,7 @@ def _requant(acc: np.ndarray, ins: list, attrs: dict) -> np.ndarray:
     residual = _optional(ins, RESIDUAL_INPUT)
     if residual is not None:
         return residual_requantize(acc, _optional(ins, 2), attrs["shift"], tuple(attrs["clip"]), residual,
-                                   attrs["residual_lshift"], attrs["residual_shift"])
+                                   attrs.get("residual_lshift", 0), attrs.get("residual_shift", 0))
     return requantize(acc, _optional(ins, 2), attrs["shift"], tuple(attrs["clip"]), multiplier=_optional(ins, 3),
                       pre_shift=attrs["pre_shift"])
 
@@ -280,8 +280,9 @@ def _conv2d_infer(types: list, consts: list, attrs: dict) -> list[TensorType]:
         if len(types) > 3 and types[3] is not None:
             raise GraphError("qnn.conv2d: a residual cannot be fused with a multiplier (power-of-two scales only)")
     for k in ("residual_lshift", "residual_shift"):
-        if not isinstance(attrs[k], int) or not 0 <= attrs[k] <= 31:
-            raise GraphError(f"qnn.conv2d: {k} must be an int in [0, 31], got {attrs[k]!r}")
+        v = attrs.get(k, 0)
+        if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= 31:
+            raise GraphError(f"qnn.conv2d: {k} must be an int in [0, 31], got {v!r}")
     return [TensorType(out, "int8")]
 
 
