@@ -227,7 +227,8 @@ def _input_type(value: onnx.ValueInfoProto, input_shapes: Mapping[str, Sequence[
 
 def from_onnx(model: str | os.PathLike | onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]] | None = None,
               base_dir: str | os.PathLike | None = None, *,
-              input_values: Mapping[str, np.ndarray] | None = None, qdq_scales: str = "exact") -> Graph:
+              input_values: Mapping[str, np.ndarray] | None = None, qdq_scales: str = "exact",
+              qdq_multiplier_bits: int | None = None) -> Graph:
     """Import an ONNX model as a typed :class:`Graph` with static shapes.
 
     ``input_values`` specialises the graph: run-time inputs from which a value the compiler needs at
@@ -239,12 +240,16 @@ def from_onnx(model: str | os.PathLike | onnx.ModelProto, input_shapes: Mapping[
     ``qnn.add``; docs/quantization_import.md). ``qdq_scales`` says how their requantisation scales are
     realised: ``"exact"`` (a 15-bit fixed-point multiplier per output channel) or ``"power2"`` (rounded to
     powers of two; each layer's relative scale error is in ``graph.metadata["qdq_scale_error"]`` and the
-    largest in a warning)."""
+    largest in a warning). ``qdq_multiplier_bits`` (None, or an int in [1, 15]): "exact" multipliers are
+    rounded to at most that many set bits -- 4 lets an accelerator without ALU_MUL run them by
+    shift-and-add -- with each layer's relative scale error in ``graph.metadata["qdq_scale_error"]``."""
     from vtakit.compiler.graph import frontend  # noqa: F401  (registers every converter)
-    from vtakit.compiler.graph.passes.fold_qdq import MODE_KEY, QDQ_SCALES, fold_qdq
+    from vtakit.compiler.graph.passes.fold_qdq import BITS_KEY, MODE_KEY, QDQ_SCALES, check_multiplier_bits, fold_qdq
 
     if qdq_scales not in QDQ_SCALES:
         raise GraphError(f"qdq_scales must be one of {list(QDQ_SCALES)}, got {qdq_scales!r}")
+    check_multiplier_bits(qdq_multiplier_bits)
+    options = {MODE_KEY: qdq_scales, **({BITS_KEY: qdq_multiplier_bits} if qdq_multiplier_bits is not None else {})}
 
     proto = load_model(model, base_dir)
     opset = model_opset(proto)
@@ -268,13 +273,13 @@ def from_onnx(model: str | os.PathLike | onnx.ModelProto, input_shapes: Mapping[
     while True:
         try:
             graph = _convert(proto, opset, types, {n: np.asarray(input_values[n]) for n in frozen}, input_values,
-                             {MODE_KEY: qdq_scales})
+                             options)
         except _NeedInputs as need:
             if need.inputs <= frozen:
                 raise GraphError(f"inputs {sorted(need.inputs)} are needed at compile time") from None
             frozen |= need.inputs
             continue
-        if any(n.op.startswith("qnn.") for n in graph.nodes) or len(graph.metadata) > 1:
+        if any(n.op.startswith("qnn.") for n in graph.nodes) or len(graph.metadata) > len(options):
             graph = fold_qdq(graph).verify()     # a quantised model: metadata keeps qdq_scales
         else:
             graph.metadata.clear()

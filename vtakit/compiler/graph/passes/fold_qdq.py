@@ -26,7 +26,10 @@ The rescale ``M = s_x * s_w / s_y`` (per output channel; computed in float32 as 
 is realised by :func:`realise`: in the fixed-point form of the ``qnn`` layers (``qdq_scales="exact"``,
 the default) or rounded to powers of two (``"power2"``, which records each layer's relative scale
 error in ``graph.metadata["qdq_scale_error"]``). The mode is read from ``graph.metadata["qdq_scales"]``
-(``from_onnx(..., qdq_scales=)`` sets it).
+(``from_onnx(..., qdq_scales=)`` sets it). ``from_onnx(..., qdq_multiplier_bits=k)``
+(``graph.metadata["qdq_multiplier_bits"]``) rounds each "exact" multiplier to the nearest value with at
+most ``k`` set bits, which configurations without ALU_MUL realise by shift-and-add (``k <= 4``); the
+relative scale errors go to ``qdq_scale_error`` as well.
 """
 
 from __future__ import annotations
@@ -42,9 +45,10 @@ from vtakit.compiler.graph.ir import Graph, Node, TensorType, unique_name
 from vtakit.compiler.graph.passes.eliminate_dead_nodes import eliminate_dead_nodes
 from vtakit.compiler.graph.passes.registry import graph_pass
 from vtakit.errors import GraphError
+from vtakit.runtime.packing import nearest_with_set_bits
 
 __all__ = ["fold_qdq", "realise", "Realisation", "QDQ_SCALES", "MODE_KEY", "ERROR_KEY", "CONSTANTS_KEY",
-           "MULTIPLIER_BITS", "accumulator_bound", "conv2d_attrs"]
+           "MULTIPLIER_BITS", "BITS_KEY", "accumulator_bound", "conv2d_attrs", "check_multiplier_bits"]
 
 #: the values of ``from_onnx(..., qdq_scales=)``
 QDQ_SCALES = ("exact", "power2")
@@ -53,6 +57,9 @@ QDQ_SCALES = ("exact", "power2")
 MODE_KEY = "qdq_scales"
 ERROR_KEY = "qdq_scale_error"
 CONSTANTS_KEY = "qdq_constants"
+#: ``graph.metadata`` key of ``from_onnx(..., qdq_multiplier_bits=)``: "exact" multipliers rounded to at
+#: most that many set bits (errors in ``qdq_scale_error`` too)
+BITS_KEY = "qdq_multiplier_bits"
 #: a fixed-point multiplier lies in [2**(MULTIPLIER_BITS-1), 2**MULTIPLIER_BITS) (16-bit signed MUL operand)
 MULTIPLIER_BITS = 15
 _INT32_MAX = (1 << 31) - 1
@@ -84,14 +91,25 @@ def accumulator_bound(weight_rows: np.ndarray, non_negative: bool = False) -> np
     return 128 * np.abs(rows).sum(axis=1)
 
 
-def realise(scale: np.ndarray, bias: np.ndarray, bound: np.ndarray, mode: str = "exact") -> Realisation | None:
+def check_multiplier_bits(bits: object) -> int | None:
+    """``bits`` if it is None or an int in [1, MULTIPLIER_BITS], else a GraphError."""
+    if bits is not None and (isinstance(bits, bool) or not isinstance(bits, int) or not 1 <= bits <= MULTIPLIER_BITS):
+        raise GraphError(f"qdq_multiplier_bits={bits!r} must be None or an int in [1, {MULTIPLIER_BITS}] (the set "
+                         "bits of each fixed-point multiplier; 4 runs on accelerator configurations without ALU_MUL)")
+    return bits
+
+
+def realise(scale: np.ndarray, bias: np.ndarray, bound: np.ndarray, mode: str = "exact",
+            multiplier_bits: int | None = None) -> Realisation | None:
     """The requantisation of ``acc * scale`` (per channel; ``acc`` includes ``bias``, |acc - bias| <= ``bound``).
 
     ``"exact"``: ``m = round(scale * 2**E)`` with the largest channel's ``m`` in [2**14, 2**15) (one
     ``E`` for all channels: a channel whose scale is smaller keeps fewer bits), then
     ``((acc + bias + 2**(p-1)) >> p) * m + 2**(s-1) >> s`` with ``s = E - p``. ``p`` (``pre_shift``) is
     the least for which ``ceil((bound + |bias| + 2**(p-1)) / 2**p) * m + 2**(s-1) <= 2**31 - 1`` for every
-    channel: the int32 product cannot overflow for any int8 input. ``"power2"``: every scale rounded
+    channel: the int32 product cannot overflow for any int8 input; with ``multiplier_bits`` each ``m``
+    is then rounded to the nearest value with at most that many set bits (shift-and-add on
+    configurations without ALU_MUL; ``error`` says by how much). ``"power2"``: every scale rounded
     to the nearest power of two (a plain shift when the channels agree, otherwise power-of-two
     multipliers). None when the scale cannot be realised (a non-positive scale, a shift out of range).
     """
@@ -123,6 +141,8 @@ def realise(scale: np.ndarray, bias: np.ndarray, bound: np.ndarray, mode: str = 
     if round(top * 2.0 ** exp) >= 1 << MULTIPLIER_BITS:
         exp -= 1
     mult = np.rint(scale * 2.0 ** exp).astype(np.int64)
+    if check_multiplier_bits(multiplier_bits) is not None:
+        mult = nearest_with_set_bits(mult, multiplier_bits)
     if np.any(mult < 1):
         return None
     error = float(np.max(np.abs(mult * 2.0 ** -exp / scale - 1)))
@@ -170,6 +190,7 @@ class _Folder:
         if self.mode not in QDQ_SCALES:
             raise GraphError(f"qdq_scales must be one of {list(QDQ_SCALES)}, got {self.mode!r}")
         self.records: dict[str, Any] = dict(g.metadata.get(CONSTANTS_KEY, {}))
+        self.bits = check_multiplier_bits(g.metadata.get(BITS_KEY))
         self.errors: dict[str, float] = {}
         self.names = set(g.types) | set(g.constants) | set(g.inputs) | {o for n in g.nodes for o in n.outputs}
 
@@ -335,11 +356,11 @@ class _Folder:
                 return False
             b = np.broadcast_to(b.reshape(-1), (channels,)) * beta
             bias_int = np.rint(b / (np.float64(s_x) * s_w.astype(np.float64) * alpha)).astype(np.int64)
-        r = realise(scale, bias_int, accumulator_bound(weight, self.non_negative(q_x)), self.mode)
+        r = realise(scale, bias_int, accumulator_bound(weight, self.non_negative(q_x)), self.mode, self.bits)
         if r is None:
             return False
         label = node.name or q.outputs[0]
-        if self.mode == "power2":
+        if self.mode == "power2" or self.bits is not None:
             self.errors[label] = r.error
         inputs = [q_x, self.constant(np.ascontiguousarray(weight, np.int8), f"{label}_weight_q"),
                   self.constant(r.addend, f"{label}_addend")]
@@ -433,6 +454,8 @@ def fold_qdq(graph: Graph) -> Graph:
     g = folder.run()
     g.metadata.pop(CONSTANTS_KEY, None)
     errors = {**g.metadata.get(ERROR_KEY, {}), **folder.errors}    # the importer's QLinear layers, then these
+    if folder.bits is not None and errors:
+        g.metadata[ERROR_KEY] = errors
     if folder.mode == "power2" and errors:
         g.metadata[ERROR_KEY] = errors
         worst = max(errors, key=errors.get)
