@@ -28,7 +28,7 @@ import onnx
 
 from vtakit.compiler.graph.frontend.registry import ConvertContext, OnnxNode, converter
 from vtakit.compiler.graph.ir import Node
-from vtakit.compiler.graph.passes.fold_qdq import (CONSTANTS_KEY, ERROR_KEY, MODE_KEY, accumulator_bound,
+from vtakit.compiler.graph.passes.fold_qdq import (BITS_KEY, CONSTANTS_KEY, ERROR_KEY, MODE_KEY, accumulator_bound,
                                                    conv2d_attrs, realise)
 from vtakit.errors import GraphError, UnsupportedOperatorError
 
@@ -257,7 +257,8 @@ def _qlinear_conv(ctx: ConvertContext, node: OnnxNode) -> None:
             and len(xt.shape) == 4 and _zero(p["x_zero_point"], p["w_zero_point"], p["y_zero_point"])
             and (not bias or bias_value is not None)):
         b = np.zeros(channels, np.int64) if bias_value is None else bias_value.astype(np.int64).reshape(-1)
-        r = realise(m.astype(np.float64), b, accumulator_bound(weight), _metadata(ctx).get(MODE_KEY, "exact"))
+        r = realise(m.astype(np.float64), b, accumulator_bound(weight), _metadata(ctx).get(MODE_KEY, "exact"),
+                    _metadata(ctx).get(BITS_KEY))
         if r is not None:
             label = node.name or node.outputs[0]
             _power2_error(ctx, label, r.error)
@@ -296,7 +297,7 @@ def _qlinear_matmul(ctx: ConvertContext, node: OnnxNode) -> None:
         rows = np.ascontiguousarray(weight.T)
         scale = np.broadcast_to(m, (rows.shape[0],)).astype(np.float64)
         r = realise(scale, np.zeros(rows.shape[0], np.int64), accumulator_bound(rows),
-                    _metadata(ctx).get(MODE_KEY, "exact"))
+                    _metadata(ctx).get(MODE_KEY, "exact"), _metadata(ctx).get(BITS_KEY))
         if r is not None:
             label = node.name or node.outputs[0]
             _power2_error(ctx, label, r.error)
