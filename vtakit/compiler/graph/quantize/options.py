@@ -34,6 +34,7 @@ class QuantizeOptions:
     scales: str = "power2"
     skip_first_conv: bool = True
     multiplier_bits: int | None = None
+    fuse_residual: bool = True     # Conv -> Add [-> Relu] as one qnn.conv2d with a residual input (realize.py)
 
     @property
     def multiplier_form(self) -> bool:
@@ -67,5 +68,7 @@ def parse_options(options: Mapping[str, Any]) -> QuantizeOptions:
         raise GraphError(f"quantize: multiplier_bits={bits!r} must be None or an int in [1, {MULTIPLIER_BITS}] (the "
                          f"set bits of each fixed-point multiplier; {SHIFT_ADD_TERMS} runs on configurations without "
                          "ALU_MUL)")
+    if not isinstance(opts["fuse_residual"], bool):
+        raise GraphError(f"quantize: fuse_residual={opts['fuse_residual']!r} must be True or False")
     return QuantizeOptions(opts["method"], float(p), opts["weight_granularity"], opts["scales"],
-                           opts["skip_first_conv"], bits)
+                           opts["skip_first_conv"], bits, opts["fuse_residual"])
