@@ -13,7 +13,7 @@ Requantisation of a conv/dense with input scale ``s_in``, weight scales ``s_w[c]
 ``qnn.add`` brings both operands to the finer scale by left shifts and shifts the sum to the output
 scale (``addend = rounding_addend(shift)``); its operand and result scales are powers of two.
 
-Residual fusion (TVM VTA's fused shortcut add; on unless the options say ``fuse_residual=False``):
+Residual fusion (TVM VTA's fused shortcut add; option ``fuse_residual``, on by default):
 a ``qnn.add`` one of whose operands is a ``qnn.conv2d`` output that nothing else reads (power-of-two
 form, no ReLU/clip of its own) becomes that conv with a ``residual`` input (:mod:`..ops.qnn`).
 With the add's common (finer) operand exponent ``fine``, the conv's operand shift ``la``, the other
@@ -211,7 +211,7 @@ class _Realizer:
 
     def graph(self) -> Graph:
         nodes = [self.node(s) for s in self.plan.steps]
-        if getattr(self.opts, "fuse_residual", True):
+        if self.opts.fuse_residual:
             nodes = self.fuse_residuals(nodes)
         used = {i for n in nodes for i in n.inputs if i}
         constants = {k: v for k, v in self.g.constants.items() if k in used}
