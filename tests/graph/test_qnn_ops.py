@@ -8,6 +8,7 @@ import pytest
 import vtakit.graph as vg
 from vtakit.compiler.graph.ir import Graph, Node, TensorType
 from vtakit.compiler.graph.passes import run_passes
+from vtakit.errors import GraphError
 
 
 def _check(nodes, inputs, constants, outputs):
@@ -41,6 +42,41 @@ def test_conv2d_compute_matches_reference(group, strides, pads, dilations, shift
     attrs = {"strides": strides, "pads": pads, "dilations": dilations, "group": group, "shift": shift,
              "pre_shift": pre_shift, "clip": (-128, 127)}
     _check([Node("qnn.conv2d", ins, ["y"], attrs, "conv")], {"x": x}, consts, ["y"])
+
+
+@pytest.mark.parametrize("shift, residual_lshift, residual_shift, clip", [
+    (9, 0, 0, (0, 127)), (7, 2, 1, (-128, 127)), (-2, 5, 3, (-20, 90)), (20, 31, 0, (-128, 127))])
+def test_conv2d_with_a_fused_residual_matches_reference(shift, residual_lshift, residual_shift, clip):
+    """``qnn.conv2d`` with its optional residual (input 4): ``clip((((acc + addend) >> shift) + (residual <<
+    residual_lshift)) >> residual_shift)``, int32 wrap-around (lshift 31 wraps)."""
+    from vtakit.compiler.graph.ops.qnn import conv2d_accumulate, residual_requantize
+
+    rng = np.random.default_rng(shift + 3 * residual_lshift)
+    x = rng.integers(-128, 128, (2, 4, 6, 5)).astype(np.int8)
+    r = rng.integers(-128, 128, (2, 8, 6, 5)).astype(np.int8)
+    consts = {"w": rng.integers(-128, 128, (8, 4, 3, 3)).astype(np.int8),
+              "b": rng.integers(-2**12, 2**12, 8).astype(np.int32)}
+    attrs = {"strides": (1, 1), "pads": (1, 1, 1, 1), "dilations": (1, 1), "group": 1, "shift": shift,
+             "pre_shift": 0, "clip": clip, "residual_lshift": residual_lshift, "residual_shift": residual_shift}
+    ref = _check([Node("qnn.conv2d", ["x", "w", "b", "", "r"], ["y"], attrs, "conv")], {"x": x, "r": r}, consts,
+                 ["y"])
+    acc = conv2d_accumulate(x, consts["w"], attrs).astype(np.int64) + consts["b"].reshape(1, -1, 1, 1)
+    t = ((acc >> shift) if shift >= 0 else acc << -shift) + (r.astype(np.int64) << residual_lshift)
+    t = ((t + 2**31) % 2**32 - 2**31) >> residual_shift
+    np.testing.assert_array_equal(ref["y"], np.clip(t, *clip).astype(np.int8))
+    np.testing.assert_array_equal(ref["y"], residual_requantize(conv2d_accumulate(x, consts["w"], attrs), consts["b"],
+                                                                shift, clip, r, residual_lshift, residual_shift))
+
+
+def test_conv2d_residual_must_match_the_output():
+    x = np.zeros((1, 4, 5, 5), np.int8)
+    consts = {"w": np.zeros((8, 4, 3, 3), np.int8), "b": np.zeros(8, np.int32)}
+    attrs = {"strides": (1, 1), "pads": (1, 1, 1, 1), "dilations": (1, 1), "group": 1, "shift": 1, "pre_shift": 0,
+             "clip": (-128, 127), "residual_lshift": 0, "residual_shift": 0}
+    for r, what in ((np.zeros((1, 8, 4, 5), np.int8), "output's shape"), (np.zeros((1, 8, 5, 5), np.int32), "int8")):
+        with pytest.raises(GraphError, match=what):
+            _check([Node("qnn.conv2d", ["x", "w", "b", "", "r"], ["y"], attrs, "conv")], {"x": x, "r": r}, consts,
+                   ["y"])
 
 
 @pytest.mark.parametrize("shift, pre_shift, multiplier, clip", [(8, 0, False, (-128, 127)), (16, 2, True, (0, 100)),
