@@ -29,6 +29,7 @@ from vtakit.compiler.graph.ops.qnn import RESIDUAL_INPUT
 from vtakit.compiler.graph.zoo import ModelBuilder
 from vtakit.hw.config import VTAConfig
 from vtakit.runtime.graph_executor import Plan, Step
+from vtakit.runtime.packing import SHIFT_ADD_TERMS
 
 datasets = pytest.importorskip("vtakit.datasets")
 
@@ -320,11 +321,23 @@ def test_qdq_digits_as_imported_on_an_alu_mul_configuration(qdq_digits):
     _check_qdq_on(*qdq_digits, ALU_MUL)
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="exact QDQ scales need a fixed-point multiplier, and the default "
-                   "configuration (ALU_MUL=false) has none yet: its layers fall back to the CPU with "
-                   "'needs ALU_MUL' until multipliers run as shift-and-add there")
-def test_qdq_digits_as_imported_on_the_default_configuration(qdq_digits):
-    _check_qdq_on(*qdq_digits, DEFAULT)
+def test_qdq_digits_on_the_default_configuration_by_shift_and_add(qdq_digits):
+    """Without ALU_MUL, exact multipliers rounded to SHIFT_ADD_TERMS set bits run as shift-and-add."""
+    _check_qdq_on(*qdq_digits, DEFAULT, qdq_multiplier_bits=SHIFT_ADD_TERMS)
+
+
+def test_qdq_digits_with_exact_multipliers_fall_back_on_the_default_configuration(qdq_digits):
+    """Exact multipliers of more set bits than shift-and-add realises need ALU_MUL: the layers run on the
+    CPU (same bits), each with the reason in its note."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        g = vg.from_onnx(qdq_digits[0])
+    mod = vg.build(g, target="vta", config=DEFAULT)
+    steps = _steps(mod)
+    for name in ("conv1", "conv2", "conv3", "fc"):
+        assert steps[name].target == "llvm" and "needs ALU_MUL" in steps[name].note, (name, steps[name].note)
+    x, _ = datasets.load_digits_test()
+    np.testing.assert_array_equal(mod.run({"input": x[:1]})[0], vg.evaluate(g, {"input": x[:1]})["logits"])
 
 
 def test_qdq_digits_with_power2_scales_on_the_default_configuration(qdq_digits):
