@@ -160,3 +160,25 @@ def test_multiplier_form_and_errors():
         dense(get_env(SMALL), 4, 4, 4, multiplier="tensor")
     with pytest.raises(CompileError, match="multiplier must be None"):
         dense(get_env(SMALL), 4, 4, 4, multiplier="per-channel")
+
+
+# ---------------------------------------------------------------------------- the ALU chain
+def test_alu_chain_negative_immediates_and_tensor_shifts():
+    """``x * -c`` (the simplifier's ``0 - x * c``), ``c0 - x * c``, ``0 - x`` and ``x >> tensor``."""
+    from tests.compiler.vta.test_vta_passes import alu_schedule, run, wrap8
+
+    from vtakit.runtime.packing import shift_values
+
+    cfg = SMALL_MUL
+    for fexpr, ref in ((lambda a: a * -3, lambda a: a * -3), (lambda a: 7 - a * 5, lambda a: 7 - a * 5),
+                       (lambda a: 0 - a, lambda a: -a), (lambda a: a * -32768, lambda a: a * -32768)):
+        (a,), got = run(*alu_schedule(fexpr), config=cfg)
+        np.testing.assert_array_equal(got, wrap8(ref(a.astype(np.int64))))
+    (a, b), got = run(*alu_schedule(lambda a, b: a >> b, n_inputs=2), config=SMALL)
+    amounts = ((b.astype(np.int64) & 63) ^ 32) - 32
+    want = np.vectorize(lambda x, s: int(shift_values(np.array([x]), int(s))[0]))(a.astype(np.int64), amounts)
+    np.testing.assert_array_equal(got, wrap8(want))
+    with pytest.raises(CompileError, match="negates, which needs a configuration with ALU_MUL"):
+        import vtakit
+        s, args = alu_schedule(lambda a: 0 - a)
+        vtakit.build(s, args, target="vta", config=SMALL)
