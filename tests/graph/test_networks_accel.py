@@ -44,11 +44,12 @@ def _steps(mod: vg.NetModule) -> dict[str, Step]:
 
 
 def _assert_bit_exact(q: vg.Graph, inputs: list[dict], config: VTAConfig = DEFAULT,
-                      backends=("fsim", "cycle")) -> vg.NetModule:
-    """``q`` on the accelerator equals ``q`` on the CPU integer path: every output of every input
-    and, for the first input, every integer tensor present in both debug runs."""
+                      backends=("fsim", "cycle"), mod: vg.NetModule | None = None) -> vg.NetModule:
+    """``q`` on the accelerator (``mod``, else built for ``config``) equals ``q`` on the CPU integer
+    path: every output of every input and, for the first input, every integer tensor present in both
+    debug runs."""
     cpu = vg.build(q, target="llvm")
-    mod = vg.build(q, target="vta", config=config)
+    mod = mod or vg.build(q, target="vta", config=config)
     assert mod.is_accelerated
     cpu_seen = cpu.debug_run(inputs[0])
     for backend in backends:
@@ -102,13 +103,15 @@ def digits():
 
 @pytest.fixture(scope="module")
 def resnet18_64():
-    return _resnet18(64)
+    """(float graph, quantised graph, the quantised graph built for vta) at 64x64."""
+    g, q = _resnet18(64)
+    return g, q, vg.build(q, target="vta")
 
 
 # ---------------------------------------------------------------------------- bit-exactness
 def test_resnet18_64_is_bit_exact_on_fsim_and_cycle(resnet18_64):
-    _, q = resnet18_64
-    _assert_bit_exact(q, [{"data": _normal((1, 3, 64, 64), seed)} for seed in (1, 2)])
+    _, q, mod = resnet18_64
+    _assert_bit_exact(q, [{"data": _normal((1, 3, 64, 64), seed)} for seed in (1, 2)], mod=mod)
 
 
 @pytest.mark.slow
@@ -215,10 +218,10 @@ def _coverage(q: vg.Graph, mod: vg.NetModule, adds: int) -> None:
 
 @pytest.mark.parametrize("image", [64, pytest.param(224, marks=pytest.mark.slow)])
 def test_resnet18_partition_covers_its_convs_adds_and_macs(image, resnet18_64):
-    g, q = resnet18_64 if image == 64 else _resnet18(image)
+    g, q, mod = resnet18_64 if image == 64 else (*_resnet18(image), None)
     convs = [n for n in q.nodes if n.op in ("Conv", "qnn.conv2d")]
     assert [n.op for n in convs] == ["Conv"] + ["qnn.conv2d"] * 19     # the first conv stays float
-    mod = vg.build(q, target="vta")
+    mod = mod or vg.build(q, target="vta")
     _coverage(q, mod, adds=8)
     profile = mod.profile({"data": _normal((1, 3, image, image), 1)}, backend="fsim")
     assert profile.macs == vg.build(g, "llvm").profile({"data": _normal((1, 3, image, image), 1)}).macs
