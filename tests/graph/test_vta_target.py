@@ -56,6 +56,33 @@ class Net:
         attrs.update(shift=shift, pre_shift=0, clip=(0, 127) if relu else (-128, 127))
         return self._add_node("qnn.conv2d", [x], {f"{name}_w": w, f"{name}_b": addend}, attrs, name, acc)
 
+    def conv_residual(self, x: str, residual: str, kernel=(3, 3), pads=(1, 1, 1, 1), strides=(1, 1), relu=True,
+                      residual_lshift=0, residual_shift=0) -> str:
+        """A ``qnn.conv2d`` with a fused residual add (input 4): as many filters as ``residual`` has channels."""
+        from vtakit.compiler.graph.ops.qnn import residual_requantize
+
+        name = self._fresh("convres")
+        ci, co = self.types[x].shape[1], self.types[residual].shape[1]
+        w = self.rng.integers(-128, 128, (co, ci, *kernel)).astype(np.int8)
+        attrs = {"strides": tuple(strides), "pads": tuple(pads), "dilations": (1, 1), "group": 1}
+        acc = conv2d_accumulate(self.values[x], w, attrs)
+        shift, addend = self._requant(acc, co, relu)
+        shift = max(0, shift - residual_lshift)      # the conv's part on the residual's (finer) scale
+        addend = (addend - rounding_addend(shift + residual_lshift) + rounding_addend(shift)
+                  + (rounding_addend(residual_shift) << shift)).astype(np.int32)
+        attrs.update(shift=shift, pre_shift=0, clip=(0, 127) if relu else (-128, 127),
+                     residual_lshift=residual_lshift, residual_shift=residual_shift)
+        consts = {f"{name}_w": w, f"{name}_b": addend}
+        self.constants.update(consts)
+        for k, v in consts.items():
+            self.types[k] = TensorType(v.shape, v.dtype.name)
+        out = f"{name}_out"
+        self.nodes.append(Node("qnn.conv2d", [x, *consts, "", residual], [out], attrs, name))
+        self.values[out] = residual_requantize(acc, addend, shift, attrs["clip"], self.values[residual],
+                                               residual_lshift, residual_shift)
+        self.types[out] = TensorType(self.values[out].shape, "int8")
+        return out
+
     def dense(self, x: str, n: int, relu=False) -> str:
         name = self._fresh("fc")
         k = self.types[x].shape[1]
@@ -157,6 +184,46 @@ def test_residual_maxpool_flatten_dense(config):
     assert len(layers) == 6 and {steps[n].target for n in layers} == {"vta"}
     # dense -> dense passes its packed tensor directly: no CPU layout step between them
     assert [s.ops[0] for s in mod.plan.steps][-3:] == ["vta.dense", "vta.dense", "vta.unpack_matrix"]
+
+
+@pytest.mark.parametrize("config", [SMALL, DEFAULT], ids=["small", "default"])
+@pytest.mark.parametrize("lshift, rshift", [(0, 0), (0, 1), (2, 1), (1, 3)])
+def test_conv_with_a_fused_residual(config, lshift, rshift):
+    """A conv whose residual comes from the CPU (the packed graph input), one whose residual is an
+    accelerator layer's output (strided 1x1 shortcut, odd channels); a conv reads a fused conv's output."""
+    net = Net((1, 20, 8, 6), seed=21)
+    a = net.conv_residual("x", "x", relu=False, residual_lshift=lshift, residual_shift=rshift)
+    s = net.conv(a, 36, kernel=(1, 1), pads=(0, 0, 0, 0), strides=(2, 2), relu=False)
+    b = net.conv(a, 36, strides=(2, 2))
+    c = net.conv_residual(b, s, residual_lshift=lshift, residual_shift=rshift)
+    d = net.conv(c, 12)
+    mod = _check(net, [d, a], config, backends=("fsim", "cycle"))
+    steps = {s.name: s for s in mod.plan.steps}
+    assert all(steps[n.name].target == "vta" for n in net.nodes)
+    assert [s.ops[0] for s in mod.plan.steps].count("vta.pack_nchw") == 1      # x packed once, read twice
+    assert len(steps[c.removesuffix("_out")].args) == 5                      # data, weight, addend, residual, out
+
+
+def test_quantizer_fuses_residual_adds_and_the_accelerator_runs_them():
+    """Conv -> Add(other) -> Relu becomes one qnn.conv2d with a residual; with fuse_residual=False the
+    add stays a qnn.add (vta.add); both are bit-exact on fsim and cycle, debug_run tensors included."""
+    g = _odd_channel_model()
+    calib = np.random.default_rng(3).standard_normal((4, 3, 11, 9)).astype(np.float32)
+    x = {"data": calib[:1]}
+    for fuse in (True, False):
+        q = vg.quantize(g, calib, skip_first_conv=False, fuse_residual=fuse)
+        fused = [n for n in q.nodes if n.op == "qnn.conv2d" and len(n.inputs) > 4]
+        assert len(fused) == (1 if fuse else 0) and sum(n.op == "qnn.add" for n in q.nodes) == (0 if fuse else 1)
+        ref = vg.evaluate(q, x, keep_all=True)
+        llvm = vg.build(q, target="llvm").debug_run(x)
+        mod = vg.build(q, target="vta", config=SMALL)
+        ops = [s.ops[0] for s in mod.plan.steps]
+        assert ("vta.add" in ops) != fuse
+        for backend in ("fsim", "cycle"):
+            seen = mod.debug_run(x, backend=backend)
+            for name in [n for n in seen if n in ref and n in llvm and n not in q.constants]:
+                np.testing.assert_array_equal(seen[name], ref[name], err_msg=f"{backend} {name} vs reference")
+                np.testing.assert_array_equal(seen[name], llvm[name], err_msg=f"{backend} {name} vs llvm")
 
 
 def test_values_between_accelerator_layers_stay_in_dram():
@@ -326,7 +393,7 @@ def test_quantized_odd_channel_network_matches_reference_and_llvm(config):
     mod = vg.build(q, target="vta", config=config)
     layers = [n for n in q.nodes if n.op in ("qnn.conv2d", "qnn.dense", "qnn.add")]
     steps = {s.name: s for s in mod.plan.steps}
-    assert len(layers) == 7 and all(steps[n.name].target == "vta" for n in layers)
+    assert len(layers) == 6 and all(steps[n.name].target == "vta" for n in layers)    # the add fused into a conv
     for backend in ("fsim", "cycle"):
         np.testing.assert_array_equal(mod.run(x, backend=backend)[0], ref["logits"])
         seen = mod.debug_run(x, backend=backend)
@@ -409,14 +476,21 @@ def test_quantized_resnet18_runs_its_int8_layers_on_the_accelerator():
     mod = vg.build(q, target="vta", config=DEFAULT)
     steps = {s.name: s for s in mod.plan.steps}
     layers = [n.name for n in q.nodes if n.op in ("qnn.conv2d", "qnn.dense", "qnn.add")]
-    assert len(layers) == 19 + 8 + 1 and all(steps[n].target == "vta" for n in layers)
+    fused = [n for n in q.nodes if n.op == "qnn.conv2d" and len(n.inputs) > 4]
+    assert len(layers) == 19 + 1 and len(fused) == 8      # every residual add fused into a conv
+    assert all(steps[n].target == "vta" for n in layers)
     assert sum(s.ops[0].startswith("vta.pack") for s in mod.plan.steps) == 2      # into the body, into the fc
     ref = vg.evaluate(q, x, keep_all=True)
     llvm = vg.build(q, target="llvm").debug_run(x)
-    seen = mod.debug_run(x, backend="fsim")
-    np.testing.assert_array_equal(seen["logits"], ref["logits"])
-    for name in [n for n in seen if n in llvm and n not in q.constants]:
-        np.testing.assert_array_equal(seen[name], llvm[name], err_msg=name)
+    for backend in ("fsim", "cycle"):
+        seen = mod.debug_run(x, backend=backend)
+        np.testing.assert_array_equal(seen["logits"], ref["logits"])
+        boundary = [n for n in seen if n in llvm and n not in q.constants]
+        assert len([n for n in boundary if n in ref]) >= 4
+        for name in boundary:
+            np.testing.assert_array_equal(seen[name], llvm[name], err_msg=f"{backend} {name}")
+            if name in ref:
+                np.testing.assert_array_equal(seen[name], ref[name], err_msg=f"{backend} {name}")
 
 
 def test_packed_graph_evaluates_to_the_original_values():
