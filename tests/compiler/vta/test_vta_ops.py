@@ -29,6 +29,38 @@ def test_conv2d_default_schedule_small(small_env, wl, vthreads):
     build_and_run(s, tensors, host, expect, small_env.config)
 
 
+@pytest.mark.parametrize("backend", ["fsim", "cycle"])
+@pytest.mark.parametrize("vthreads", [1, 2])
+@pytest.mark.parametrize("wl, residual", [(Conv2dWorkload(6, 6, 8, 12, 3, 1, 1), (0, 0)),
+                                          (Conv2dWorkload(9, 7, 4, 6, 3, 1, 2, batch=3), (2, 1)),
+                                          (Conv2dWorkload(8, 8, 8, 8, 1, 0, 2), (31, 3))], ids=str)
+def test_conv2d_with_a_fused_residual(small_env, wl, residual, vthreads, backend):
+    """``residual=(lshift, rshift)``: ``clip((((acc + addend) >> shift) + (r << lshift)) >> rshift)``
+    (:func:`vtakit.compiler.graph.ops.qnn.residual_requantize`), the residual DMA-loaded per tile."""
+    from vtakit.compiler.graph.ops.qnn import residual_requantize
+    from vtakit.runtime.packing import conv2d_reference, pack_bias, pack_nchw, pack_oihw, pad_to_blocks
+
+    env = small_env
+    rng = np.random.default_rng(sum(residual))
+    x = rng.integers(-128, 128, (wl.batch, wl.ci, wl.h, wl.w), dtype=np.int8)
+    w = rng.integers(-128, 128, (wl.co, wl.ci, wl.kh, wl.kw), dtype=np.int8)
+    acc = conv2d_reference(pad_to_blocks(x, {0: env.batch}), w, wl.stride, wl.pad)
+    addend = rng.integers(-2000, 2000, wl.co).astype(np.int32)
+    r = rng.integers(-128, 128, acc.shape, dtype=np.int8)
+    expect = residual_requantize(acc, addend, 9, (-128, 127), r, *residual)
+    assert 0.2 < np.mean(np.abs(expect.astype(int)) < 127)
+    s, tensors = conv2d(env, wl, vthreads=vthreads, shift=9, clip=(-128, 127), residual=residual)
+    host = [pack_nchw(x, env.batch, env.block_in), pack_oihw(w, env.block_out, env.block_in),
+            pack_bias(addend, env.batch, env.block_out), pack_nchw(r, env.batch, env.block_out)]
+    build_and_run(s, tensors, host, pack_nchw(expect, env.batch, env.block_out), env.config, backend)
+
+
+@pytest.mark.parametrize("residual", [(0, -1), (32, 0), "x"])
+def test_conv2d_residual_shifts_are_checked(small_env, residual):
+    with pytest.raises(CompileError, match="residual"):
+        conv2d(small_env, Conv2dWorkload(4, 4, 4, 4, 3, 1, 1), residual=residual)
+
+
 @pytest.mark.parametrize("vthreads", [1, 2])
 @pytest.mark.parametrize("mnk", [(4, 8, 12), (16, 32, 16), (8, 4, 64)], ids=str)
 def test_dense_default_schedule_small(small_env, mnk, vthreads):
