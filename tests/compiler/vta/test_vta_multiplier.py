@@ -114,7 +114,7 @@ def test_rounding_reproduces_int32_wraparound():
 # ---------------------------------------------------------------------------- shift-and-add (no ALU_MUL)
 @pytest.mark.parametrize("config", [SMALL, DEFAULT], ids=["small", "default"])
 @pytest.mark.parametrize("op", ["conv2d", "dense"])
-@pytest.mark.parametrize("shift,pre_shift", [(20, 0), (23, 3), (14, 0)])
+@pytest.mark.parametrize("shift,pre_shift", [(20, 0), (23, 3), (14, 0), (18, 0), (31, 9)])
 def test_shift_add_per_channel_fsim(config, op, shift, pre_shift):
     _run(config, op, "shift_add", shift, pre_shift, seed=shift + 1)
 
