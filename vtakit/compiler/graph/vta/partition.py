@@ -3,9 +3,12 @@ per layer).
 
 ``qnn.conv2d``, ``qnn.dense`` and ``qnn.add`` go to the accelerator when they can: each is
 analysed (:func:`.layers.analyze`) and compiled (:func:`.layers.compile_layer`) right here, so a
-layer that no tiling fits, that needs ALU_MUL on a configuration without it, that is dilated or
-grouped, or that the accelerator ops reject for any other reason stays on the CPU with the reason
-recorded (``VTABuildContext.notes``, then the step's ``note``). Every other operator runs on the
+layer that no tiling fits, that is dilated or grouped, or that the accelerator ops reject for any
+other reason stays on the CPU with the reason recorded (``VTABuildContext.notes``, then the step's
+``note``). A fixed-point multiplier runs as MUL on ALU_MUL configurations and by shift-and-add
+without (:func:`vtakit.compiler.topi_vta.epilogue.multiplier_form`): a multiplier with more than
+``SHIFT_ADD_TERMS`` (4) set bits there keeps its layer on the CPU with the reason
+``multiplier needs ALU_MUL (more than 4 set bits ...)`` (quantise with ``multiplier_bits=4``). Every other operator runs on the
 CPU. The graph itself is returned unchanged; :mod:`.graph_pack` rewrites it.
 """
 
