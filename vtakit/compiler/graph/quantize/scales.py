@@ -17,7 +17,8 @@ from vtakit.errors import GraphError
 from vtakit.runtime.packing import SHIFT_RANGE, nearest_with_set_bits
 
 __all__ = ["scale_for", "exponent", "weight_scales", "quantize_weight", "quantize_bias", "bias_in_acc_units",
-           "fixed_point", "check_shift", "MULTIPLIER_ERROR_KEY", "MULTIPLIER_BITS", "OVERFLOW_BITS", "ACC_HEADROOM", "QMAX"]
+           "fixed_point", "check_shift", "MULTIPLIER_ERROR_KEY", "MULTIPLIER_BITS", "OVERFLOW_BITS", "ACC_HEADROOM",
+           "QMAX"]
 
 #: the largest int8 magnitude a symmetric quantiser uses
 QMAX = 127

@@ -8,8 +8,8 @@ other reason stays on the CPU with the reason recorded (``VTABuildContext.notes`
 ``note``). A fixed-point multiplier runs as MUL on ALU_MUL configurations and by shift-and-add
 without (:func:`vtakit.compiler.topi_vta.epilogue.multiplier_form`): a multiplier with more than
 ``SHIFT_ADD_TERMS`` (4) set bits there keeps its layer on the CPU with the reason
-``multiplier needs ALU_MUL (more than 4 set bits ...)`` (quantise with ``multiplier_bits=4``). Every other operator runs on the
-CPU. The graph itself is returned unchanged; :mod:`.graph_pack` rewrites it.
+``multiplier needs ALU_MUL (more than 4 set bits ...)`` (quantise with ``multiplier_bits=4``).
+Every other operator runs on the CPU. The graph itself is returned unchanged; :mod:`.graph_pack` rewrites it.
 """
 
 from __future__ import annotations
