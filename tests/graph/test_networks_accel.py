@@ -204,6 +204,24 @@ def test_a_grouped_conv_counts_its_real_macs():
     assert [s.macs for s in vg.build(q, "llvm").plan.steps if s.macs] == [real]
 
 
+def test_float_matmul_gemm_and_grouped_conv_macs():
+    """CPU steps count MACs too: a batched MatMul, a Gemm with transA (fused with its Relu) and a
+    depthwise conv."""
+    b = ModelBuilder(6)
+    m = b.node("MatMul", ["a", b.constant(_normal((5, 7), 1), "m")])                 # (2, 3, 5) x (5, 7)
+    g = b.node("Relu", [b.node("Gemm", ["t", b.constant(_normal((4, 6), 2), "g")], transA=1)])  # (4, 3)^T x (4, 6)
+    c = b.conv("x", 8, 8, 3, 1, [1, 1, 1, 1], group=8)                                 # depthwise, 5x5
+    model = b.model([helper.make_tensor_value_info("a", TensorProto.FLOAT, [2, 3, 5]),
+                     helper.make_tensor_value_info("t", TensorProto.FLOAT, [4, 3]),
+                     helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 5, 5])],
+                    [helper.make_tensor_value_info(m, TensorProto.FLOAT, [2, 3, 7]),
+                     helper.make_tensor_value_info(g, TensorProto.FLOAT, [3, 6]),
+                     helper.make_tensor_value_info(c, TensorProto.FLOAT, [1, 8, 5, 5])], "macs")
+    mod = vg.build(vg.from_onnx(model), "llvm")
+    assert sorted(s.macs for s in mod.plan.steps if s.macs) == sorted([2 * 3 * 7 * 5, 3 * 6 * 4, 8 * 25 * 9])
+    assert any(len(s.ops) > 1 and s.macs == 3 * 6 * 4 for s in mod.plan.steps)       # the fused Gemm+Relu
+
+
 def _coverage(q: vg.Graph, mod: vg.NetModule, adds: int) -> None:
     """Every quantised conv and dense runs on vta, and each of the ``adds`` residual adds is a
     ``qnn.add`` that runs on vta or is fused into a ``qnn.conv2d`` (its residual input) that does."""
