@@ -37,6 +37,9 @@ from vtakit.compiler.topi_vta.workloads import Conv2dWorkload
 from vtakit.compiler.vta.env import VTAEnv
 from vtakit.errors import CompileError
 
+#: strided 1x1 convs load only the rows and columns they read (one DMA row per output row)
+STRIDED_1X1_LOADS = True
+
 __all__ = ["Conv2dKnobs", "conv2d_packed", "schedule_conv2d_packed", "default_conv2d_knobs", "conv2d"]
 
 
@@ -64,13 +67,19 @@ def conv2d_packed(env: VTAEnv, wl: Conv2dWorkload, shift: int = 8, clip: tuple[i
             lambda n, c, y, x, nb, ci: te.if_then_else(
                 te.all(y >= pt, y < wl.h + pt, x >= pl, x < wl.w + pl), data[n, c, y - pt, x - pl, nb, ci],
                 te.const(0, env.inp_dtype)), name="data_pad")
+    elif wl.kh == wl.kw == 1 and (wl.stride_h > 1 or wl.stride_w > 1) and STRIDED_1X1_LOADS:
+        # a strided 1x1 conv reads every stride-th row and column: load only those (strided DMA rows)
+        data_pad = te.compute((dshape[0], dshape[1], wl.oh, wl.ow, b, bi),
+                              lambda n, c, y, x, nb, ci: data[n, c, y * wl.stride_h, x * wl.stride_w, nb, ci],
+                              name="data_pad")
     else:
         data_pad = data
+    strided = data_pad is not data and not any(wl.pad)
     ic = te.reduce_axis((0, dshape[1]), name="ic")
     dy = te.reduce_axis((0, wl.kh), name="dy")
     dx = te.reduce_axis((0, wl.kw), name="dx")
     ic_t = te.reduce_axis((0, bi), name="ic_t")
-    sh, sw = wl.stride
+    sh, sw = (1, 1) if strided else wl.stride
     conv = te.compute(oshape, lambda n, o, y, x, nb, ot: te.sum(
         data_pad[n, ic, y * sh + dy, x * sw + dx, nb, ic_t].astype(env.acc_dtype)
         * kernel[o, ic, dy, dx, ot, ic_t].astype(env.acc_dtype), axis=[ic, dy, dx, ic_t]), name="conv")
@@ -79,7 +88,7 @@ def conv2d_packed(env: VTAEnv, wl: Conv2dWorkload, shift: int = 8, clip: tuple[i
     out, epilogue = declare_requant(env, conv, shift, clip, addend, lambda n, o, y, x, nb, ot: (o, nb, ot),
                                     mult, pre_shift=pre_shift)
     stages = {"conv": conv, **epilogue}
-    if any(wl.pad):
+    if data_pad is not data:
         stages["data_pad"] = data_pad
     operands = [t for t in (addend, mult) if isinstance(t, Tensor)]
     if residual is not None:

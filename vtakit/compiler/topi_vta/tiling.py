@@ -73,6 +73,7 @@ def _best_conv2d_tiles(env: VTAEnv, wl: Conv2dWorkload, vthreads: int, residual:
     c = env.config
     batch_blocks, ci_blocks, co_blocks = conv2d_blocks(env, wl)
     kh, kw, sh, sw = wl.kh, wl.kw, wl.stride_h, wl.stride_w
+    strided_1x1 = kh == kw == 1 and (sh > 1 or sw > 1) and not any(wl.pad)   # conv2d's strided loads
     best: tuple[float, Conv2dKnobs] | None = None
     splits = [(1, 1)] if vthreads == 1 else [(vthreads, 1), (1, vthreads)]
     for (oc_n, h_n), th, tw, tco, tci in itertools.product(splits, divisors(wl.oh), divisors(wl.ow),
@@ -80,6 +81,8 @@ def _best_conv2d_tiles(env: VTAEnv, wl: Conv2dWorkload, vthreads: int, residual:
         if wl.oh % (th * h_n) or co_blocks % (tco * oc_n) or not _tiles_read_data(wl, th, tw):
             continue
         rows, cols = (th - 1) * sh + kh, (tw - 1) * sw + kw
+        if strided_1x1:     # only the rows and columns read: one DMA per row of one-entry bursts
+            rows, cols = th, tw
         acc = th * tw * tco * ((2 if residual else 1) + e_tiles) + tco * (1 + e_rows)
         inp = tci * rows * cols
         wgt = tco * tci * kh * kw
@@ -90,8 +93,9 @@ def _best_conv2d_tiles(env: VTAEnv, wl: Conv2dWorkload, vthreads: int, residual:
             continue
         n_tiles = batch_blocks * (wl.oh // th) * (wl.ow // tw) * (co_blocks // tco)
         gemm = th * tw * tco * tci * kh * kw
+        inp_bytes = inp * c.inp_elem_bytes * (2 if strided_1x1 else 1)     # short bursts: about half the bus
         cost = _cost(env, vthreads, n_tiles, ci_blocks // tci, gemm,
-                     inp * c.inp_elem_bytes + wgt * c.wgt_elem_bytes, tci + 1, th * tw * tco,
+                     inp_bytes + wgt * c.wgt_elem_bytes, tci * (th if strided_1x1 else 1) + 1, th * tw * tco,
                      th * tw * tco * c.out_elem_bytes, (2 if residual else 0) + e_ops,
                      th * tw * tco * c.out_elem_bytes if residual else 0)
         knobs = Conv2dKnobs(th, tw, tco, tci, oc_n, h_n)
