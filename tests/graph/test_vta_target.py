@@ -418,7 +418,7 @@ def test_quantized_float_scales_need_alu_mul():
     np.testing.assert_array_equal(_run(mod, x, "fsim")[0], ref)
     mod = vg.build(q, target="vta", config=SMALL.replace(alu_mul=True))
     steps = {s.name: s for s in mod.plan.steps}
-    for name in mult:    # every shift runs (tests/graph/test_vta_multiplier.py)
+    for name in mult:    # every shift runs (tests/graph/test_graph_multiplier.py)
         assert steps[name].target == "vta", (name, steps[name].note)
     np.testing.assert_array_equal(_run(mod, x, "fsim")[0], ref)
 
