@@ -119,7 +119,8 @@ def run_demo(model: str = "digits", backend: str = "fsim", config: VTAConfig | N
         cycles_per_image=int(profile.total_cycles), ideal_cycles_per_image=int(profile.ideal_cycles),
         utilization=float(profile.utilization or 0.0), accel_seconds_per_image=float(profile.accel_seconds),
         cpu_seconds_per_image=float(profile.cpu_seconds), compile_seconds=compile_seconds,
-        run_seconds=run_seconds, accelerator_macs_share=float(profile.accel_mac_share), layers=layers, table=str(profile))
+        run_seconds=run_seconds, accelerator_macs_share=float(profile.accel_mac_share), layers=layers,
+        table=str(profile))
 
 
 def _load(model: str, limit: int | None) -> tuple[np.ndarray, np.ndarray | None, Any, Any]:

@@ -143,8 +143,8 @@ def node_macs(g: Graph, node: Node) -> int:
             total += _macs_of(inner, type_of, const)
         if any(o not in g.types for o in inner.outputs):
             ins = [type_of(i) if i else None for i in inner.inputs]
-            for name, ty in zip(inner.outputs, infer_types(inner, ins, [const(i) if i else None for i in inner.inputs])):
-                types[name] = ty
+            consts = [const(i) if i else None for i in inner.inputs]
+            types.update(zip(inner.outputs, infer_types(inner, ins, consts)))
         else:
             types.update((o, g.type_of(o)) for o in inner.outputs)
     return total
