@@ -8,7 +8,9 @@
 * Partition coverage: which layers run on ``vta`` and the share of the network's MACs they hold
   (:attr:`Profile.accel_mac_share`), with the MAC counts themselves checked.
 * Accuracy on real data: the digits CNN quantised by vtakit on the accelerator against float, and
-  onnxruntime's QDQ model imported as it is against onnxruntime's own int8 run.
+  onnxruntime's QDQ models (per tensor, per channel) against onnxruntime's own int8 run: imported as
+  they are on an ALU_MUL configuration; on the default one by shift-and-add (``qdq_multiplier_bits``)
+  or with power-of-two scales (as they are, exact multipliers stay on the CPU with the reason).
 * ResNet-18 (slow): top-1 agreement with float and output SNR on 20 seeded inputs.
 
 The figures these tests measure are in docs/networks.md ("Accuracy and coverage on the accelerator").
