@@ -38,6 +38,7 @@ class DemoResult:
     float_accuracy: float | None          # top-1 on the test split (digits only)
     int8_accuracy: float | None
     top1_agreement: float                 # int8 and float pick the same class
+    output_snr_db: float                  # float logits vs int8 logits: 10 log10(signal / error power)
     cycles_per_image: int                 # accelerator cycles of one image (cycle model)
     ideal_cycles_per_image: int
     utilization: float
@@ -61,7 +62,8 @@ class DemoResult:
             lines.append(f"  test images           {self.images}")
             lines.append(f"  float accuracy (CPU)  {100 * self.float_accuracy:.2f}%")
             lines.append(f"  int8 accuracy (VTA)   {100 * self.int8_accuracy:.2f}%")
-        lines.append(f"  top-1 agreement       {100 * self.top1_agreement:.2f}%")
+        lines.append(f"  top-1 agreement       {100 * self.top1_agreement:.2f}% (int8 and float pick the same class)")
+        lines.append(f"  output SNR            {self.output_snr_db:.1f} dB (int8 logits against float)")
         lines.append(f"  cycles per image      {self.cycles_per_image:,} (ideal {self.ideal_cycles_per_image:,}, "
                      f"utilization {100 * self.utilization:.1f}%)")
         lines.append(f"  accelerator time      {1e3 * self.accel_seconds_per_image:.3f} ms per image at the "
@@ -97,14 +99,18 @@ def run_demo(model: str = "digits", backend: str = "fsim", config: VTAConfig | N
         accel_module = graph.build(qgraph, "vta", config=config)
     compile_seconds = time.perf_counter() - start
 
-    float_top, int8_top = [], []
+    float_top, int8_top, signal, noise = [], [], 0.0, 0.0
     start = time.perf_counter()
     with progress(f"demo: running {len(images)} image(s) on {backend}", total=len(images), unit="image",
                   delay=0.5) as bar:
         for k in range(len(images)):
             x = images[k:k + 1]
-            float_top.append(int(np.argmax(float_module.run({name: x})[0])))
-            int8_top.append(int(np.argmax(accel_module.run({name: x}, backend=backend)[0])))
+            want = float_module.run({name: x})[0].astype(np.float64)
+            got = accel_module.run({name: x}, backend=backend)[0].astype(np.float64)
+            float_top.append(int(np.argmax(want)))
+            int8_top.append(int(np.argmax(got)))
+            signal += float(np.sum(want ** 2))
+            noise += float(np.sum((got - want) ** 2))
             bar.advance()
     run_seconds = time.perf_counter() - start
 
@@ -116,6 +122,7 @@ def run_demo(model: str = "digits", backend: str = "fsim", config: VTAConfig | N
         float_accuracy=None if labels is None else float(np.mean(float_top_a == labels)),
         int8_accuracy=None if labels is None else float(np.mean(int8_top_a == labels)),
         top1_agreement=float(np.mean(float_top_a == int8_top_a)),
+        output_snr_db=float(10 * np.log10(signal / noise)) if noise else float("inf"),
         cycles_per_image=int(profile.total_cycles), ideal_cycles_per_image=int(profile.ideal_cycles),
         utilization=float(profile.utilization or 0.0), accel_seconds_per_image=float(profile.accel_seconds),
         cpu_seconds_per_image=float(profile.cpu_seconds), compile_seconds=compile_seconds,
