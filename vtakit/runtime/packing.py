@@ -25,8 +25,8 @@ from vtakit.errors import ArgumentError
 
 __all__ = ["blocks", "pad_to_blocks", "pack_nchw", "unpack_nchw", "pack_oihw", "pack_matrix", "unpack_matrix",
            "pack_bias", "requantize", "rounding_addend", "shift_values", "add_reference", "conv2d_reference",
-           "dense_reference", "SHIFT_RANGE", "MULTIPLIER_RANGE", "SHIFT_ADD_TERMS", "multiplier_set_bits",
-           "shift_add_amounts", "shift_add_value", "nearest_with_set_bits"]
+           "dense_reference", "SHIFT_RANGE", "MULTIPLIER_RANGE", "SHIFT_ADD_TERMS", "SHIFT_ADD_MAX_TERMS",
+           "multiplier_set_bits", "shift_add_terms", "shift_add_amounts", "shift_add_value", "nearest_with_set_bits"]
 
 
 def blocks(n: int, block: int) -> int:
@@ -197,7 +197,13 @@ def requantize(acc: np.ndarray, addend: np.ndarray | int | None, shift: int, cli
     return np.clip(t, lo, hi).astype(np.int8)
 
 
-SHIFT_ADD_TERMS = 4       # set bits of a multiplier that the shift-and-add epilogue realises (no ALU_MUL)
+#: the terms of the bare ``"shift_add"`` op form, and the set bits that ``multiplier_bits`` rounds to
+#: for speed; a graph layer uses as many terms as its multipliers' most set bits (up to
+#: :data:`SHIFT_ADD_MAX_TERMS`)
+SHIFT_ADD_TERMS = 4
+#: the most terms of the shift-and-add epilogue (no ALU_MUL): every non-negative multiplier in
+#: :data:`MULTIPLIER_RANGE` (at most 15 set bits); a negative one (17+ set bits in two's complement) needs MUL
+SHIFT_ADD_MAX_TERMS = 16
 
 
 def multiplier_set_bits(multiplier: np.ndarray | int) -> np.ndarray | int:
@@ -208,6 +214,13 @@ def multiplier_set_bits(multiplier: np.ndarray | int) -> np.ndarray | int:
     for b in range(32):
         bits += (m >> b) & 1
     return int(bits) if bits.ndim == 0 else bits
+
+
+def shift_add_terms(multiplier: np.ndarray | int) -> int:
+    """The shift-and-add terms that realise every one of ``multiplier`` (one value or per channel):
+    their most set bits (32-bit pattern), at least 1 (``m = 0`` is one left shift by 32)."""
+    bits = np.asarray(multiplier_set_bits(multiplier)).reshape(-1)
+    return max(1, int(bits.max())) if bits.size else 1
 
 
 def nearest_with_set_bits(multiplier: np.ndarray | int, bits: int, limit: int = MULTIPLIER_RANGE[1]) -> np.ndarray:
@@ -231,7 +244,7 @@ def nearest_with_set_bits(multiplier: np.ndarray | int, bits: int, limit: int = 
     return out.reshape(m.shape)
 
 
-def shift_add_amounts(multiplier: np.ndarray | int, terms: int = SHIFT_ADD_TERMS) -> np.ndarray:
+def shift_add_amounts(multiplier: np.ndarray | int, terms: int | None = None) -> np.ndarray:
     """The ALU SHR amounts (negative: left) that compute ``t * m`` (int32, wrapped) without MUL,
     one row of ``terms`` per multiplier, for the Horner form::
 
@@ -240,10 +253,14 @@ def shift_add_amounts(multiplier: np.ndarray | int, terms: int = SHIFT_ADD_TERMS
     A multiplier with set bits ``b0 > b1 > ... > b(k-1)`` (32-bit pattern, ``k <= terms``) uses
     the last ``k`` steps (``-(b0 - b1), ..., -b(k-1)``); ``a[terms - k - 1] = -32`` (a left shift
     by 32 gives 0) drops the copies of ``t`` before them, and earlier amounts are 0. ``m = 0``:
-    ``a[terms - 1] = -32``. :class:`ArgumentError` when a multiplier has more than ``terms`` set bits."""
+    ``a[terms - 1] = -32``. ``terms`` (None: :func:`shift_add_terms`, as many as the most set bits)
+    is the layer's term count; :class:`ArgumentError` when a multiplier has more set bits."""
     m = np.asarray(multiplier, dtype=np.int64).reshape(-1)
-    if not isinstance(terms, int) or terms < 1:
+    if terms is None:
+        terms = shift_add_terms(m)
+    if not isinstance(terms, (int, np.integer)) or isinstance(terms, bool) or terms < 1:
         raise ArgumentError(f"shift_add_amounts: terms must be a positive int, got {terms!r}")
+    terms = int(terms)
     out = np.zeros((m.size, terms), np.int32)
     for c, v in enumerate(m.tolist()):
         bits = [b for b in range(31, -1, -1) if (v & 0xFFFFFFFF) >> b & 1]

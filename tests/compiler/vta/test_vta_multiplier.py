@@ -1,18 +1,20 @@
 """The requantisation epilogue's multiplier forms on the accelerator, bit-exact with
 ``packing.requantize``: MUL (immediate, negative too, or per channel) with every shift in the ALU's
-range on ALU_MUL configurations, shift-and-add (immediate or per-channel SHR amounts) without it."""
+range on ALU_MUL configurations, shift-and-add (immediate or per-channel SHR amounts, one term per set
+bit of the largest multiplier: any non-negative multiplier, up to 15 set bits) without it."""
 
 import numpy as np
 import pytest
 
 from vtakit.compiler.topi_vta import Conv2dWorkload, conv2d, dense
-from vtakit.compiler.topi_vta.epilogue import multiplier_form
+from vtakit.compiler.topi_vta.tiling import choose_conv2d_tiles
+from vtakit.compiler.topi_vta.epilogue import epilogue_resources, form_terms, multiplier_form, shift_add_form
 from vtakit.compiler.vta.env import get_env
 from vtakit.errors import CompileError
 from vtakit.hw.config import VTAConfig
 from vtakit.runtime.packing import (SHIFT_ADD_TERMS, conv2d_reference, dense_reference, multiplier_set_bits,
                                     pack_bias, pack_matrix, pack_nchw, pack_oihw, requantize, shift_add_amounts,
-                                    shift_add_value)
+                                    shift_add_terms, shift_add_value)
 
 from tests.compiler.vta.helpers import build_and_run
 
@@ -31,7 +33,17 @@ def _few_bits(rng, n, bits=SHIFT_ADD_TERMS, top=15):
     return np.array(out, np.int32)
 
 
-def _case(env, op, multiplier, seed, addend=True):
+def _exact_bits(rng, counts, top=15):
+    """One multiplier in [0, 2**top) per entry of ``counts``, with exactly that many set bits."""
+    return np.array([int(sum(1 << int(b) for b in rng.choice(top, size=k, replace=False))) for k in counts],
+                    np.int32)
+
+
+#: set bits per channel of the mixed multipliers (cycled over the channels): 1, 5, 9 and 15 terms
+MIXED_BITS = (1, 5, 9, 15)
+
+
+def _case(env, op, multiplier, seed, addend=True, bits=None):
     rng = np.random.default_rng(seed)
     if op == "conv2d":
         x = rng.integers(-128, 128, (1, WL.ci, WL.h, WL.w), dtype=np.int8)
@@ -52,22 +64,28 @@ def _case(env, op, multiplier, seed, addend=True):
         mult = rng.integers(-(1 << 15), 1 << 15, channels, dtype=np.int32)
         mult[0], mult[-1] = -(1 << 15), (1 << 15) - 1
         host.append(pack_bias(mult, env.batch, env.block_out))
-    elif multiplier == "shift_add":
-        mult = _few_bits(rng, channels)
-        amounts = shift_add_amounts(mult)
+    elif form_terms(multiplier) is not None:
+        terms = form_terms(multiplier)
+        mult = _few_bits(rng, channels, terms) if bits is None else \
+            _exact_bits(rng, [bits[c % len(bits)] for c in range(channels)])
+        amounts = shift_add_amounts(mult, terms)
         packed = np.stack([pack_bias(amounts[:, k].copy(), env.batch, env.block_out)
-                           for k in range(SHIFT_ADD_TERMS)], axis=1)
+                           for k in range(terms)], axis=1)
         host.append(np.ascontiguousarray(packed))
     else:
         mult = multiplier
     return host, acc, add, mult, pack
 
 
-def _run(config, op, multiplier, shift, pre_shift, seed=0, backend="fsim", clip=(-128, 127)):
+def _run(config, op, multiplier, shift, pre_shift, seed=0, backend="fsim", clip=(-128, 127), bits=None):
     env = get_env(config)
-    host, acc, add, mult, pack = _case(env, op, multiplier, seed)
+    host, acc, add, mult, pack = _case(env, op, multiplier, seed, bits=bits)
     kw = dict(shift=shift, clip=clip, multiplier=multiplier, pre_shift=pre_shift)
-    s, tensors = conv2d(env, WL, **kw) if op == "conv2d" else dense(env, 3, 6, 10, **kw)
+    if op == "conv2d":      # the graph target's tiling: room for the epilogue (conv2d's default knobs leave none)
+        knobs = choose_conv2d_tiles(env, WL, 2, False, epilogue_resources(multiplier, config.alu_mul, shift))
+        s, tensors = conv2d(env, WL, knobs, **kw)
+    else:
+        s, tensors = dense(env, 3, 6, 10, **kw)
     expect = pack(requantize(acc, add, shift, clip, mult, pre_shift))
     build_and_run(s, tensors, host, expect, config, backend=backend)
     return expect
@@ -131,6 +149,37 @@ def test_shift_add_on_the_cycle_backend(config):
     _run(config, "dense", 0b1010000010001, 22, 0, seed=12, backend="cycle")
 
 
+@pytest.mark.parametrize("config", [SMALL, DEFAULT], ids=["small", "default"])
+@pytest.mark.parametrize("op", ["conv2d", "dense"])
+@pytest.mark.parametrize("shift,pre_shift", [(23, 3), (19, 2), (31, 0)])
+def test_shift_add_many_terms_mixed_per_channel_fsim(config, op, shift, pre_shift):
+    """Channels of 1, 5, 9 and 15 set bits in one layer: 15 terms, each channel exact."""
+    expect = _run(config, op, shift_add_form(15), shift, pre_shift, seed=shift + 5, bits=MIXED_BITS)
+    if shift + pre_shift < 31:
+        assert len(np.unique(expect)) > 3            # not all saturated or zero
+
+
+@pytest.mark.parametrize("config", [SMALL, DEFAULT], ids=["small", "default"])
+@pytest.mark.parametrize("op", ["conv2d", "dense"])
+@pytest.mark.parametrize("bits", [(1,), (5, 1), (9, 5, 1), (15,)], ids=["1", "5", "9", "15"])
+def test_shift_add_term_counts_fsim(config, op, bits):
+    """As many terms as the most set bits: 1, 5, 9, 15."""
+    _run(config, op, shift_add_form(max(bits)), 22, 2, seed=sum(bits), bits=bits)
+
+
+@pytest.mark.parametrize("config", [SMALL, DEFAULT], ids=["small", "default"])
+@pytest.mark.parametrize("op", ["conv2d", "dense"])
+def test_shift_add_many_terms_on_the_cycle_backend(config, op):
+    _run(config, op, shift_add_form(15), 24, 4, seed=21, backend="cycle", bits=MIXED_BITS)
+    _run(config, op, 0b111011101110111, 26, 0, seed=22, backend="cycle")      # immediate, 12 set bits
+
+
+@pytest.mark.parametrize("config", [SMALL, DEFAULT], ids=["small", "default"])
+@pytest.mark.parametrize("mult", [0b101010101010101, 0x7FFF, 0b100110101100011], ids=["8", "15", "9"])
+def test_shift_add_immediate_many_bits_fsim(config, mult):
+    _run(config, "dense", mult, 27, 1, seed=int(mult) % 97)
+
+
 def test_shift_add_amounts_realise_the_multiplier():
     rng = np.random.default_rng(0)
     m = np.concatenate([_few_bits(rng, 200), [0, 1, 1 << 14, 0x7800, 0x4001]])
@@ -139,27 +188,57 @@ def test_shift_add_amounts_realise_the_multiplier():
     want = ((t * m.astype(np.int64)) + (1 << 31)) % (1 << 32) - (1 << 31)
     assert (shift_add_value(shift_add_amounts(m), t) == want).all()
     with pytest.raises(Exception, match="5 set bits, more than 4"):
-        shift_add_amounts([0b11111])
+        shift_add_amounts([0b11111], 4)
     assert multiplier_set_bits(-1) == 32 and multiplier_set_bits(0x7001) == 4
+    # every non-negative multiplier, up to 15 set bits: as many terms as the most set bits
+    every = np.arange(0, 1 << 15)
+    amounts = shift_add_amounts(every)
+    assert amounts.shape == (1 << 15, 15) and shift_add_terms(every) == 15
+    assert (shift_add_value(amounts).reshape(-1) == every).all()
+    t = rng.integers(-(1 << 31), 1 << 31, every.size)
+    want = ((t * every) + (1 << 31)) % (1 << 32) - (1 << 31)
+    assert (shift_add_value(amounts, t) == want).all()
+    assert shift_add_terms([0, 0]) == 1 and shift_add_terms([1, 0b1011]) == 3
+    assert shift_add_amounts([0b1011, 4]).shape == (2, 3)
 
 
 def test_multiplier_form_and_errors():
     assert multiplier_form(None, False) == (None, None)
     assert multiplier_form(np.array([5, 5]), True) == (5, None)
     assert multiplier_form(np.array([5, -6]), True) == ("tensor", None)
-    assert multiplier_form(np.array([5, 0x4400]), False) == ("shift_add", None)
+    assert multiplier_form(np.array([5, 0x4400]), False) == ("shift_add:2", None)
     assert multiplier_form(np.array([0x4400, 0x4400]), False) == (0x4400, None)
-    form, reason = multiplier_form(np.array([5, 0x7700]), False)
-    assert form is None and "multiplier needs ALU_MUL (more than 4 set bits" in reason
+    # more set bits than 4: more terms, never the CPU
+    assert multiplier_form(np.array([5, 0x7700]), False) == ("shift_add:6", None)
+    assert multiplier_form(np.array([1, 0x7FFF, 0]), False) == ("shift_add:15", None)
+    assert multiplier_form(np.array([0x7FFF, 0x7FFF]), False) == (0x7FFF, None)
     form, reason = multiplier_form(np.array([-5]), False)
-    assert form is None and "more than 4 set bits" in reason
+    assert form is None and "multiplier needs ALU_MUL (a negative multiplier" in reason
+    form, reason = multiplier_form(np.array([3, -(1 << 15)]), False)
+    assert form is None and "17 set bits" in reason
     assert "outside" in multiplier_form(np.array([1 << 15]), True)[1]
+    dense(get_env(SMALL), 4, 4, 4, multiplier=0x7700)                 # 6 set bits: shift-and-add
     with pytest.raises(CompileError, match="needs ALU_MUL"):
-        dense(get_env(SMALL), 4, 4, 4, multiplier=0x7700)
+        dense(get_env(SMALL), 4, 4, 4, multiplier=-3)
     with pytest.raises(CompileError, match="a multiplier tensor needs a configuration with ALU_MUL"):
         dense(get_env(SMALL), 4, 4, 4, multiplier="tensor")
     with pytest.raises(CompileError, match="multiplier must be None"):
         dense(get_env(SMALL), 4, 4, 4, multiplier="per-channel")
+    with pytest.raises(CompileError, match="shift_add:K"):
+        dense(get_env(SMALL), 4, 4, 4, multiplier="shift_add:17")
+    assert form_terms("shift_add") == SHIFT_ADD_TERMS and form_terms("shift_add:9") == 9 and form_terms(7) is None
+    with pytest.raises(CompileError, match="terms must be an int"):
+        shift_add_form(0)
+
+
+def test_epilogue_resources_grow_with_the_terms():
+    """The tiler sees the real cost: 2 * K ALU instructions, K operand rows, one more tile."""
+    assert epilogue_resources("shift_add:1", False, 20) == (1, 1, 2 + 4)
+    assert epilogue_resources("shift_add:9", False, 20) == (1, 9, 18 + 4)
+    assert epilogue_resources("shift_add:15", False, 12) == (1, 15, 30 + 2)
+    assert epilogue_resources("shift_add", False, 12) == (1, SHIFT_ADD_TERMS, 2 * SHIFT_ADD_TERMS + 2)
+    assert epilogue_resources(0x7FFF, False, 20) == (1, 0, 30 + 4)
+    assert epilogue_resources(0x7FFF, True, 20) == (0, 0, 1 + 4)
 
 
 # ---------------------------------------------------------------------------- the ALU chain

@@ -19,15 +19,20 @@ Multiplier forms (``multiplier`` of :func:`declare_requant`, from an op's argume
 
 - an int immediate in [-2**15, 2**15): with ALU_MUL one MUL immediate (a negative one too: the
   ALU chain undoes the simplifier's ``0 - x*c``; 0 is a left shift by 32); without ALU_MUL the
-  shift-and-add form below with immediate amounts, when the value has at most
-  :data:`~vtakit.runtime.packing.SHIFT_ADD_TERMS` set bits (32-bit pattern);
+  shift-and-add form below with immediate amounts, one term per set bit of a non-negative value
+  (at most 15); a negative value (17+ set bits in two's complement) needs ALU_MUL;
 - ``"tensor"``: a per-channel int32 operand of multipliers, one MUL tensor (needs ALU_MUL);
-- ``"shift_add"``: per-channel multipliers without ALU_MUL, an int32 operand ``(CO/bo,
-  SHIFT_ADD_TERMS, b, bo)`` of SHR amounts (:func:`~vtakit.runtime.packing.shift_add_amounts`):
-  ``h = t >> a0; h = (h + t) >> a1; ...`` -- a Horner sum of left-shifted copies of ``t`` with
-  per-lane amounts (a left shift by 32 gives 0 and drops the copies of a channel with fewer set
-  bits), ``2 * SHIFT_ADD_TERMS + 1`` ALU instructions including the copy of ``t`` that the sum
-  re-reads (the stage needs its own accumulator tile).
+- ``"shift_add:K"`` (:func:`shift_add_form`; the bare ``"shift_add"`` is ``K =``
+  :data:`~vtakit.runtime.packing.SHIFT_ADD_TERMS`): per-channel multipliers without ALU_MUL, an
+  int32 operand ``(CO/bo, K, b, bo)`` of SHR amounts
+  (:func:`~vtakit.runtime.packing.shift_add_amounts`): ``h = t >> a0; h = (h + t) >> a1; ...`` --
+  a Horner sum of left-shifted copies of ``t`` with per-lane amounts (a left shift by 32 gives 0
+  and drops the copies of a channel with fewer set bits). ``K`` (1 to
+  :data:`~vtakit.runtime.packing.SHIFT_ADD_MAX_TERMS`) is the most set bits among the channels
+  (:func:`~vtakit.runtime.packing.shift_add_terms`), so every non-negative multiplier runs; the
+  cost is ``2 * K`` ALU instructions including the copy of ``t`` that the sum re-reads (the stage
+  needs its own accumulator tile) -- rounding multipliers to fewer set bits (the quantisers'
+  ``multiplier_bits``) makes it cheaper.
 
 Rounding: the ALU's immediates are 16-bit signed, so for ``shift <= 15`` it is ``ADD 2**(shift-1)``
 (round_add) then ``SHR shift``; for larger shifts, with ``j = shift - 15``, it is exactly::
@@ -50,16 +55,19 @@ from vtakit.compiler.te import Schedule, Tensor
 from vtakit.compiler.te.tensor import PlaceholderOp
 from vtakit.compiler.vta.env import VTAEnv
 from vtakit.errors import CompileError
-from vtakit.runtime.packing import (MULTIPLIER_RANGE, SHIFT_ADD_TERMS, SHIFT_RANGE, multiplier_set_bits,
-                                    rounding_addend)
+from vtakit.runtime.packing import (MULTIPLIER_RANGE, SHIFT_ADD_MAX_TERMS, SHIFT_ADD_TERMS, SHIFT_RANGE,
+                                    multiplier_set_bits, rounding_addend, shift_add_terms)
 
 __all__ = ["declare_requant", "schedule_requant", "cache_requant_operands", "requant_stages", "check_requant",
-           "op_multiplier", "multiplier_form", "epilogue_resources", "MULTIPLIER_FORMS", "ROUND_IMM_SHIFT"]
+           "op_multiplier", "multiplier_form", "epilogue_resources", "multiplier_terms", "shift_add_form",
+           "form_terms", "MULTIPLIER_FORMS", "ROUND_IMM_SHIFT", "MANY_TERMS"]
 
 #: the largest shift whose rounding constant 2**(shift-1) is one ADD immediate
 ROUND_IMM_SHIFT = 15
-#: the string forms of an op's ``multiplier`` argument
+#: the string forms of an op's ``multiplier`` argument (``"shift_add"`` also as ``"shift_add:K"``)
 MULTIPLIER_FORMS = ("tensor", "shift_add")
+#: a shift-and-add with more terms than this gets a note on its step (ALU_MUL or fewer set bits is faster)
+MANY_TERMS = SHIFT_ADD_TERMS
 _ALU_STAGES = ("addend_add", "shr", "mul", "round_pre", "round_add", "round_wrap", "round_shr", "clip")
 
 
@@ -67,10 +75,45 @@ def _is_int(v: object) -> bool:
     return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
 
 
+def shift_add_form(terms: int) -> str:
+    """The op argument of a per-channel shift-and-add of ``terms`` terms: ``"shift_add:<terms>"``."""
+    if not isinstance(terms, (int, np.integer)) or isinstance(terms, bool) or not 1 <= terms <= SHIFT_ADD_MAX_TERMS:
+        raise CompileError(f"shift-and-add terms must be an int in [1, {SHIFT_ADD_MAX_TERMS}], got {terms!r}")
+    return f"shift_add:{int(terms)}"
+
+
+def form_terms(form: object) -> int | None:
+    """The terms of a per-channel shift-and-add op argument (``"shift_add"``: SHIFT_ADD_TERMS;
+    ``"shift_add:K"``: K), None for any other form; :class:`CompileError` for a malformed one."""
+    if not isinstance(form, str) or not form.startswith("shift_add"):
+        return None
+    if form == "shift_add":
+        return SHIFT_ADD_TERMS
+    head, _, k = form.partition(":")
+    if head != "shift_add" or not k.isdigit() or not 1 <= int(k) <= SHIFT_ADD_MAX_TERMS:
+        raise CompileError(f"multiplier {form!r}: a shift-and-add form is \"shift_add\" or \"shift_add:K\" "
+                           f"with K in [1, {SHIFT_ADD_MAX_TERMS}]")
+    return int(k)
+
+
+def multiplier_terms(form: object, alu_mul: bool) -> int:
+    """The shift-and-add terms per output of the op argument ``form`` on a configuration with or
+    without ALU_MUL (0: no shift-and-add -- no multiplier, MUL, or a power of two)."""
+    k = form_terms(form)
+    if k is not None:
+        return k
+    if _is_int(form) and not alu_mul:
+        bits = multiplier_set_bits(int(form))
+        return int(bits) if bits > 1 else 0
+    return 0
+
+
 def multiplier_form(multiplier: object, alu_mul: bool) -> tuple[None | str | int, str | None]:
     """How the epilogue realises ``multiplier`` (None, an int, or an array of per-channel values) on
     a configuration with or without ALU_MUL: ``(form, None)`` with ``form`` the op argument (None,
-    an int immediate, ``"tensor"`` or ``"shift_add"``), or ``(None, reason)`` when it cannot."""
+    an int immediate, ``"tensor"`` or ``"shift_add:K"``, K the channels' most set bits), or
+    ``(None, reason)`` when it cannot: values outside the MUL's 16 bits, or a negative multiplier
+    without ALU_MUL (17+ set bits in two's complement)."""
     if multiplier is None:
         return None, None
     m = np.asarray(multiplier).reshape(-1)
@@ -81,25 +124,27 @@ def multiplier_form(multiplier: object, alu_mul: bool) -> tuple[None | str | int
     uniform = bool(np.all(m == m[0]))
     if alu_mul:
         return (int(m[0]) if uniform else "tensor"), None
-    bits = int(np.max(multiplier_set_bits(m)))
-    if bits > SHIFT_ADD_TERMS:
-        return None, (f"multiplier needs ALU_MUL (more than {SHIFT_ADD_TERMS} set bits: {bits}; quantise with "
-                      f"multiplier_bits={SHIFT_ADD_TERMS} to realise it by shift-and-add)")
-    return (int(m[0]) if uniform else "shift_add"), None
+    if m.min() < 0:
+        bits = int(np.max(multiplier_set_bits(m)))
+        return None, (f"multiplier needs ALU_MUL (a negative multiplier, {int(m.min())}: {bits} set bits in two's "
+                      f"complement, more than shift-and-add's {SHIFT_ADD_MAX_TERMS} terms)")
+    return (int(m[0]) if uniform else shift_add_form(shift_add_terms(m))), None
 
 
 def epilogue_resources(multiplier: None | str | int, alu_mul: bool, shift: int) -> tuple[int, int, int]:
     """What the epilogue with op argument ``multiplier`` needs beyond a shift-only one, for the tiler
     (:func:`~vtakit.compiler.topi_vta.tiling.choose_conv2d_tiles`' ``epilogue``): ``(accumulator
-    tiles, per-channel operand rows, ALU instructions)``. A shift-and-add sum re-reads ``t`` and so
-    computes into a tile of its own."""
+    tiles, per-channel operand rows, ALU instructions)``. A shift-and-add sum of K terms re-reads
+    ``t`` and so computes into a tile of its own: 2 * K instructions and, per channel, K rows of SHR
+    amounts."""
     if multiplier is None:
         return 0, 0, 0
     rounding = 4 if shift > ROUND_IMM_SHIFT else 2
     if multiplier == "tensor":
         return 0, 1, 1 + rounding
-    if multiplier == "shift_add":
-        return 1, SHIFT_ADD_TERMS, 2 * SHIFT_ADD_TERMS + rounding
+    terms = form_terms(multiplier)
+    if terms is not None:
+        return 1, terms, 2 * terms + rounding
     bits = multiplier_set_bits(int(multiplier))
     if alu_mul or bits <= 1:
         return 0, 0, 1 + rounding
@@ -125,10 +170,11 @@ def check_requant(env: VTAEnv, shift: int, clip: tuple[int, int], multiplier: ob
         if not MULTIPLIER_RANGE[0] <= multiplier <= MULTIPLIER_RANGE[1]:
             raise CompileError(f"{where}: multiplier {multiplier} is outside [{MULTIPLIER_RANGE[0]}, "
                                f"{MULTIPLIER_RANGE[1]}] (the ALU's MUL reads 16 signed bits)")
-        if not env.config.alu_mul and multiplier_set_bits(int(multiplier)) > SHIFT_ADD_TERMS:
-            raise CompileError(f"{where}: multiplier {multiplier} needs ALU_MUL (more than {SHIFT_ADD_TERMS} set "
-                               f"bits; {env.config.model} has ALU_MUL=false and realises a multiplier by "
-                               f"shift-and-add)")
+        if not env.config.alu_mul and multiplier < 0:
+            raise CompileError(f"{where}: multiplier {multiplier} needs ALU_MUL (a negative multiplier: "
+                               f"{multiplier_set_bits(int(multiplier))} set bits in two's complement; "
+                               f"{env.config.model} has ALU_MUL=false and realises a multiplier by shift-and-add, "
+                               f"at most {SHIFT_ADD_MAX_TERMS} terms)")
         return
     if _is_shift_add(multiplier):
         return
@@ -141,17 +187,23 @@ def _is_shift_add(multiplier: object) -> bool:
     return isinstance(multiplier, Tensor) and len(multiplier.shape) == 4 and multiplier.name == "multiplier"
 
 
+def _tensor_terms(multiplier: Tensor) -> int:
+    """The terms of a shift-and-add operand ``(CO/bo, K, b, bo)``."""
+    return int(multiplier.shape[1])
+
+
 def op_multiplier(multiplier: object, shape: tuple, dtype: str) -> Tensor | int | None:
     """An op's ``multiplier`` argument as :func:`declare_requant` takes it: None (no multiply),
     ``"tensor"`` (a per-channel int32 placeholder named ``multiplier``, of ``shape``),
-    ``"shift_add"`` (the placeholder of SHR amounts, ``(shape[0], SHIFT_ADD_TERMS, *shape[1:])``)
-    or an int (an immediate, the same for every channel)."""
+    ``"shift_add:K"`` (the placeholder of SHR amounts, ``(shape[0], K, *shape[1:])``; the bare
+    ``"shift_add"``: K = SHIFT_ADD_TERMS) or an int (an immediate, the same for every channel)."""
     if multiplier is None or _is_int(multiplier):
         return None if multiplier is None else int(multiplier)
     if multiplier == "tensor":
         return te.placeholder(shape, dtype, name="multiplier")
-    if multiplier == "shift_add":
-        return te.placeholder((shape[0], SHIFT_ADD_TERMS, *shape[1:]), dtype, name="multiplier")
+    terms = form_terms(multiplier)
+    if terms is not None:
+        return te.placeholder((shape[0], terms, *shape[1:]), dtype, name="multiplier")
     raise CompileError(f"multiplier must be None, \"tensor\", \"shift_add\" or an int, got {multiplier!r}")
 
 
@@ -201,10 +253,12 @@ def declare_requant(env: VTAEnv, acc: Tensor, shift: int, clip: tuple[int, int],
         prev = res
         index = multiplier_index or addend_index
         if _is_shift_add(multiplier):
+            terms = _tensor_terms(multiplier)
+
             def horner(*i):
                 o = index(*i)
                 h = None
-                for k in range(SHIFT_ADD_TERMS):
+                for k in range(terms):
                     h = prev(*i) if h is None else h + prev(*i)
                     h = h >> multiplier(o[0], k, *o[1:])
                 return h

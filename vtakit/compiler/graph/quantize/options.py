@@ -33,7 +33,7 @@ class QuantizeOptions:
     weight_granularity: str = "tensor"
     scales: str = "power2"
     skip_first_conv: bool = True
-    multiplier_bits: int | None = None
+    multiplier_bits: int | None = None    # round multipliers to this many set bits: fewer shift-and-add terms
     fuse_residual: bool = True     # Conv -> Add [-> Relu] as one qnn.conv2d with a residual input (realize.py)
 
     @property
@@ -66,8 +66,8 @@ def parse_options(options: Mapping[str, Any]) -> QuantizeOptions:
     bits = opts["multiplier_bits"]
     if bits is not None and (isinstance(bits, bool) or not isinstance(bits, int) or not 1 <= bits <= MULTIPLIER_BITS):
         raise GraphError(f"quantize: multiplier_bits={bits!r} must be None or an int in [1, {MULTIPLIER_BITS}] (the "
-                         f"set bits of each fixed-point multiplier; {SHIFT_ADD_TERMS} runs on configurations without "
-                         "ALU_MUL)")
+                         f"set bits of each fixed-point multiplier, a speed option: without ALU_MUL each set bit "
+                         f"is one shift-and-add term, e.g. {SHIFT_ADD_TERMS}; any multiplier runs either way)")
     if not isinstance(opts["fuse_residual"], bool):
         raise GraphError(f"quantize: fuse_residual={opts['fuse_residual']!r} must be True or False")
     return QuantizeOptions(opts["method"], float(p), opts["weight_granularity"], opts["scales"],

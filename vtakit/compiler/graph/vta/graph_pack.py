@@ -93,15 +93,15 @@ class _Packer:
         full = np.broadcast_to(value.reshape(-1) if value.size > 1 else value.reshape(()), (channels,))
         return self.constant(node.inputs[k], what, pack_bias(full.astype(np.int32), self.b, self.bo))
 
-    def shift_add(self, node: Node, channels: int) -> str:
-        """A per-channel multiplier as the SHR amounts of the shift-and-add epilogue, packed
-        ``(O/bo, SHIFT_ADD_TERMS, b, bo)``."""
+    def shift_add(self, node: Node, channels: int, terms: int) -> str:
+        """A per-channel multiplier as the SHR amounts of the shift-and-add epilogue of ``terms``
+        terms (the layer's, from its spec), packed ``(O/bo, terms, b, bo)``."""
         value = np.asarray(self.g.constants[node.inputs[3]])
         full = np.broadcast_to(value.reshape(-1) if value.size > 1 else value.reshape(()), (channels,))
-        amounts = shift_add_amounts(full)
+        amounts = shift_add_amounts(full, terms)
         packed = np.stack([pack_bias(np.ascontiguousarray(amounts[:, k]), self.b, self.bo)
                            for k in range(amounts.shape[1])], axis=1)
-        return self.constant(node.inputs[3], "shift_add", np.ascontiguousarray(packed))
+        return self.constant(node.inputs[3], f"shift_add{terms}", np.ascontiguousarray(packed))
 
     def accel(self, node: Node, spec: LayerSpec, consumers: dict[str, list[Node]]) -> None:
         g, out = self.g, node.outputs[0]
@@ -123,8 +123,10 @@ class _Packer:
                 ins.append(self.per_channel(node, 2, w.shape[0], "addend"))
             if spec.multiplier == "tensor":
                 ins.append(self.per_channel(node, 3, w.shape[0], "multiplier"))
-            elif spec.multiplier == "shift_add":
-                ins.append(self.shift_add(node, w.shape[0]))
+            elif isinstance(spec.multiplier, str):          # "shift_add:K": K terms
+                from vtakit.compiler.topi_vta.epilogue import form_terms  # noqa: PLC0415
+
+                ins.append(self.shift_add(node, w.shape[0], form_terms(spec.multiplier)))
             if spec.residual is not None:       # a fused residual add: packed like the output
                 ins.append(self.packed_input(node.inputs[RESIDUAL_INPUT], "nchw", self.bo))
             shape = g.type_of(out).shape

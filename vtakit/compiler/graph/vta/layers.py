@@ -42,8 +42,8 @@ class LayerSpec:
 
     ``args`` are the tuner's task arguments: a conv2d's ``Conv2dWorkload.key``, a dense's
     ``(m, n, k)``, an add's NCHW shape. ``multiplier`` is None, ``"tensor"`` (per channel, MUL),
-    ``"shift_add"`` (per channel, shift-and-add without ALU_MUL) or an int immediate
-    (:func:`~vtakit.compiler.topi_vta.epilogue.multiplier_form`); ``add`` holds a ``qnn.add``'s
+    ``"shift_add:K"`` (per channel, shift-and-add of K terms without ALU_MUL, K the channels' most
+    set bits) or an int immediate (:func:`~vtakit.compiler.topi_vta.epilogue.multiplier_form`); ``add`` holds a ``qnn.add``'s
     ``(lshift_a, lshift_b, addend)``; ``residual`` a conv's
     fused residual ``(residual_lshift, residual_shift)`` (None: no residual input)."""
 
@@ -95,20 +95,33 @@ def _const(g: Graph, node: Node, k: int) -> np.ndarray | None | str:
 
 
 def _requant(g: Graph, node: Node, ctx: VTABuildContext) -> tuple[dict[str, Any], str | None]:
-    """The requantisation fields of a conv2d/dense spec, or a reason to stay on the CPU."""
+    """The requantisation fields of a conv2d/dense spec, or a reason to stay on the CPU (a
+    shift-and-add of more than ``MANY_TERMS`` terms also notes its cost on the layer)."""
     addend, mult = _const(g, node, 2), _const(g, node, 3)
     for what, v in (("addend", addend), ("multiplier", mult)):
         if isinstance(v, str):
             return {}, f"the {what}: {v}"
     fields: dict[str, Any] = {"shift": int(node.attrs["shift"]), "pre_shift": int(node.attrs["pre_shift"]),
                               "clip": tuple(int(c) for c in node.attrs["clip"]), "with_addend": addend is not None}
-    if mult is not None:     # MUL (ALU_MUL) or shift-and-add (few set bits), immediate or per channel
-        from vtakit.compiler.topi_vta.epilogue import multiplier_form  # noqa: PLC0415
+    if mult is not None:     # MUL (ALU_MUL) or shift-and-add (one term per set bit), immediate or per channel
+        from vtakit.compiler.topi_vta.epilogue import MANY_TERMS, multiplier_form, multiplier_terms  # noqa: PLC0415
 
         fields["multiplier"], reason = multiplier_form(mult, ctx.config.alu_mul)
         if reason:
             return {}, reason
+        terms = multiplier_terms(fields["multiplier"], ctx.config.alu_mul)
+        if terms > MANY_TERMS:
+            _add_layer_note(ctx, node, f"shift-and-add: {terms} terms per output; ALU_MUL or "
+                                       f"multiplier_bits={MANY_TERMS} is faster")
     return fields, None
+
+
+def _add_layer_note(ctx: VTABuildContext, node: Node, note: str) -> None:
+    """Add ``note`` to the remarks on how ``node``'s layer runs (once)."""
+    key = node.outputs[0]
+    notes = [n for n in ctx.layer_notes.get(key, "").split("; ") if n]
+    if note not in notes:
+        ctx.layer_notes[key] = "; ".join([*notes, note])
 
 
 def analyze(g: Graph, node: Node, ctx: VTABuildContext) -> LayerSpec | str:

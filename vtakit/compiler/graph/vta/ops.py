@@ -28,6 +28,7 @@ from vtakit.compiler import te
 from vtakit.compiler.graph.ir import TensorType
 from vtakit.compiler.graph.op import REQUIRED, Pattern, register_op
 from vtakit.compiler.graph.ops.qnn import conv2d_accumulate, residual_requantize
+from vtakit.errors import GraphError
 from vtakit.runtime.layout_kernels import LAYOUT_KERNELS
 from vtakit.runtime.packing import (pack_matrix, pack_nchw, requantize, shift_add_value, unpack_matrix,
                                     unpack_nchw)
@@ -63,7 +64,12 @@ def _operands(ins: list, spec: Any) -> tuple[np.ndarray | None, Any]:
     mult = spec.multiplier
     if mult == "tensor":
         mult = _channels(ins[k])
-    elif mult == "shift_add":        # (O/bo, terms, b, bo) SHR amounts: the multipliers they realise
+    elif isinstance(mult, str):      # "shift_add:K": (O/bo, K, b, bo) SHR amounts, the multipliers they realise
+        from vtakit.compiler.topi_vta.epilogue import form_terms  # noqa: PLC0415
+
+        if ins[k].ndim != 4 or ins[k].shape[1] != form_terms(mult):
+            raise GraphError(f"a {mult!r} multiplier operand must be (O/bo, {form_terms(mult)}, b, bo), "
+                             f"got {ins[k].shape}")
         amounts = ins[k][:, :, 0, :].transpose(0, 2, 1).reshape(-1, ins[k].shape[1])
         mult = shift_add_value(amounts).astype(np.int32)
     return addend, mult

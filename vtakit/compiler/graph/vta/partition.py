@@ -6,9 +6,11 @@ analysed (:func:`.layers.analyze`) and compiled (:func:`.layers.compile_layer`) 
 layer that no tiling fits, that is dilated or grouped, or that the accelerator ops reject for any
 other reason stays on the CPU with the reason recorded (``VTABuildContext.notes``, then the step's
 ``note``). A fixed-point multiplier runs as MUL on ALU_MUL configurations and by shift-and-add
-without (:func:`vtakit.compiler.topi_vta.epilogue.multiplier_form`): a multiplier with more than
-``SHIFT_ADD_TERMS`` (4) set bits there keeps its layer on the CPU with the reason
-``multiplier needs ALU_MUL (more than 4 set bits ...)`` (quantise with ``multiplier_bits=4``).
+without (:func:`vtakit.compiler.topi_vta.epilogue.multiplier_form`), one term per set bit of the
+layer's largest-bit-count multiplier, so every non-negative multiplier runs; a layer of more than 4
+terms notes its cost (``shift-and-add: K terms per output; ALU_MUL or multiplier_bits=4 is
+faster``). Only a negative multiplier without ALU_MUL keeps its layer on the CPU
+(``multiplier needs ALU_MUL (a negative multiplier ...)``).
 Every other operator runs on the CPU. The graph itself is returned unchanged; :mod:`.graph_pack` rewrites it.
 """
 
