@@ -268,15 +268,21 @@ def test_few_groups_run_as_one_conv_with_a_block_diagonal_weight(config):
         assert steps[layer].target == "vta" and f"group={group}" in steps[layer].note
 
 
-def test_multiplier_needs_alu_mul():
+def test_multiplier_needs_alu_mul_only_when_negative():
     net = Net((1, 4, 6, 6), seed=4)
     y = net.conv("x", 8)
     g = net.graph([y])
     node = g.nodes[0]
-    g.constants["m"] = np.full(8, 31, np.int32)        # 5 set bits: more than shift-and-add takes
+    g.constants["m"] = np.full(8, 31, np.int32)        # 5 set bits: 5 shift-and-add terms, noted
     g.types["m"] = TensorType((8,), "int32")
     node.inputs.append("m")
     node.attrs["shift"] += 5
+    ref = vg.evaluate(g, net.sample)[y]
+    mod = vg.build(g, target="vta", config=SMALL)
+    step = next(s for s in mod.plan.steps if s.name == "conv1")
+    assert step.target == "vta" and "shift-and-add: 5 terms per output" in step.note, step.note
+    np.testing.assert_array_equal(_run(mod, net.sample, "fsim")[0], ref)
+    g.constants["m"] = np.full(8, -31, np.int32)       # negative: 28 set bits in two's complement
     ref = vg.evaluate(g, net.sample)[y]
     mod = vg.build(g, target="vta", config=SMALL)
     step = next(s for s in mod.plan.steps if s.name == "conv1")
@@ -404,7 +410,7 @@ def test_quantized_odd_channel_network_matches_reference_and_llvm(config):
             np.testing.assert_array_equal(seen[name], llvm[name], err_msg=f"{backend} {name} vs llvm")
 
 
-def test_quantized_float_scales_need_alu_mul():
+def test_quantized_float_scales_run_with_and_without_alu_mul():
     g = _odd_channel_model()
     calib = np.random.default_rng(1).standard_normal((4, 3, 11, 9)).astype(np.float32)
     q = vg.quantize(g, calib, scales="float", weight_granularity="channel")
@@ -412,9 +418,10 @@ def test_quantized_float_scales_need_alu_mul():
     ref = vg.evaluate(q, x)["logits"]
     mult = [n.name for n in q.nodes if n.op in ("qnn.conv2d", "qnn.dense") and len(n.inputs) > 3 and n.inputs[3]]
     assert mult
-    mod = vg.build(q, target="vta", config=SMALL)
+    mod = vg.build(q, target="vta", config=SMALL)       # shift-and-add, one term per set bit
     steps = {s.name: s for s in mod.plan.steps}
-    assert all(steps[n].target == "llvm" and "needs ALU_MUL" in steps[n].note for n in mult)
+    assert all(steps[n].target == "vta" for n in mult), [(n, steps[n].note) for n in mult]
+    assert any("shift-and-add:" in steps[n].note for n in mult)
     np.testing.assert_array_equal(_run(mod, x, "fsim")[0], ref)
     mod = vg.build(q, target="vta", config=SMALL.replace(alu_mul=True))
     steps = {s.name: s for s in mod.plan.steps}
