@@ -147,6 +147,8 @@ def test_hand_built_multipliers_of_many_set_bits(config, counts, shift):
         terms = int(np.max(multiplier_set_bits(mult)))
         assert step.target == "vta", step.note
         assert (f"shift-and-add: {terms} terms per output" in step.note) == (terms > SHIFT_ADD_TERMS), step.note
+        if len(np.unique(mult)) > 1:     # per channel: the packed SHR amounts, (O/bo, terms, b, bo)
+            assert f"m/vta_shift_add{terms}" in step.args, step.args
         llvm = vg.build(g, target="llvm").run(x)[0]
         np.testing.assert_array_equal(ref, llvm)
         for backend in ("fsim", "cycle"):

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from vtakit.compiler.topi_vta import Conv2dWorkload, conv2d, dense
-from vtakit.compiler.topi_vta.tiling import choose_conv2d_tiles
 from vtakit.compiler.topi_vta.epilogue import epilogue_resources, form_terms, multiplier_form, shift_add_form
+from vtakit.compiler.topi_vta.tiling import choose_conv2d_tiles
 from vtakit.compiler.vta.env import get_env
 from vtakit.errors import CompileError
 from vtakit.hw.config import VTAConfig

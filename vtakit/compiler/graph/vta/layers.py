@@ -43,9 +43,9 @@ class LayerSpec:
     ``args`` are the tuner's task arguments: a conv2d's ``Conv2dWorkload.key``, a dense's
     ``(m, n, k)``, an add's NCHW shape. ``multiplier`` is None, ``"tensor"`` (per channel, MUL),
     ``"shift_add:K"`` (per channel, shift-and-add of K terms without ALU_MUL, K the channels' most
-    set bits) or an int immediate (:func:`~vtakit.compiler.topi_vta.epilogue.multiplier_form`); ``add`` holds a ``qnn.add``'s
-    ``(lshift_a, lshift_b, addend)``; ``residual`` a conv's
-    fused residual ``(residual_lshift, residual_shift)`` (None: no residual input)."""
+    set bits) or an int immediate (:func:`~vtakit.compiler.topi_vta.epilogue.multiplier_form`);
+    ``add`` holds a ``qnn.add``'s ``(lshift_a, lshift_b, addend)``; ``residual`` a conv's fused
+    residual ``(residual_lshift, residual_shift)`` (None: no residual input)."""
 
     kind: str
     args: tuple[int, ...]
