@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
+import pytest
 
 from vtakit import graph as vg
 
@@ -24,6 +25,7 @@ def test_readme_networks_example_runs(tmp_path, monkeypatch, capsys):
     np.testing.assert_array_equal(vg.load(tmp_path / "resnet18.vtapkg").run([scope["x"]])[0], scope["logits"])
 
 
+@pytest.mark.slow  # ResNet-18 at 224x224 quantised and built; tests/graph/test_networks_accel.py runs the flow at 64x64
 def test_readme_accelerator_example_runs(tmp_path, monkeypatch):
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     section = readme.split("## Networks\n", 1)[1]
