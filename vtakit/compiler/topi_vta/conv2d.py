@@ -30,7 +30,8 @@ from typing import Any
 from vtakit.compiler import te
 from vtakit.compiler.te import Schedule, Tensor
 from vtakit.compiler.topi_vta.common import bind_cthreads, schedule_gemm_core
-from vtakit.compiler.topi_vta.epilogue import cache_requant_operands, declare_requant, op_multiplier, schedule_requant
+from vtakit.compiler.topi_vta.epilogue import (cache_requant_operands, declare_requant, epilogue_resources, op_multiplier,
+                                               schedule_requant)
 from vtakit.compiler.topi_vta.knobs import Conv2dKnobs, conv2d_blocks
 from vtakit.compiler.topi_vta.tiling import choose_conv2d_tiles
 from vtakit.compiler.topi_vta.workloads import Conv2dWorkload
@@ -172,17 +173,20 @@ def schedule_conv2d_packed(env: VTAEnv, tensors: list[Tensor], stages: dict[str,
     return s
 
 
-def default_conv2d_knobs(env: VTAEnv, wl: Conv2dWorkload, vthreads: int = 2, residual: bool = False) -> Conv2dKnobs:
+def default_conv2d_knobs(env: VTAEnv, wl: Conv2dWorkload, vthreads: int = 2, residual: bool = False,
+                         epilogue: tuple[int, int, int] = (0, 0, 0)) -> Conv2dKnobs:
     """A tiling that fits the SRAMs with ``vthreads`` virtual threads (see :mod:`.tiling`);
-    ``residual``: room for a fused residual add."""
-    return choose_conv2d_tiles(env, wl, vthreads, residual)
+    ``residual``: room for a fused residual add; ``epilogue``: the multiplier's extra accumulator
+    tiles, operand rows and ALU ops (:func:`.epilogue.epilogue_resources`)."""
+    return choose_conv2d_tiles(env, wl, vthreads, residual, epilogue)
 
 
 def conv2d(env: VTAEnv, wl: Conv2dWorkload, knobs: Conv2dKnobs | None = None, vthreads: int = 2,
            **kwargs: Any) -> tuple[Schedule, list[Tensor]]:
     """Declaration (``kwargs``: those of :func:`conv2d_packed`) and default schedule:
     ``(s, [data, kernel, (addend,) (multiplier,) out])``."""
-    knobs = knobs or default_conv2d_knobs(env, wl, vthreads, kwargs.get("residual") is not None)
+    knobs = knobs or default_conv2d_knobs(env, wl, vthreads, kwargs.get("residual") is not None, epilogue_resources(
+        kwargs.get("multiplier"), env.config.alu_mul, kwargs.get("shift", 8)))
     knobs.check(wl, env)
     tensors, stages = conv2d_packed(env, wl, **kwargs)
     return schedule_conv2d_packed(env, tensors, stages, knobs), tensors

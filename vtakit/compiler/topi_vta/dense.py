@@ -4,7 +4,7 @@ as int8 (:func:`vtakit.runtime.packing.requantize`, the epilogue of :mod:`.epilo
 layouts of :mod:`vtakit.runtime.packing` (sizes that are not whole blocks zero-padded).
 ``dense_packed(env, m, n, k, shift, clip, with_addend=True, multiplier=None, pre_shift=0)`` returns
 ``[data, weight, addend, multiplier, out]`` without the operands it does not have (``addend`` when
-``with_addend``, ``multiplier`` when ``multiplier="tensor"`` or ``"shift_add"``; an int is an
+``with_addend``, ``multiplier`` when ``multiplier="tensor"`` or ``"shift_add[:K]"``; an int is an
 immediate). Knobs: ``tile_b`` row blocks and ``tile_co`` column blocks per output tile, ``tile_ci``
 reduction blocks per load, ``oc_nthread`` virtual threads over column tiles.
 """

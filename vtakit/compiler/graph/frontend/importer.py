@@ -241,8 +241,8 @@ def from_onnx(model: str | os.PathLike | onnx.ModelProto, input_shapes: Mapping[
     realised: ``"exact"`` (a 15-bit fixed-point multiplier per output channel) or ``"power2"`` (rounded to
     powers of two; each layer's relative scale error is in ``graph.metadata["qdq_scale_error"]`` and the
     largest in a warning). ``qdq_multiplier_bits`` (None, or an int in [1, 15]): "exact" multipliers are
-    rounded to at most that many set bits -- 4 lets an accelerator without ALU_MUL run them by
-    shift-and-add -- with each layer's relative scale error in ``graph.metadata["qdq_scale_error"]``."""
+    rounded to at most that many set bits -- an accelerator without ALU_MUL multiplies by shift-and-add,
+    one term per set bit, so fewer bits run faster -- with each layer's relative scale error in ``graph.metadata["qdq_scale_error"]``."""
     from vtakit.compiler.graph import frontend  # noqa: F401  (registers every converter)
     from vtakit.compiler.graph.passes.fold_qdq import BITS_KEY, MODE_KEY, QDQ_SCALES, check_multiplier_bits, fold_qdq
 

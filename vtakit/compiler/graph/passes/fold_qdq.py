@@ -28,8 +28,8 @@ the default) or rounded to powers of two (``"power2"``, which records each layer
 error in ``graph.metadata["qdq_scale_error"]``). The mode is read from ``graph.metadata["qdq_scales"]``
 (``from_onnx(..., qdq_scales=)`` sets it). ``from_onnx(..., qdq_multiplier_bits=k)``
 (``graph.metadata["qdq_multiplier_bits"]``) rounds each "exact" multiplier to the nearest value with at
-most ``k`` set bits, which configurations without ALU_MUL realise by shift-and-add (``k <= 4``); the
-relative scale errors go to ``qdq_scale_error`` as well.
+most ``k`` set bits: configurations without ALU_MUL realise a multiplier by shift-and-add, one term per
+set bit, so fewer bits run faster; the relative scale errors go to ``qdq_scale_error`` as well.
 """
 
 from __future__ import annotations
@@ -95,7 +95,7 @@ def check_multiplier_bits(bits: object) -> int | None:
     """``bits`` if it is None or an int in [1, MULTIPLIER_BITS], else a GraphError."""
     if bits is not None and (isinstance(bits, bool) or not isinstance(bits, int) or not 1 <= bits <= MULTIPLIER_BITS):
         raise GraphError(f"qdq_multiplier_bits={bits!r} must be None or an int in [1, {MULTIPLIER_BITS}] (the set "
-                         "bits of each fixed-point multiplier; 4 runs on accelerator configurations without ALU_MUL)")
+                         "bits of each fixed-point multiplier: without ALU_MUL each set bit costs a shift-and-add term)")
     return bits
 
 

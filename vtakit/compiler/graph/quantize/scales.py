@@ -97,7 +97,7 @@ def fixed_point(real: np.ndarray, acc_bound: np.ndarray, layer: str, bits: int |
     The largest multiplier lies in [2**14, 2**15) (the others share its shift, so a channel whose
     ``real`` is 2**-k times the largest keeps k bits fewer). ``bits`` (the quantiser's
     ``multiplier_bits``): each multiplier is then rounded to the nearest value with at most ``bits``
-    set bits (:func:`~vtakit.runtime.packing.nearest_with_set_bits`: realisable by shift-and-add on
+    set bits (:func:`~vtakit.runtime.packing.nearest_with_set_bits`: fewer shift-and-add terms on
     configurations without ALU_MUL), and ``errors[layer]`` (when given) records the largest relative
     error of the realised scales against ``real``. ``pre_shift`` is the smallest non-negative
     shift with ``(acc_bound[c] / 2**pre_shift) * multiplier[c] <= 2**29`` for every channel, so that
