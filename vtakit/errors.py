@@ -22,6 +22,7 @@ __all__ = [
     "GraphError",
     "UnsupportedOperatorError",
     "TuningError",
+    "DeviceError",
 ]
 
 
@@ -83,3 +84,9 @@ class UnsupportedOperatorError(GraphError):
 
 class TuningError(VtakitError):
     """A tuning task, config space, log or measurement farm cannot be used as asked."""
+
+
+class DeviceError(VtakitError):
+    """The FPGA driver (vtakit.runtime.fpga) cannot do as asked: the accelerator is busy or did not
+    finish in time, an instruction address lies outside the DMA buffer or is misaligned, the
+    register window is not a vtakit shell, or the board adapter's ``pynq`` is missing."""
