@@ -435,7 +435,7 @@ def _add_run(verbs: argparse._SubParsersAction) -> None:
                    "of a 2-D output (class scores)")
     p.add_argument("--profile", action="store_true", help="time each kernel (cycles on the accelerator) and print "
                    "the per-layer table")
-    p.add_argument("--backend", choices=("fsim", "cycle", "rtl"), default=None,
+    p.add_argument("--backend", choices=tuple(BACKENDS), default=None,
                    help="simulator for an accelerator module (default fsim; cycle with --profile)")
     p.add_argument("--trace", type=Path, metavar="run.json", help="write a Chrome timeline of the whole network "
                    "(cycle backend)")

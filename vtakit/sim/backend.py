@@ -40,6 +40,7 @@ BACKENDS: dict[str, str] = {
     "fsim": "vtakit.sim.fsim:execute",
     "cycle": "vtakit.sim.cycle:execute",
     "rtl": "vtakit.sim.rtl:execute",
+    "verilator": "vtakit.sim.verilator:execute",
 }
 
 
