@@ -278,3 +278,24 @@ def test_the_register_names_the_driver_uses_exist():
     shell = SimulatedShell(SMALL, size=4096)
     assert shell.read32(REG["ID"]) == SHELL_ID
     assert (shell.read32(REG["CONFIG0"]), shell.read32(REG["CONFIG1"])) == config_words(SMALL)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("wl_args, vthreads", [((16, 16, 16, 16, 3, 1, 1), 2), ((14, 14, 8, 16, 3, 1, 2), 1)])
+def test_larger_conv2d_layers_run_through_the_driver_like_fsim(wl_args, vthreads):
+    from vtakit.compiler.topi_vta.workloads import Conv2dWorkload
+
+    program, out, expect = _conv2d_program(Conv2dWorkload(*wl_args), vthreads)
+    shell, mmio, dev = _board(size=1 << 20)
+    stats = dev.run(program, timeout=600)
+    _check_run(program, stats, dev, mmio.log)
+    np.testing.assert_array_equal(dev.read(out.phys_addr, out.nbytes).view(np.int8).reshape(expect.shape), expect)
+
+
+@pytest.mark.slow
+def test_a_larger_blocked_gemm_runs_through_the_driver_like_the_rtl_backend():
+    program = gemm_program(SMALL, 16, 32, 128, vthreads=2)
+    shell, mmio, dev = _board(size=1 << 20)
+    stats = dev.run(program, timeout=600)
+    _check_run(program, stats, dev, mmio.log)
+    assert stats.cycles == Device(SMALL, backend="rtl").run(program).cycles

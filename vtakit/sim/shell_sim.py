@@ -132,9 +132,7 @@ class SimulatedShell:
         self._txn: _Txn | None = None
         self.cycle = 0
         self.transactions = 0
-        self._sim = Simulator(self._probe)
-        self._sim.add_clock(1e-8)
-        self._sim.add_process(self._harness)
+        self._sim: Simulator | None = None      # made on the first register access
 
     # ------------------------------------------------------------------ MMIO
     def read32(self, offset: int) -> int:
@@ -146,6 +144,10 @@ class SimulatedShell:
     def _transact(self, txn: _Txn) -> int:
         if not 0 <= txn.addr < 1 << 8:
             raise SimError(f"register offset {txn.addr:#x} is outside the shell's 8-bit AXI4-Lite address space")
+        if self._sim is None:
+            self._sim = Simulator(self._probe)
+            self._sim.add_clock(1e-8)
+            self._sim.add_process(self._harness)
         self._txn = txn
         start = self.cycle
         while not txn.done:
