@@ -33,12 +33,14 @@ def _ports(text, module):
     return ports
 
 
-def _run_tcl(path, argv=("-no-bitstream",)):
+def _run_tcl(path, argv=("-no-bitstream",), prelude=""):
     """Source the script in Tcl with every Vivado command stubbed; return the recorded calls."""
     tkinter = pytest.importorskip("tkinter")
     tcl = tkinter.Tcl()
     tcl.eval("set ::calls {}")
     tcl.eval('proc unknown {args} { lappend ::calls $args; return "[lindex $args 0]:[lindex $args end]" }')
+    if prelude:
+        tcl.eval(prelude)
     tcl.eval(f"set ::argv {{{' '.join(argv)}}}")
     tcl.eval(f"source {{{path}}}")
     calls = []
@@ -140,10 +142,20 @@ def test_the_gp0_segment_covers_the_register_map(project):
     assert "HP0_DDR_LOWOCM" in " ".join(hp)
 
 
-def test_the_full_script_builds_and_exports_the_bitstream(project):
+def test_the_full_script_builds_and_exports_the_bitstream_and_its_hwh(project):
     out, _ = project
-    script = (out / "create_project.tcl").read_text()
-    assert "launch_runs impl_1 -to_step write_bitstream" in script and "vtakit.hwh" in script
+    stubs = ("proc get_property {args} { return 100% }\n"
+             "proc glob {args} { lappend ::calls [list glob {*}$args]; return [list /built/file] }\n"
+             "rename file _file\n"
+             "proc file {sub args} { if {$sub eq \"copy\"} { lappend ::calls [list copy {*}$args]; return }; "
+             "return [_file $sub {*}$args] }")
+    calls = _run_tcl(out / "create_project.tcl", argv=(), prelude=stubs)
+    names = [c[0] for c in calls]
+    assert names.index("validate_bd_design") < names.index("launch_runs") < names.index("wait_on_run")
+    launch = calls[names.index("launch_runs")]
+    assert list(launch[:4]) == ["launch_runs", "impl_1", "-to_step", "write_bitstream"]
+    copies = [c[-1] for c in calls if c[0] == "copy"]
+    assert copies == [str(out / "vtakit.bit"), str(out / "vtakit.hwh")]
 
 
 def test_another_bus_width_adds_a_width_converter(tmp_path, monkeypatch):

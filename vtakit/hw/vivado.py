@@ -260,8 +260,10 @@ if {{$build_bitstream}} {{
     }}
     set bit [lindex [glob [file join $script_dir vivado vtakit.runs impl_1 *.bit]] 0]
     file copy -force $bit [file join $script_dir vtakit.bit]
-    set hwh [lindex [glob -nocomplain [file join $script_dir vivado vtakit.gen sources_1 bd vtakit_bd hw_handoff vtakit_bd.hwh] \\
-                                      [file join $script_dir vivado vtakit.srcs sources_1 bd vtakit_bd hw_handoff vtakit_bd.hwh]] 0]
+    # the hardware handoff: vtakit.gen/ since Vivado 2020.2, vtakit.srcs/ before
+    set handoff [list sources_1 bd vtakit_bd hw_handoff vtakit_bd.hwh]
+    set hwh [lindex [glob -nocomplain [file join $script_dir vivado vtakit.gen {{*}}$handoff] \\
+                                      [file join $script_dir vivado vtakit.srcs {{*}}$handoff]] 0]
     file copy -force $hwh [file join $script_dir vtakit.hwh]
     puts "vtakit: wrote vtakit.bit and vtakit.hwh (load with pynq.Overlay; vtakit.runtime.fpga.open_pynq)"
 }}
