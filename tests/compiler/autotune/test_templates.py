@@ -25,7 +25,8 @@ def _find(space, **want):
 def test_conv2d_space_holds_todays_knobs_and_falls_back_to_the_default_tiler():
     task = autotune.create_task("vta.conv2d", CONV, config=VTAConfig.small())
     assert list(task.config_space.knobs) == ["tile_h", "tile_w", "tile_co", "tile_ci", "oc_nthread", "h_nthread",
-                                             "tile_order"]
+                                             "tile_order", "load_at", "epilogue_at"]
+    assert [e.val for e in task.config_space.knobs["oc_nthread"].entities] == [1, 2, 3, 4]
     fallback = task.config_space.fallback
     env = get_env(VTAConfig.small())
     assert fallback.is_fallback
@@ -49,8 +50,80 @@ def test_threads_beyond_the_token_queues_are_not_offered_or_are_rejected():
     task = autotune.create_task("vta.conv2d", CONV, config=cfg)
     assert [e.val for e in task.config_space.knobs["oc_nthread"].entities] == [1, 2]
     cfg4 = _find(task.config_space, oc_nthread=2, h_nthread=2, tile_h=[2], tile_co=[2])
-    res = run_trial(task, cfg4.index, LocalBuilder(), LocalRunner())
+    assert "TOKEN_QUEUE_DEPTH=2" in task.config_space.invalid_reason(cfg4)      # filtered: never proposed
+    res = run_trial(task, cfg4.index, LocalBuilder(), LocalRunner())            # and rejected if measured
     assert res.error_no == MeasureErrorNo.INSTANTIATION_ERROR and "TOKEN_QUEUE_DEPTH=2" in res.error_msg
+
+
+@pytest.mark.parametrize("choice", [
+    dict(load_at="dy", tile_h=[2]),
+    dict(load_at="dy", tile_h=[3], tile_ci=[2], oc_nthread=2),
+    dict(epilogue_at="co", tile_co=[2]),
+    dict(epilogue_at="co", tile_co=[4], load_at="dy", tile_h=[2], tile_order="co_h"),
+    dict(oc_nthread=1, h_nthread=3, tile_h=[1], tile_co=[1]),        # 3 threads: not in the old space
+], ids=["dy", "dy-2-threads", "epilogue-co", "epilogue-co-dy", "3-threads"])
+def test_conv2d_extended_choices_are_honoured_and_equal_numpy(choice):
+    task = autotune.create_task("vta.conv2d", "conv2d:6,8,16,32,3,1,1", config=VTAConfig.small())
+    space = task.config_space
+    cfg = next(c for c in space if space.invalid_reason(c) is None
+               and all(c.knob_values()[k] == v for k, v in choice.items()))
+    res = run_trial(task, cfg.index, LocalBuilder(timeout=60), LocalRunner(timeout=60))
+    assert res.error_no == MeasureErrorNo.NO_ERROR, res.error_msg
+
+
+def test_records_written_before_the_new_knobs_load_with_their_defaults(tmp_path):
+    """A record of the older space (no load_at / epilogue_at, threads 1, 2, 4) names the config
+    with today's load placement and epilogue, for apply_history_best and for a resumed tuning run."""
+    from vtakit.compiler.autotune.dispatch import apply_history_best, lookup
+    from vtakit.compiler.autotune.measure import MeasureInput, MeasureResult
+    from vtakit.compiler.autotune.record import TuningRecord
+
+    small = VTAConfig.small()
+    task = autotune.create_task("vta.conv2d", CONV, config=small)
+    cfg = _find(task.config_space, tile_h=[2], tile_co=[2], oc_nthread=2, tile_order="co_h")
+    record = TuningRecord.of(MeasureInput(task, cfg), MeasureResult((1000.0,), MeasureErrorNo.NO_ERROR), 0.0)
+    old = record.to_json()
+    import json
+    raw = json.loads(old)
+    _strip_new_knobs(raw)
+    log = tmp_path / "old.log"
+    log.write_text(json.dumps(raw) + "\n")
+    with apply_history_best(log):
+        got = lookup("vta.conv2d", task.args, config=small)
+    assert not got.is_fallback
+    knobs = conv2d_knobs(got)
+    assert (knobs.tile_h, knobs.tile_co, knobs.oc_nthread, knobs.tile_order) == (2, 2, 2, "co_h")
+    assert (knobs.load_at, knobs.epilogue_at) == ("k_o", "tile")
+    tuner = autotune.RandomTuner(task, seed=0)
+    summary = tuner.tune(1, log_file=log)      # resumes the old record: nothing more to measure
+    assert summary.resumed == 1 and summary.measured == 0 and not summary.notes
+
+
+def _strip_new_knobs(raw):
+    """Drop the knobs an older log did not have from a record's JSON (wherever the entity sits)."""
+    if isinstance(raw, dict):
+        for v in raw.values():
+            _strip_new_knobs(v)
+    elif isinstance(raw, list):
+        raw[:] = [x for x in raw if not (isinstance(x, list) and x and x[0] in ("load_at", "epilogue_at"))]
+        for x in raw:
+            _strip_new_knobs(x)
+
+
+def test_statically_invalid_configs_are_filtered_and_never_proposed():
+    """Configs the knobs' static checks reject (SRAM overflow, thread splits that do not divide, too
+    many threads, redundant choices) are counted as visited from the start: no tuner measures one."""
+    task = autotune.create_task("vta.conv2d", "resnet18.C9")
+    space = task.config_space
+    invalid = space.invalid_indices()
+    assert 0 < len(invalid) < len(space) and space.valid_count() == len(space) - len(invalid)
+    reasons = " ".join(space.invalid_reason(i) for i in list(invalid)[::97])
+    assert "overflow" in reasons and "virtual threads" in reasons
+    assert space.invalid_reason(space.fallback) is None
+    for tuner in (autotune.RandomTuner(task, seed=1), autotune.GridSearchTuner(task),
+                  autotune.XGBTuner(task, plan_size=8, seed=1)):
+        proposed = [c.index for c in tuner.next_batch(40)]
+        assert proposed and not set(proposed) & invalid
 
 
 def test_cpu_gemm_space_has_more_than_ten_thousand_configs_and_random_ones_are_correct():

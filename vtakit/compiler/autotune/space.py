@@ -147,6 +147,9 @@ class ConfigSpace:
         self.knobs: dict[str, Knob] = {}
         self.flop = 0
         self._fallback: dict[str, Any] | None = None
+        self._defaults: dict[str, Any] = {}
+        self._filter: Callable[["ConfigEntity"], str | None] | None = None
+        self._invalid: frozenset[int] | None = None
 
     # ------------------------------------------------------------------ declaring knobs
     def define_split(self, name: str, axis_or_extent: Any, policy: str = "factors", num_outputs: int = 2,
@@ -208,9 +211,40 @@ class ConfigSpace:
         choices = _ANNOTATE_POLICIES[policy]
         self._add(Knob(name, "an", tuple(AnnotateEntity(a) for a in itertools.product(choices, repeat=len(axes)))))
 
-    def define_knob(self, name: str, values: Sequence[Any]) -> None:
-        """A knob with explicit values (JSON-serialisable: ints, floats, strings, bools)."""
+    def define_knob(self, name: str, values: Sequence[Any], default: Any = None) -> None:
+        """A knob with explicit values (JSON-serialisable: ints, floats, strings, bools). ``default``:
+        a knob added after logs were written; a record without it means ``default`` (see
+        :meth:`entity_from_json`)."""
         self._add(Knob(name, "ot", tuple(OtherOptionEntity(v) for v in values)))
+        if default is not None:
+            if default not in values:
+                raise ScheduleError(f"define_knob {name!r}: default {default!r} is not one of {list(values)}")
+            self._defaults[name] = default
+
+    def define_filter(self, predicate: Callable[["ConfigEntity"], str | None]) -> None:
+        """Static validity: ``predicate(cfg)`` is ``None`` for a config the template can build, else
+        the reason it cannot (tiles overflowing an SRAM, too many threads). Tuners never propose
+        an invalid config (:meth:`invalid_indices`: they start with them visited), so no trial
+        is spent on one; ``len(space)`` still counts them (indices stay those of the full product)."""
+        self._filter = predicate
+        self._invalid = None
+
+    def invalid_reason(self, cfg: "ConfigEntity | int") -> str | None:
+        """Why config ``cfg`` (an entity or an index) is statically invalid, or ``None``."""
+        if self._filter is None:
+            return None
+        return self._filter(self.get(cfg) if isinstance(cfg, int) else cfg)
+
+    def invalid_indices(self) -> frozenset[int]:
+        """The indices the filter rejects (computed once per space)."""
+        if self._invalid is None:
+            self._invalid = frozenset() if self._filter is None else \
+                frozenset(i for i in range(len(self)) if self._filter(self.get(i)) is not None)
+        return self._invalid
+
+    def valid_count(self) -> int:
+        """How many configs the filter accepts."""
+        return len(self) - len(self.invalid_indices())
 
     def add_flop(self, flop: int) -> None:
         self.flop += int(flop)
@@ -272,6 +306,8 @@ class ConfigSpace:
     def entity_from_json(self, entity: Sequence[Sequence[Any]]) -> "ConfigEntity":
         """The config that a record's ``entity`` list (``[[name, kind, value], ...]``) names."""
         values = {name: _FROM_JSON[kind](value) for name, kind, value in entity}
+        for name, default in self._defaults.items():    # knobs added after the record was written
+            values.setdefault(name, OtherOptionEntity(default))
         if set(values) != set(self.knobs):
             raise ScheduleError(f"a config of knobs {sorted(values)} does not belong to a space of {sorted(self.knobs)}")
         point = [k.index_of(values[name]) for name, k in self.knobs.items()]
@@ -326,7 +362,7 @@ class ConfigEntity:
     def _noop(self, *args: Any, **kwargs: Any) -> None:
         return None
 
-    define_split = define_reorder = define_annotate = define_knob = add_flop = _noop
+    define_split = define_reorder = define_annotate = define_knob = define_filter = add_flop = _noop
 
     def to_json(self) -> list[list[Any]]:
         """``[[name, kind, value], ...]``: what a record stores (stable across processes and runs)."""

@@ -31,7 +31,7 @@ from vtakit.compiler import te
 from vtakit.compiler.te import Schedule, Tensor
 from vtakit.compiler.topi_vta.common import bind_cthreads, schedule_gemm_core
 from vtakit.compiler.topi_vta.epilogue import (cache_requant_operands, declare_requant, epilogue_resources, op_multiplier,
-                                               schedule_requant)
+                                               requant_stages, schedule_requant)
 from vtakit.compiler.topi_vta.knobs import Conv2dKnobs, conv2d_blocks
 from vtakit.compiler.topi_vta.tiling import choose_conv2d_tiles
 from vtakit.compiler.topi_vta.workloads import Conv2dWorkload
@@ -155,9 +155,14 @@ def schedule_conv2d_packed(env: VTAEnv, tensors: list[Tensor], stages: dict[str,
     outer = (x_i0, x_co0) if knobs.tile_order == "h_co" else (x_co0, x_i0)
     s[out].reorder(x_bo, *outer, x_j0, x_co1, x_i1, x_j1, x_bi, x_ci)
     schedule_requant(env, s, out, stages, conv, caches, x_j0)
+    # the epilogue (ALU passes, residual) per tile, or per channel block of the tile ("co")
+    epi_at = x_co1 if knobs.epilogue_at == "co" else x_j0
+    if knobs.epilogue_at == "co":
+        for t in requant_stages(stages):
+            s[t].compute_at(s[out], x_co1)
     for t in residual:
         s[t].set_scope(env.acc_scope)
-        s[t].compute_at(s[out], x_j0)
+        s[t].compute_at(s[out], epi_at)
         s[t].pragma(s[t].op.axis[0], env.dma_copy if t.op.name == "residual_acc" else env.alu)
     if knobs.oc_nthread > 1:
         bind_cthreads(s, out, x_co0, knobs.oc_nthread, x_bo)
@@ -167,9 +172,14 @@ def schedule_conv2d_packed(env: VTAEnv, tensors: list[Tensor], stages: dict[str,
     c_bo, c_co, c_i, c_j, c_bi, c_ci = s[conv].op.axis
     k_o, d_i, d_j, k_i = s[conv].op.reduce_axis
     s[conv].reorder(c_bo, k_o, c_j, d_j, d_i, c_co, c_i, c_bi, c_ci, k_i)
-    k_o0, _ = s[conv].split(k_o, factor=knobs.tile_ci)
-    schedule_gemm_core(env, s, conv, (cdata, ckernel), k_o0, c_bi)
-    s[out].pragma(x_co1, env.dma_copy)
+    k_o0, k_o1 = s[conv].split(k_o, factor=knobs.tile_ci)
+    load_at = k_o0
+    if knobs.load_at == "dy":   # one load per kernel row: the input tile holds the rows that row reads
+        s[conv].reorder(c_bo, k_o0, d_i, k_o1, c_j, d_j, c_co, c_i, c_bi, c_ci, k_i)
+        load_at = d_i
+    schedule_gemm_core(env, s, conv, (cdata, ckernel), load_at, c_bi)
+    # the store: one DMA per tile, or per channel block when the epilogue runs per block
+    s[out].pragma(x_i1 if knobs.epilogue_at == "co" else x_co1, env.dma_copy)
     return s
 
 

@@ -21,13 +21,14 @@ from typing import Any
 
 import numpy as np
 
-from vtakit.compiler.autotune.space import ConfigSpace
+from vtakit.compiler.autotune.space import ConfigEntity, ConfigSpace
 from vtakit.compiler.autotune.task import template
 from vtakit.compiler.te import Schedule, Tensor
 from vtakit.compiler.topi_vta.bench import CLIP, OpData, conv2d_data, dense_data, range_shift
 from vtakit.compiler.topi_vta.conv2d import conv2d
 from vtakit.compiler.topi_vta.dense import dense
-from vtakit.compiler.topi_vta.knobs import CONV2D_TILE_ORDERS, Conv2dKnobs, DenseKnobs, conv2d_blocks, dense_blocks
+from vtakit.compiler.topi_vta.knobs import (CONV2D_EPILOGUE_AT, CONV2D_LOAD_AT, CONV2D_THREADS, CONV2D_TILE_ORDERS,
+                                          Conv2dKnobs, DenseKnobs, conv2d_blocks, dense_blocks)
 from vtakit.compiler.topi_vta.tiling import choose_conv2d_tiles, choose_dense_tiles
 from vtakit.compiler.topi_vta.workloads import Conv2dWorkload
 from vtakit.compiler.vta.env import VTAEnv, get_env
@@ -44,6 +45,10 @@ def _threads(env: VTAEnv) -> list[int]:
     return [t for t in THREAD_CHOICES if t <= env.config.token_queue_depth]
 
 
+def _conv2d_threads(env: VTAEnv) -> list[int]:
+    return [t for t in CONV2D_THREADS if t <= env.config.token_queue_depth]
+
+
 def _inner(cfg: Any, name: str) -> int:
     return cfg[name].size[-1]
 
@@ -51,7 +56,18 @@ def _inner(cfg: Any, name: str) -> int:
 def conv2d_knobs(cfg: Any) -> Conv2dKnobs:
     """The :class:`Conv2dKnobs` a ``vta.conv2d`` config names."""
     return Conv2dKnobs(_inner(cfg, "tile_h"), _inner(cfg, "tile_w"), _inner(cfg, "tile_co"), _inner(cfg, "tile_ci"),
-                       cfg["oc_nthread"].val, cfg["h_nthread"].val, cfg["tile_order"].val)
+                       cfg["oc_nthread"].val, cfg["h_nthread"].val, cfg["tile_order"].val,
+                       **{name: _opt(cfg, name, default) for name, default in _CONV2D_OPTIONAL.items()})
+
+
+#: Knobs added after the first logs were written, with today's default (a config or record without
+#: them means the default).
+_CONV2D_OPTIONAL = {"load_at": Conv2dKnobs.load_at, "epilogue_at": Conv2dKnobs.epilogue_at}
+
+
+def _opt(cfg: Any, name: str, default: Any) -> Any:
+    names = cfg.entity_map if isinstance(cfg, ConfigEntity) else cfg.knobs
+    return cfg[name].val if name in names else default
 
 
 def dense_knobs(cfg: Any) -> DenseKnobs:
@@ -94,9 +110,12 @@ def _conv2d_template(cfg: Any, *key: int, config: VTAConfig | None = None) -> tu
     cfg.define_split("tile_w", wl.ow)
     cfg.define_split("tile_co", co_blocks)
     cfg.define_split("tile_ci", ci_blocks)
-    cfg.define_knob("oc_nthread", _threads(env))
-    cfg.define_knob("h_nthread", _threads(env))
+    cfg.define_knob("oc_nthread", _conv2d_threads(env))
+    cfg.define_knob("h_nthread", _conv2d_threads(env))
     cfg.define_knob("tile_order", list(CONV2D_TILE_ORDERS))
+    cfg.define_knob("load_at", list(CONV2D_LOAD_AT), default=Conv2dKnobs.load_at)
+    cfg.define_knob("epilogue_at", list(CONV2D_EPILOGUE_AT), default=Conv2dKnobs.epilogue_at)
+    cfg.define_filter(lambda c: conv2d_knobs(c).static_error(wl, env))
     cfg.add_flop(2 * wl.macs)
     if isinstance(cfg, ConfigSpace):
         try:

@@ -59,7 +59,8 @@ class Tuner:
         self.space = task.config_space
         self.seed = seed
         self.rng = np.random.default_rng(seed)
-        self.visited: set[int] = set()
+        # configs the template's static checks reject count as visited: no tuner proposes them
+        self.visited: set[int] = set(self.space.invalid_indices())
         self.best_cost = float("inf")
         self.best_config: ConfigEntity | None = None
         self.trials = 0
