@@ -6,7 +6,9 @@
   against today's hand schedule (``ops.cpu.schedule_dense``) timed the same way.
 - Accelerator: on ResNet-18 layers (C5, C9 by default), best-so-far after ``--trials`` trials of
   XGB against the median of random search, against the exhaustive optimum with ``--exhaustive``
-  (every config measured: thousands of trials), and the default tiling's cycles.
+  (every config the space's filter accepts measured: hundreds to thousands of trials; or
+  ``--exhaustive-layers C9`` for some layers only), the default tiling's cycles, and the trials
+  that were errors.
 - Transfer: XGB on the last layer warm-started (``load_history``) from the other layers' records
   against cold, trials to reach 95% of the best found (median over seeds).
 
@@ -45,11 +47,16 @@ TUNERS = {"xgb": lambda task, seed: autotune.XGBTuner(task, plan_size=PLAN_SIZE[
           "random": lambda task, seed: autotune.RandomTuner(task, seed=seed)}
 
 
+ERRORS: dict[str, list[int]] = {}   # log name -> [trials, errors]
+
+
 def _curve(log: Path) -> list[float]:
     best, out = float("inf"), []
-    for r in load_records(log):
+    records = load_records(log)
+    for r in records:
         best = min(best, r.result.cost)
         out.append(best)
+    ERRORS[log.name] = [len(records), sum(not r.result.ok for r in records)]
     return out
 
 
@@ -101,7 +108,10 @@ def bench_cpu(n: int, trials: int, seeds: int, option, out: Path, curves: dict) 
             "fallback_seconds": fallback.cost, "hand_schedule_seconds": hand, "hand_over_tuned": hand / best}
 
 
-def bench_vta(layers: list[str], trials: int, seeds: int, exhaustive: bool, option, out: Path, curves: dict) -> dict:
+def bench_vta(layers: list[str], trials: int, seeds: int, exhaustive: bool | list[str], option, out: Path,
+              curves: dict) -> dict:
+    """``exhaustive``: every layer (True) or the layers named; it measures every config the space's
+    filter accepts (``space_valid``), in index order."""
     result = {}
     for layer in layers:
         task = autotune.create_task("vta.conv2d", f"resnet18.{layer}")
@@ -110,15 +120,25 @@ def bench_vta(layers: list[str], trials: int, seeds: int, exhaustive: bool, opti
         for name, cs in runs.items():
             for s, c in enumerate(cs):
                 curves[f"{layer} / {name} seed {s}"] = c
-        entry = {"space": len(task.config_space), "default_cycles": default.cost,
+        space = task.config_space
+        entry = {"space": len(space), "space_valid": space.valid_count(), "default_cycles": default.cost,
                  "xgb_best": [c[-1] for c in runs["xgb"]], "random_best": [c[-1] for c in runs["random"]]}
         random_median = statistics.median(entry["random_best"])
+        entry["random_median"] = random_median
         entry["xgb_never_worse_than_random_median"] = all(c <= random_median for c in entry["xgb_best"])
         entry["tuned_best_cycles"] = min(entry["xgb_best"] + entry["random_best"])
-        if exhaustive:
+        counts = [v for k, v in ERRORS.items() if k.startswith(f"{task.name}-{'_'.join(map(str, task.args))}-")]
+        entry["trials_measured"], entry["trial_errors"] = sum(c[0] for c in counts), sum(c[1] for c in counts)
+        if exhaustive is True or (exhaustive and layer in exhaustive):
             log = out / f"{layer}-exhaustive.log"
-            autotune.GridSearchTuner(task).tune(len(task.config_space), option, log_file=log)
-            entry["exhaustive_best_cycles"] = min(r.result.cost for r in load_records(log))
+            log.unlink(missing_ok=True)
+            autotune.GridSearchTuner(task).tune(len(space), option, log_file=log)
+            recs = load_records(log)
+            best = min((r for r in recs if r.result.ok), key=lambda r: r.result.cost)
+            entry["exhaustive_measured"] = len(recs)
+            entry["exhaustive_errors"] = sum(not r.result.ok for r in recs)
+            entry["exhaustive_best_cycles"] = best.result.cost
+            entry["exhaustive_best_config"] = space.entity_from_json(best.entity).knob_values()
         result[layer] = entry
     return result
 
@@ -148,6 +168,8 @@ def main() -> int:
     p.add_argument("--trials", type=int, default=64, help="accelerator trials per run")
     p.add_argument("--seeds", type=int, default=5)
     p.add_argument("--exhaustive", action="store_true", help="also measure every config of each layer")
+    p.add_argument("--exhaustive-layers", default="", help="measure every config of only these layers "
+                   "(comma-separated)")
     p.add_argument("--no-transfer", action="store_true")
     p.add_argument("--parallel", type=int, default=None)
     p.add_argument("--plan-size", type=int, default=64, help="XGB's plan size (default 64, AutoTVM's)")
@@ -166,7 +188,8 @@ def main() -> int:
     if args.cpu:
         report["cpu"] = bench_cpu(args.cpu, args.cpu_trials, args.seeds, option, args.out, curves)
     if layers:
-        report["vta"] = bench_vta(layers, args.trials, args.seeds, args.exhaustive, option, args.out, curves)
+        exhaustive = True if args.exhaustive else [x for x in args.exhaustive_layers.split(",") if x]
+        report["vta"] = bench_vta(layers, args.trials, args.seeds, exhaustive, option, args.out, curves)
         if len(layers) > 1 and not args.no_transfer:
             report["transfer"] = bench_transfer(layers, args.trials, args.seeds, option, args.out, curves)
     report["seconds"] = time.perf_counter() - start

@@ -51,10 +51,12 @@ class Conv2dKnobs:
                                      ("epilogue_at", self.epilogue_at, CONV2D_EPILOGUE_AT)):
             if value not in choices:
                 raise CompileError(f"conv2d knob {name}={value!r} must be one of {choices}")
-        if self.load_at == "dy" and (wl.pad[0] or wl.pad[2]) and (wl.stride_h > 1 or self.tile_h == 1):
-            # the DMA's padding needs a row loop of stride 1 inside the load
-            raise CompileError(f"conv2d knob load_at='dy' with row padding needs stride_h=1 and tile_h > 1, "
-                               f"got stride_h={wl.stride_h}, tile_h={self.tile_h}")
+        if self.load_at == "dy" and any(wl.pad) and (wl.stride_h > 1 or wl.kw == 1 or self.tile_h == 1
+                                                     or wl.oh % self.tile_h == 1):
+            # the DMA's padding needs a row loop of stride 1 (and a column loop) inside each load
+            raise CompileError(f"conv2d knob load_at='dy' with padding needs stride_h=1, a kernel wider than one "
+                               f"column and row tiles (the tail's too) of more than one row; got stride_h="
+                               f"{wl.stride_h}, kw={wl.kw}, tile_h={self.tile_h} of {wl.oh} rows")
         _, ci_blocks, co_blocks = conv2d_blocks(env, wl)
         for name, value, total, per_thread in (("oc_nthread", self.oc_nthread, 1, 1),
                                                ("h_nthread", self.h_nthread, 1, 1),
