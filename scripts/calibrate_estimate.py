@@ -92,7 +92,9 @@ def main() -> int:
     if args.measure_only:
         return 0
 
-    from vtakit.hw import estimate as est
+    import importlib
+
+    est = importlib.import_module("vtakit.hw.estimate")     # (vtakit.hw.estimate is the function)
     from vtakit.hw.synth import count_resources
 
     calib = {n: c for n, c in CALIBRATION.items() if n in measured}

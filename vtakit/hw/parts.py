@@ -8,8 +8,9 @@ Every part reports the same four resource kinds (docs/fpga.md):
 * ``bram``: block RAMs (Xilinx RAMB36E1 equivalents, a RAMB18E1 counting one half; ECP5 DP16KD EBRs).
 
 Capacities: the Zynq-7020 (xc7z020) from Xilinx's 7-series overview (53,200 LUTs, 106,400 FFs,
-220 DSP48E1, 140 RAMB36); the ECP5 LFE5U-25F/45F/85F from Lattice's ECP5 family table (LUT4s,
-with one FF per LUT4; 18x18 multipliers; 18 Kb EBRs).
+220 DSP48E1, 140 RAMB36); the ECP5 LFE5U-25F/45F/85F as nextpnr-ecp5's chip database reports them
+(``--report``: TRELLIS_COMB and TRELLIS_FF sites, MULT18X18D, DP16KD), which agree with
+Lattice's ECP5 family table (LUT4s with one FF each; 18x18 multipliers; 18 Kb EBRs).
 """
 
 from __future__ import annotations
