@@ -183,7 +183,7 @@ def test_unknown_backend_is_a_usage_error_before_any_work(capsys, program_file):
             main(argv)
         out, err = capsys.readouterr()
         assert exit_info.value.code == 2 and out == ""
-        assert "argument --backend: unknown backend 'quantum'; expected one of ['cycle', 'fsim', 'rtl']" in err
+        assert "argument --backend: unknown backend 'quantum'; expected one of ['cycle', 'fsim', 'rtl', 'verilator']" in err
 
 
 def test_module_entry_point_exit_status(tmp_path):

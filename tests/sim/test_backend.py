@@ -41,8 +41,9 @@ def test_lookup_sees_patches_and_re_registration(scratch_backends, monkeypatch):
 
 
 def test_unknown_and_missing_backends(scratch_backends):
-    with pytest.raises(VtakitError, match=r"unknown backend 'verilator'; expected one of \['cycle', 'fsim', 'rtl'\]"):
-        backend.get_backend("verilator")
+    with pytest.raises(VtakitError, match=r"unknown backend 'quantum'; expected one of "
+                                          r"\['cycle', 'fsim', 'rtl', 'verilator'\]"):
+        backend.get_backend("quantum")
     with pytest.raises(VtakitError, match=r"unknown backend \['fsim'\]"):
         backend.get_backend(["fsim"])
     backend.BACKENDS["gone"] = "_vtakit_no_such_module:execute"
