@@ -356,8 +356,8 @@ def test_module_on_a_given_device():
 
 def test_module_argument_errors():
     mod = _module()
-    with pytest.raises(ArgumentError, match=r"'verilator'.*\['cycle', 'fsim', 'rtl'\]"):
-        mod.run([_inputs(0)], backend="verilator")
+    with pytest.raises(ArgumentError, match=r"'quantum'.*\['cycle', 'fsim', 'rtl', 'verilator'\]"):
+        mod.run([_inputs(0)], backend="quantum")
     cpu = vg.build(_cpu_graph())
     assert not cpu.is_accelerated and cpu.config is None
     x = np.ones((2, 8), np.float32)

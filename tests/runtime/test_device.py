@@ -89,7 +89,7 @@ def test_bad_dram_sizes_shapes_and_dtypes():
 
 
 def test_bad_backend_and_config():
-    with pytest.raises(VtakitError, match=r"unknown backend 'verilog'; expected one of \['cycle', 'fsim', 'rtl'\]"):
+    with pytest.raises(VtakitError, match=r"unknown backend 'verilog'; expected one of \['cycle', 'fsim', 'rtl', 'verilator'\]"):
         Device(SMALL, backend="verilog")
     with pytest.raises(VtakitError, match="config must be a VTAConfig, got dict"):
         Device({"LOG_BLOCK": 2})
