@@ -19,8 +19,11 @@ bias and ``rounding_addend(shift)`` into it), ``multiplier`` when ``multiplier="
 layout, per-channel values in [-2**15, 2**15)); an int ``multiplier`` is an ALU immediate.
 ``schedule_conv2d_packed`` is VTA's default schedule with its knobs (:class:`Conv2dKnobs`):
 output tiles of ``tile_h x tile_w`` pixels and ``tile_co`` channel blocks, ``tile_ci`` input
-channel blocks per load, and ``oc_nthread`` / ``h_nthread`` virtual threads (``cthread``) over
-output-channel and row tiles. :func:`default_conv2d_knobs` picks a tiling that fits the SRAMs.
+channel blocks per load, ``oc_nthread`` / ``h_nthread`` virtual threads (``cthread``) over
+output-channel and row tiles, ``tile_order`` (the two outer tile loops), ``load_at`` (input and
+weight loads per input-channel chunk, ``"k_o"``, or per kernel row, ``"dy"``) and ``epilogue_at``
+(the ALU epilogue, fused residual and store per output tile, ``"tile"``, or per channel block,
+``"co"``). :func:`default_conv2d_knobs` picks a tiling that fits the SRAMs.
 """
 
 from __future__ import annotations

@@ -3,11 +3,17 @@
 (``choose_*_tiles``) as the fallback config. Measured in cycles on the cycle model.
 
 Tiles are splits whose inner factor is the tile (``factors`` policy: tiles divide the axis, so no
-tail tiles); thread counts are knobs of 1, 2 or 4 per axis, kept to the token queues' depth (so 4
-threads as 4 x 1, 1 x 4 or 2 x 2); conv2d's two outer tile loops (rows, channel blocks) come in
-either order. A
-config whose tiles overflow an SRAM fails to build and is recorded as an error, as AutoTVM
-records invalid kernels. The requantisation (``clip((acc + addend) >> shift)``, a random addend)
+tail tiles); thread counts are knobs of 1, 2 or 4 per axis for dense, and 1, 2, 3 or 4 per axis
+for conv2d, kept to the token queues' depth in all; conv2d's two outer tile loops (rows, channel
+blocks) come in either order, its input and weight loads sit per input-channel chunk (``k_o``)
+or per kernel row (``dy``), and its requantisation epilogue runs per output tile (``tile``) or per
+channel block (``co``); the knobs added after the first logs (``load_at``, ``epilogue_at``) are
+declared with their default, so a record without them names today's schedule. conv2d's space
+carries a filter (``ConfigSpace.define_filter``): configs the knobs' static checks reject
+(:meth:`Conv2dKnobs.static_error`: thread splits that do not divide, more threads than the token
+queues, tiles that overflow an SRAM, ``dy`` loads the DMA's padding cannot express, choices that
+build the default program again) are never proposed by a tuner. A config that still fails to build
+is recorded as an error, as AutoTVM records invalid kernels. The requantisation (``clip((acc + addend) >> shift)``, a random addend)
 uses the whole int8 range and a shift that saturates no output of the reference operands, so the
 check against numpy sees every accumulator bit. ``vta.conv2d``'s arguments are a workload's
 ``Conv2dWorkload.key`` (any kernel, pads, strides, batch) or the older 7 ints
