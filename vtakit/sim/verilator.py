@@ -19,11 +19,13 @@ Builds are cached in ``$VTAKIT_CACHE_DIR/verilator`` (default ``~/.cache/vtakit/
 directory per key (the Verilog text, the harness source, Verilator's version and the build
 flags), built in a temporary directory under a lock file and renamed into place, so concurrent
 processes build a key once. The Verilog of a configuration is cached too, keyed by the hardware's
-source files and the configuration, so a warm run generates nothing. See docs/verilator.md.
+source files (core.py and what it imports) and the configuration, so a warm run generates
+nothing. See docs/verilator.md.
 """
 
 from __future__ import annotations
 
+import ast
 import ctypes
 import fcntl
 import hashlib
@@ -125,10 +127,36 @@ def cache_dir() -> Path:
     return base / "verilator"
 
 
+def _core_sources() -> list[Path]:
+    """The files the core's Verilog depends on: vtakit/hw/core.py and the vtakit.hw modules it
+    imports, transitively (not the whole package: the FPGA-flow and estimate modules beside it
+    change often and do not touch the RTL), plus this file (the wrapper)."""
+    hw = Path(__file__).resolve().parents[1] / "hw"
+    seen: set[str] = set()
+    todo = ["core"]
+    while todo:
+        name = todo.pop()
+        path = hw / f"{name}.py"
+        if name in seen or not path.exists():
+            continue
+        seen.add(name)
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                module = node.module or ""
+                if node.level == 1:                        # from .x import y / from . import x
+                    todo += [module.split(".")[0]] if module else [a.name for a in node.names]
+                elif module.startswith("vtakit.hw."):
+                    todo.append(module.split(".")[2])
+                elif module == "vtakit.hw":
+                    todo += [a.name for a in node.names]
+            elif isinstance(node, ast.Import):
+                todo += [a.name.split(".")[2] for a in node.names if a.name.startswith("vtakit.hw.")]
+    return [hw / f"{name}.py" for name in sorted(seen)] + [Path(__file__).resolve()]
+
+
 def _hw_source_hash() -> str:
     digest = hashlib.sha256()
-    hw = Path(__file__).resolve().parents[1] / "hw"
-    for path in sorted(hw.glob("*.py")) + [Path(__file__).resolve()]:
+    for path in _core_sources():
         digest.update(path.name.encode() + path.read_bytes())
     return digest.hexdigest()
 
