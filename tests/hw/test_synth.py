@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
 
 import pytest
 
@@ -149,6 +150,25 @@ def test_malformed_config_file(tmp_path, capsys, text, message):
     assert cli.main(["synth", "--part", "xc7z020", "--config", str(path)]) != 0
     err = capsys.readouterr().err
     assert "vtakit: error:" in err and message in err
+
+
+def test_missing_tools_are_a_clear_error(monkeypatch):
+    import vtakit.hw.synth as synth
+
+    monkeypatch.setattr(synth, "yowasp_available", lambda route=False: False)
+    with pytest.raises(SynthError, match=r"pip install 'vtakit\[fpga\]'"):
+        synthesize(VTAConfig.small(), "xc7z020")
+
+
+def test_missing_tools_fail_under_ci_and_skip_otherwise(monkeypatch):
+    here = sys.modules[__name__]
+    monkeypatch.setattr(here, "yowasp_available", lambda route=False: False)
+    monkeypatch.setattr(here, "_CI", True)
+    with pytest.raises(pytest.fail.Exception, match="CI installs it"):
+        _need_yowasp()
+    monkeypatch.setattr(here, "_CI", False)
+    with pytest.raises(pytest.skip.Exception):
+        _need_yowasp()
 
 
 def test_part_capacities():
