@@ -13,8 +13,8 @@ carries a filter (``ConfigSpace.define_filter``): configs the knobs' static chec
 (:meth:`Conv2dKnobs.static_error`: thread splits that do not divide, more threads than the token
 queues, tiles that overflow an SRAM, ``dy`` loads the DMA's padding cannot express, choices that
 build the default program again) are never proposed by a tuner. A config that still fails to build
-is recorded as an error, as AutoTVM records invalid kernels. The requantisation (``clip((acc + addend) >> shift)``, a random addend)
-uses the whole int8 range and a shift that saturates no output of the reference operands, so the
+is recorded as an error, as AutoTVM records invalid kernels. The requantisation
+(``clip((acc + addend) >> shift)``, a random addend) uses the whole int8 range and a shift that saturates no output of the reference operands, so the
 check against numpy sees every accumulator bit. ``vta.conv2d``'s arguments are a workload's
 ``Conv2dWorkload.key`` (any kernel, pads, strides, batch) or the older 7 ints
 ``(h, w, ci, co, kernel, pad, stride)`` of earlier logs and ``conv2d:`` specs.
