@@ -19,6 +19,8 @@ figures depend on the machine (and for the CPU on its load); the script reports,
 
     python scripts/bench_tune.py --json                                   # the full issue-13 run (hours)
     python scripts/bench_tune.py --cpu 256 --layers C5 --trials 32 --seeds 2 --json   # a short run
+    python scripts/bench_tune.py --cpu 0 --layers C5,C9 --trials 64 --seeds 5 --plan-size 16 \
+        --exhaustive-layers C9 --json      # docs/tuning.md's accelerator figures (about half an hour)
 """
 
 from __future__ import annotations
