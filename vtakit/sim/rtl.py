@@ -44,7 +44,7 @@ from vtakit.sim.backend import Launch
 from vtakit.sim.fsim import check_program, simulate
 from vtakit.sim.stats import STAGE_MODULES, RunStats
 
-__all__ = ["execute", "run_unchecked", "validate", "DramModel", "profile_counters", "MAX_CYCLES"]
+__all__ = ["execute", "run_unchecked", "validate", "DramModel", "AxiResponder", "profile_counters", "MAX_CYCLES"]
 
 #: A run that has neither finished nor deadlocked after this many cycles is a harness bug.
 MAX_CYCLES = 20_000_000
@@ -145,6 +145,48 @@ class DramModel:
         burst.beat += 1
         if last:
             self.writes.popleft()
+
+
+class AxiResponder:
+    """The memory side of an AXI4 master in a testbench: write beats go to the DRAM model, and each
+    cycle the model's read data (R) and write responses (B, one cycle after a burst's last beat) are
+    driven back. The core's harness here and the simulated register shell (``shell_sim``) share it."""
+
+    def __init__(self, ctx, axi, dram: DramModel) -> None:
+        self.ctx, self.axi, self.dram = ctx, axi, dram
+        self._r_driven = False
+        self._b_driven = False
+        self._b_pending: deque[int] = deque()
+        for ready in (axi.arready, axi.awready, axi.wready):
+            ctx.set(ready, 1)
+
+    def write_beat(self, cycle: int, data: int, last: bool) -> None:
+        """A W beat seen in ``cycle``; the last beat of a burst schedules its B response."""
+        self.dram.write_beat(data, last)
+        if last:
+            self._b_pending.append(cycle + 1)
+
+    def drive(self, cycle: int) -> None:
+        """Set R and B for ``cycle`` (signals change only when their value does)."""
+        ctx, axi = self.ctx, self.axi
+        beat = self.dram.read_beat(cycle)
+        if beat is not None:
+            data, axi_id, last = beat
+            ctx.set(axi.rdata, data)
+            ctx.set(axi.rid, axi_id)
+            ctx.set(axi.rlast, last)
+            if not self._r_driven:
+                ctx.set(axi.rvalid, 1)
+                self._r_driven = True
+        elif self._r_driven:
+            ctx.set(axi.rvalid, 0)
+            self._r_driven = False
+        b_now = bool(self._b_pending) and self._b_pending[0] == cycle
+        if b_now:
+            self._b_pending.popleft()
+        if b_now != self._b_driven:
+            ctx.set(axi.bvalid, b_now)
+            self._b_driven = b_now
 
 
 def profile_counters(insns: list[isa.Instruction], config: VTAConfig) -> dict[str, int]:
@@ -328,14 +370,8 @@ def run_unchecked(launch: Launch) -> RunStats:
         ctx.set(core.start, 1)
         ctx.set(core.insn_addr, launch.insn_addr)
         ctx.set(core.insn_count, n_insns)
-        axi = core.axi
-        ctx.set(axi.arready, 1)
-        ctx.set(axi.awready, 1)
-        ctx.set(axi.wready, 1)
+        memory = AxiResponder(ctx, core.axi, dram)
         cycle = 0
-        r_driven = False
-        b_pending: deque[int] = deque()
-        b_driven = False
         with ctx.critical():
             async for _, _, value in ctx.tick().sample(probe.signal):
                 # `value` holds the signals of cycle `cycle`.
@@ -346,10 +382,7 @@ def run_unchecked(launch: Launch) -> RunStats:
                     if value & _AW:
                         dram.write_request(f(value, "awaddr"), f(value, "awlen"), f(value, "awsize"))
                     if value & _W:
-                        last = bool(f(value, "wlast"))
-                        dram.write_beat(f(value, "wdata"), last)
-                        if last:
-                            b_pending.append(cycle + 1)
+                        memory.write_beat(cycle, f(value, "wdata"), bool(f(value, "wlast")))
                     for bit, name in _RETIRES:
                         if value & bit:
                             retire[f(value, f"idx_{name}")] = cycle
@@ -363,25 +396,7 @@ def run_unchecked(launch: Launch) -> RunStats:
                     bar.step(f"cycle {cycle}")
                 if cycle > MAX_CYCLES:
                     raise SimError(f"the RTL simulation made no end after {MAX_CYCLES} cycles")
-                # Drive R and B for the next cycle.
-                beat = dram.read_beat(cycle)
-                if beat is not None:
-                    data, axi_id, last = beat
-                    ctx.set(axi.rdata, data)
-                    ctx.set(axi.rid, axi_id)
-                    ctx.set(axi.rlast, last)
-                    if not r_driven:
-                        ctx.set(axi.rvalid, 1)
-                        r_driven = True
-                elif r_driven:
-                    ctx.set(axi.rvalid, 0)
-                    r_driven = False
-                b_now = bool(b_pending) and b_pending[0] == cycle
-                if b_now:
-                    b_pending.popleft()
-                if b_now != b_driven:
-                    ctx.set(axi.bvalid, b_now)
-                    b_driven = b_now
+                memory.drive(cycle)          # R and B for the next cycle
             # Counters are frozen after done and a deadlock is stable: one more edge reads them.
             names = list(status_signals)
             _, _, *values = await ctx.tick().sample(*status_signals.values())

@@ -15,7 +15,6 @@ This is the test double of a PYNQ board: ``FPGADevice(shell, shell.buffer, confi
 
 from __future__ import annotations
 
-from collections import deque
 
 import numpy as np
 from amaranth.hdl import Cat, Elaboratable, Module, Signal
@@ -24,7 +23,7 @@ from amaranth.sim import Simulator
 from vtakit.errors import MemoryAccessError, SimError
 from vtakit.hw.config import VTAConfig
 from vtakit.hw.shell import VTAShell
-from vtakit.sim.rtl import DramModel
+from vtakit.sim.rtl import AxiResponder, DramModel
 
 __all__ = ["SimBuffer", "SimulatedShell"]
 
@@ -164,16 +163,11 @@ class SimulatedShell:
         probe, dram = self._probe, self._dram
         f = probe.field
         shell = probe.shell
-        axi, lite = shell.m_axi, shell.s_axil
-        ctx.set(axi.arready, 1)
-        ctx.set(axi.awready, 1)
-        ctx.set(axi.wready, 1)
+        lite = shell.s_axil
+        memory = AxiResponder(ctx, shell.m_axi, dram)
         ctx.set(lite.bready, 1)
         ctx.set(lite.rready, 1)
         ctx.set(lite.wstrb, 0xF)
-        r_driven = False
-        b_pending: deque[int] = deque()
-        b_driven = False
         active: _Txn | None = None     # the AXI4-Lite transaction on the bus
         phase = 0                      # 1: address (and data) valid, 2: waiting for B / R
         cycle = 0
@@ -184,10 +178,7 @@ class SimulatedShell:
             if value & 2:
                 dram.write_request(f(value, "awaddr"), f(value, "awlen"), f(value, "awsize"))
             if value & 4:
-                last = bool(f(value, "wlast"))
-                dram.write_beat(f(value, "wdata"), last)
-                if last:
-                    b_pending.append(cycle + 1)
+                memory.write_beat(cycle, f(value, "wdata"), bool(f(value, "wlast")))
             if active is not None:
                 if active.write:
                     if phase == 1 and f(value, "l_awready"):
@@ -215,22 +206,4 @@ class SimulatedShell:
                 else:
                     ctx.set(lite.araddr, active.addr)
                     ctx.set(lite.arvalid, 1)
-            # Drive R and B of the AXI4 master for the next cycle.
-            beat = dram.read_beat(cycle)
-            if beat is not None:
-                data, axi_id, last = beat
-                ctx.set(axi.rdata, data)
-                ctx.set(axi.rid, axi_id)
-                ctx.set(axi.rlast, last)
-                if not r_driven:
-                    ctx.set(axi.rvalid, 1)
-                    r_driven = True
-            elif r_driven:
-                ctx.set(axi.rvalid, 0)
-                r_driven = False
-            b_now = bool(b_pending) and b_pending[0] == cycle
-            if b_now:
-                b_pending.popleft()
-            if b_now != b_driven:
-                ctx.set(axi.bvalid, b_now)
-                b_driven = b_now
+            memory.drive(cycle)              # R and B of the AXI4 master for the next cycle
