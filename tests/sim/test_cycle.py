@@ -106,8 +106,9 @@ def test_random_default_matches_rtl(seed, rtl_cache_dir):
     assert first_divergence(random_program(DEFAULT, seed), rtl_cache_dir) is None
 
 
+@pytest.mark.slow  # a minute of RTL simulation; the verilator backend's slow tests also check a compiled C4 on rtl
 def test_compiled_resnet_layer_matches_rtl(rtl_cache_dir):
-    """A compiled default-configuration layer (ResNet-18 C10, 2 virtual threads; ~30 s of RTL): the
+    """A compiled default-configuration layer (ResNet-18 C10, 2 virtual threads; ~30-60 s of RTL): the
     RTL computes numpy's result, and the cycle model equals it in cycles, every retire cycle, busy
     cycles and DRAM."""
     wl = RESNET18["C10"]
