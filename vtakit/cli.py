@@ -363,6 +363,9 @@ def _add_synth(verbs: argparse._SubParsersAction) -> None:
                    help="ECP5 parts: also place and route with nextpnr-ecp5 and report fmax against CLOCK_MHZ (slow)")
     p.add_argument("--no-modules", dest="modules", action="store_false",
                    help="skip the hierarchical run that gives per-module counts (halves the time)")
+    p.add_argument("--vivado", type=Path, metavar="DIR",
+                   help="Zynq parts: also write a Vivado project (block design with the PS, the core on HP0 and its "
+                        "registers on GP0, constraints; docs/fpga_driver.md) into DIR")
     p.set_defaults(func=cmd_synth)
 
 
@@ -371,8 +374,16 @@ def cmd_synth(args: argparse.Namespace) -> int:
     from vtakit.hw.synth import synthesize, utilisation
 
     config = _load_config(args) or VTAConfig()
+    if args.vivado is not None:   # written first: it takes seconds, synthesis minutes
+        from vtakit.hw.parts import PARTS
+        from vtakit.hw.vivado import write_project
+
+        if PARTS[args.part].family != "xilinx7":
+            raise VtakitError(f"--vivado writes a Vivado project for a Zynq part, not for {args.part}")
+        written = write_project(config, args.vivado, args.part)
+        print(f"vtakit: wrote the Vivado project ({', '.join(p.name for p in written)}) to {args.vivado}/",
+              file=sys.stderr)
     report = synthesize(config, args.part, modules=args.modules, route=args.route, out_dir=args.out)
-    # (later flags that write vendor projects from the same configuration and --out go here)
     guess = estimate(config, args.part)
     if args.json:
         print(json.dumps({**report.to_dict(), "estimate": guess.to_dict()}, indent=2))

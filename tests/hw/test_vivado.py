@@ -200,3 +200,18 @@ def test_the_wrapper_and_the_core_lint_clean(project):
                              str(out / "vtakit_top.v"), str(out / "vtakit_bd_top.v")],
                             env=env, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
+
+
+def test_vtakit_synth_vivado_writes_the_project_before_synthesising(tmp_path, monkeypatch, capsys):
+    import vtakit.hw.synth as synth
+    from vtakit import cli
+
+    def stop(*args, **kwargs):
+        raise KeyboardInterrupt   # the project must already be there when synthesis starts
+
+    monkeypatch.setattr(synth, "synthesize", stop)
+    assert cli.main(["synth", "--part", "xc7z020", "--vivado", str(tmp_path / "proj")]) == 130
+    names = {p.name for p in (tmp_path / "proj").iterdir()}
+    assert {"create_project.tcl", "vtakit_top.v"} <= names
+    assert cli.main(["synth", "--part", "ecp5-85k", "--vivado", str(tmp_path / "other")]) == 1
+    assert "Zynq part" in capsys.readouterr().err and not (tmp_path / "other").exists()
