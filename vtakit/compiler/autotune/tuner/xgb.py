@@ -125,4 +125,7 @@ class XGBTuner(Tuner):
                               "'itervar' or 'curve' to transfer between templates")
         self.model.fit_base(groups)
         self._replan()
+        if not self.xs:   # nothing measured yet: the template's default still comes first, as in a cold start
+            fallback = self.space.fallback.index
+            self.plan = [fallback] + [i for i in self.plan if i != fallback]
 
