@@ -43,10 +43,11 @@ from amaranth.hdl import Cat, Elaboratable, Module, Shape, Signal
 
 from vtakit.errors import DeadlockError, MemoryAccessError, SimError, VtakitError
 from vtakit.hw.config import VTAConfig
-from vtakit.hw.core import COUNTERS, TOKEN_QUEUES, VTACore
+from vtakit.hw.core import VTACore
 from vtakit.progress import progress
 from vtakit.sim.backend import Launch
-from vtakit.sim.rtl import MAX_CYCLES, _check_launch, _deadlock_report, profile_counters, validate
+from vtakit.sim.rtl import (MAX_CYCLES, _check_launch, _deadlock_report, _status_signals, profile_counters,
+                            validate)
 from vtakit.sim.stats import STAGE_MODULES, RunStats
 
 __all__ = ["execute", "run_validated", "build", "available", "VerilatorUnavailableError", "VerilatorTop",
@@ -90,14 +91,7 @@ class VerilatorTop(Elaboratable):
             retire = getattr(core, f"retire_{name}")
             self._outputs[f"ret_{name}"] = retire.valid
             self._outputs[f"idx_{name}"] = retire.index
-        status = {name: getattr(core, name) for name in COUNTERS}
-        status["fetch_done"] = core.fetch.done
-        for name in _MODULES:
-            module = getattr(core, name)
-            status[f"{name}_state"] = module.state
-            status[f"{name}_index"] = module.index
-        for queue in TOKEN_QUEUES:
-            status[f"{queue}_count"] = core.token_queues[queue].count
+        status = _status_signals(core)
         self._status = status
         self.status_fields: dict[str, tuple[int, int]] = {}
         offset = 0
