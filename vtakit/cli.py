@@ -260,7 +260,7 @@ _OP_VTHREADS_HELP = ("virtual threads (cthread) at most; fewer when the output d
 
 def _add_bench_conv2d(workloads: argparse._SubParsersAction) -> None:
     p = workloads.add_parser("conv2d", help="compiled packed conv2d + requantisation (TE -> VTA program)",
-                             description="out = clip((conv2d(x, w) >> shift) + bias, -128, 127) as int8, compiled "
+                             description="out = clip((conv2d(x, w) + addend) >> shift, -128, 127) as int8, compiled "
                                          "from tensor expressions with the default schedule, run on a backend and "
                                          "checked against numpy; the shift is the smallest that saturates no output "
                                          "of this workload's random data. Give --layer or an explicit shape; batch and "
@@ -298,7 +298,7 @@ def _threads(result: Any, args: argparse.Namespace) -> str:
 
 def _add_bench_dense(workloads: argparse._SubParsersAction) -> None:
     p = workloads.add_parser("dense", help="compiled packed dense + requantisation (TE -> VTA program)",
-                             description="out = clip(((A . W^T) >> shift) + bias, -128, 127) as int8 for A (M x K) "
+                             description="out = clip((A . W^T + addend) >> shift, -128, 127) as int8 for A (M x K) "
                                          "and W (N x K), compiled from tensor expressions, run on a backend and "
                                          "checked against numpy; the shift is the smallest that saturates no output "
                                          "of this workload's random data.")
