@@ -6,22 +6,21 @@ bit of the largest multiplier: any non-negative multiplier, up to 15 set bits) w
 import numpy as np
 import pytest
 
-from vtakit.compiler.topi_vta import Conv2dWorkload, conv2d, dense
+from vtakit.compiler.topi_vta import conv2d, dense
 from vtakit.compiler.topi_vta.epilogue import epilogue_resources, form_terms, multiplier_form, shift_add_form
 from vtakit.compiler.topi_vta.tiling import choose_conv2d_tiles
 from vtakit.compiler.vta.env import get_env
 from vtakit.errors import CompileError
 from vtakit.hw.config import VTAConfig
-from vtakit.runtime.packing import (SHIFT_ADD_TERMS, conv2d_reference, dense_reference, multiplier_set_bits,
-                                    pack_bias, pack_matrix, pack_nchw, pack_oihw, requantize, shift_add_amounts,
-                                    shift_add_terms, shift_add_value)
+from vtakit.runtime.packing import (SHIFT_ADD_TERMS, dense_reference, multiplier_set_bits, pack_bias, pack_matrix,
+                                    requantize, shift_add_amounts, shift_add_terms, shift_add_value)
 
-from tests.compiler.vta.helpers import build_and_run
+from tests.compiler.vta.helpers import EPILOGUE_CONV, build_and_run, random_layer
 
 SMALL_MUL = VTAConfig.small(alu_mul=True)
 SMALL = VTAConfig.small()
 DEFAULT = VTAConfig()
-WL = Conv2dWorkload(5, 6, 6, 10, (3, 2), (1, 0, 1, 1), (1, 2))
+WL = EPILOGUE_CONV
 
 
 def _few_bits(rng, n, bits=SHIFT_ADD_TERMS, top=15):
@@ -45,18 +44,7 @@ MIXED_BITS = (1, 5, 9, 15)
 
 def _case(env, op, multiplier, seed, addend=True, bits=None):
     rng = np.random.default_rng(seed)
-    if op == "conv2d":
-        x = rng.integers(-128, 128, (1, WL.ci, WL.h, WL.w), dtype=np.int8)
-        w = rng.integers(-128, 128, (WL.co, WL.ci, WL.kh, WL.kw), dtype=np.int8)
-        acc = conv2d_reference(x, w, WL.stride, WL.pad)
-        host = [pack_nchw(x, env.batch, env.block_in), pack_oihw(w, env.block_out, env.block_in)]
-        channels, pack = WL.co, lambda r: pack_nchw(r, env.batch, env.block_out)
-    else:
-        a = rng.integers(-128, 128, (3, 10), dtype=np.int8)
-        w = rng.integers(-128, 128, (6, 10), dtype=np.int8)
-        acc = dense_reference(a, w)
-        host = [pack_matrix(a, env.batch, env.block_in), pack_matrix(w, env.block_out, env.block_in)]
-        channels, pack = 6, lambda r: pack_matrix(r, env.batch, env.block_out)
+    host, acc, channels, pack = random_layer(env, op, rng)
     add = rng.integers(-3000, 3000, channels, dtype=np.int32) if addend else None
     if addend:
         host.append(pack_bias(add, env.batch, env.block_out))

@@ -15,7 +15,7 @@ from vtakit.errors import CompileError
 from vtakit.hw.config import VTAConfig
 from vtakit.compiler.vta.env import get_env
 
-from tests.compiler.vta.helpers import build_and_run, conv_case, dense_case
+from tests.compiler.vta.helpers import EPILOGUE_CONV, build_and_run, conv_case, dense_case, random_layer
 
 
 # ---------------------------------------------------------------------------- small configuration
@@ -291,22 +291,9 @@ MUL = VTAConfig.small(alu_mul=True)
 def _epilogue_case(env, op, with_addend, multiplier, seed=0):
     """Packed operands and the packed expected output of a small conv2d or dense with the epilogue's
     operands: ``(host arrays, requantize kwargs (addend, multiplier), pack)``."""
-    from vtakit.runtime.packing import (conv2d_reference, dense_reference, pack_bias, pack_matrix, pack_nchw,
-                                        pack_oihw)
+    from vtakit.runtime.packing import pack_bias
     rng = np.random.default_rng(seed)
-    if op == "conv2d":
-        wl = Conv2dWorkload(5, 6, 6, 10, (3, 2), (1, 0, 1, 1), (1, 2))
-        x = rng.integers(-128, 128, (1, wl.ci, wl.h, wl.w), dtype=np.int8)
-        w = rng.integers(-128, 128, (wl.co, wl.ci, wl.kh, wl.kw), dtype=np.int8)
-        acc = conv2d_reference(x, w, wl.stride, wl.pad)
-        host = [pack_nchw(x, env.batch, env.block_in), pack_oihw(w, env.block_out, env.block_in)]
-        channels, pack = wl.co, lambda r: pack_nchw(r, env.batch, env.block_out)
-    else:
-        a = rng.integers(-128, 128, (3, 10), dtype=np.int8)
-        w = rng.integers(-128, 128, (6, 10), dtype=np.int8)
-        acc = dense_reference(a, w)
-        host = [pack_matrix(a, env.batch, env.block_in), pack_matrix(w, env.block_out, env.block_in)]
-        channels, pack = 6, lambda r: pack_matrix(r, env.batch, env.block_out)
+    host, acc, channels, pack = random_layer(env, op, rng)
     addend = rng.integers(-3000, 3000, channels, dtype=np.int32) if with_addend else None
     mult = rng.integers(-300, 300, channels, dtype=np.int32) if multiplier == "tensor" else multiplier
     host += [pack_bias(t, env.batch, env.block_out) for t in (addend, mult) if isinstance(t, np.ndarray)]
@@ -329,7 +316,7 @@ def test_epilogue_equals_requantize_on_fsim(op, with_addend, multiplier, shift, 
     env = get_env(MUL)
     host, acc, addend, mult, pack = _epilogue_case(env, op, with_addend, multiplier)
     kwargs = dict(shift=shift, clip=clip, with_addend=with_addend, multiplier=multiplier, pre_shift=pre_shift)
-    s, tensors = conv2d(env, Conv2dWorkload(5, 6, 6, 10, (3, 2), (1, 0, 1, 1), (1, 2)), **kwargs) \
+    s, tensors = conv2d(env, EPILOGUE_CONV, **kwargs) \
         if op == "conv2d" else dense(env, 3, 6, 10, **kwargs)
     names = [t.name for t in tensors]
     want_names = ["addend"] * with_addend + ["multiplier"] * (multiplier == "tensor")
@@ -366,7 +353,7 @@ def test_epilogue_with_a_multiplier_on_the_cycle_backend(config):
     from vtakit.runtime.packing import requantize
     env = get_env(config)
     host, acc, addend, mult, pack = _epilogue_case(env, "conv2d", True, "tensor", seed=4)
-    wl = Conv2dWorkload(5, 6, 6, 10, (3, 2), (1, 0, 1, 1), (1, 2))
+    wl = EPILOGUE_CONV
     s, tensors = conv2d(env, wl, shift=12, clip=(-128, 127), multiplier="tensor", pre_shift=3)
     _, stats = build_and_run(s, tensors, host, pack(requantize(acc, addend, 12, (-128, 127), mult, 3)), config,
                              backend="cycle")
