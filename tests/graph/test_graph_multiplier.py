@@ -17,6 +17,7 @@ from vtakit.errors import GraphError
 from vtakit.hw.config import VTAConfig
 from vtakit.runtime.packing import SHIFT_ADD_TERMS, multiplier_set_bits
 
+from tests.graph.qdq_models import quantize_digits
 from tests.graph.test_vta_target import _odd_channel_model
 
 SMALL, DEFAULT = VTAConfig.small(), VTAConfig()
@@ -204,28 +205,11 @@ def test_digits_with_multiplier_bits_on_the_default_configuration():
 @pytest.fixture(scope="module")
 def qdq_digits(tmp_path_factory):
     """The digits CNN quantised per channel by onnxruntime (QDQ), and onnxruntime's top-1."""
-    import warnings
-
     ort = pytest.importorskip("onnxruntime")
-    quantization = pytest.importorskip("onnxruntime.quantization")
+    pytest.importorskip("onnxruntime.quantization")
     from vtakit import datasets
 
-    calib = datasets.load_digits_calibration()["input"]
-
-    class Reader(quantization.CalibrationDataReader):
-        def __init__(self):
-            self.items = iter([{"input": calib[i:i + 1]} for i in range(len(calib))])
-
-        def get_next(self):
-            return next(self.items, None)
-
-    out = tmp_path_factory.mktemp("qdq") / "digits_qdq.onnx"
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        quantization.quantize_static(
-            str(datasets.digits_model_path()), str(out), Reader(), quant_format=quantization.QuantFormat.QDQ,
-            activation_type=quantization.QuantType.QInt8, weight_type=quantization.QuantType.QInt8,
-            per_channel=True, extra_options={"ActivationSymmetric": True})
+    out = quantize_digits(tmp_path_factory.mktemp("qdq") / "digits_qdq.onnx", per_channel=True)
     session = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
     x, _ = datasets.load_digits_test()
     return str(out), np.array([int(np.argmax(session.run(None, {"input": x[k:k + 1]})[0])) for k in range(len(x))])

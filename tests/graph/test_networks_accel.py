@@ -34,6 +34,8 @@ from vtakit.hw.config import VTAConfig
 from vtakit.runtime.graph_executor import Plan, Step
 from vtakit.runtime.packing import SHIFT_ADD_TERMS
 
+from tests.graph.qdq_models import quantize_digits
+
 datasets = pytest.importorskip("vtakit.datasets")
 
 DEFAULT, SMALL = VTAConfig(), VTAConfig.small()
@@ -295,24 +297,9 @@ def test_digits_int8_on_the_accelerator_is_within_one_point_of_float(digits):
 
 
 def _ort_qdq(tmp_path_factory, per_channel: bool) -> str:
-    quantization = pytest.importorskip("onnxruntime.quantization")
-    calib = datasets.load_digits_calibration()["input"]
-
-    class Reader(quantization.CalibrationDataReader):
-        def __init__(self):
-            self.items = iter([{"input": calib[i:i + 1]} for i in range(len(calib))])
-
-        def get_next(self):
-            return next(self.items, None)
-
+    pytest.importorskip("onnxruntime.quantization")
     out = tmp_path_factory.mktemp("qdq") / f"digits_qdq_{'channel' if per_channel else 'tensor'}.onnx"
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        quantization.quantize_static(
-            str(datasets.digits_model_path()), str(out), Reader(), quant_format=quantization.QuantFormat.QDQ,
-            activation_type=quantization.QuantType.QInt8, weight_type=quantization.QuantType.QInt8,
-            per_channel=per_channel, extra_options={"ActivationSymmetric": True})
-    return str(out)
+    return quantize_digits(out, per_channel)
 
 
 @pytest.fixture(scope="module", params=[False, True], ids=["per_tensor", "per_channel"])

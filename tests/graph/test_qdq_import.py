@@ -22,6 +22,8 @@ from vtakit.compiler.graph.passes.fold_qdq import ERROR_KEY, MULTIPLIER_BITS, ac
 from vtakit.errors import GraphError, UnsupportedOperatorError
 from vtakit.runtime.packing import requantize
 
+from tests.graph.qdq_models import quantize_digits
+
 ort = pytest.importorskip("onnxruntime")
 quantization = pytest.importorskip("onnxruntime.quantization")
 datasets = pytest.importorskip("vtakit.datasets")
@@ -31,24 +33,8 @@ N_IMAGES = 100
 
 # ---------------------------------------------------------------------------- helpers
 def _quantise(tmp_path_factory, per_channel: bool, fmt: str, symmetric: bool = True) -> str:
-    calib = datasets.load_digits_calibration()["input"][:64]
-
-    class Reader(quantization.CalibrationDataReader):
-        def __init__(self):
-            self.items = iter([{"input": calib[i:i + 1]} for i in range(len(calib))])
-
-        def get_next(self):
-            return next(self.items, None)
-
     out = tmp_path_factory.mktemp("qdq") / f"digits_{fmt}_{per_channel}_{symmetric}.onnx"
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        quantization.quantize_static(
-            str(datasets.digits_model_path()), str(out), Reader(),
-            quant_format=getattr(quantization.QuantFormat, fmt), activation_type=quantization.QuantType.QInt8,
-            weight_type=quantization.QuantType.QInt8, per_channel=per_channel,
-            extra_options={"ActivationSymmetric": symmetric})
-    return str(out)
+    return quantize_digits(out, per_channel, fmt, symmetric, samples=64)
 
 
 def _session(model):

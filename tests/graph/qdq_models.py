@@ -1,0 +1,33 @@
+"""The digits CNN quantised by onnxruntime (``quantize_static``), as the QDQ tests need it."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+
+def quantize_digits(out: Path, per_channel: bool, fmt: str = "QDQ", symmetric: bool = True,
+                    samples: int | None = None) -> str:
+    """Write the packaged digits CNN quantised to int8 by onnxruntime to ``out``, calibrated on the first
+    ``samples`` (all by default) calibration images, one per batch; returns the path."""
+    from onnxruntime import quantization
+
+    from vtakit import datasets
+
+    calib = datasets.load_digits_calibration()["input"][:samples]
+
+    class Reader(quantization.CalibrationDataReader):
+        def __init__(self):
+            self.items = iter([{"input": calib[i:i + 1]} for i in range(len(calib))])
+
+        def get_next(self):
+            return next(self.items, None)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        quantization.quantize_static(
+            str(datasets.digits_model_path()), str(out), Reader(),
+            quant_format=getattr(quantization.QuantFormat, fmt), activation_type=quantization.QuantType.QInt8,
+            weight_type=quantization.QuantType.QInt8, per_channel=per_channel,
+            extra_options={"ActivationSymmetric": symmetric})
+    return str(out)
