@@ -10,10 +10,10 @@ import shutil
 import numpy as np
 import pytest
 
+from vtakit import datasets
 import vtakit.graph as vg
 from vtakit.cli import main
 
-datasets = pytest.importorskip("vtakit.datasets")
 
 
 @pytest.fixture

@@ -26,6 +26,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
+from vtakit import datasets
 import vtakit.graph as vg
 from vtakit.compiler.graph import zoo
 from vtakit.compiler.graph.ops.qnn import RESIDUAL_INPUT
@@ -36,7 +37,6 @@ from vtakit.runtime.packing import SHIFT_ADD_TERMS
 
 from tests.graph.qdq_models import quantize_digits
 
-datasets = pytest.importorskip("vtakit.datasets")
 
 DEFAULT, SMALL = VTAConfig(), VTAConfig.small()
 ALU_MUL = VTAConfig(alu_mul=True)
