@@ -23,6 +23,9 @@ __all__ = [
     "UnsupportedOperatorError",
     "TuningError",
     "DeviceError",
+    "EmulationError",
+    "SharedMemoryRaceError",
+    "DivergentBarrierError",
 ]
 
 
@@ -90,3 +93,15 @@ class DeviceError(VtakitError):
     """The FPGA driver (vtakit.runtime.fpga) cannot do as asked: the accelerator is busy or did not
     finish in time, an instruction address lies outside the DMA buffer or is misaligned, the
     register window is not a vtakit shell, or the board adapter's ``pynq`` is missing."""
+
+
+class EmulationError(SimError):
+    """The GPU emulator found a kernel whose behaviour on a real GPU is undefined."""
+
+
+class SharedMemoryRaceError(EmulationError):
+    """Two threads of a block touch the same shared-memory element between two barriers, one writing."""
+
+
+class DivergentBarrierError(EmulationError):
+    """A barrier is reached by some threads of a block but not others (or at different barriers)."""
