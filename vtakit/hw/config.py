@@ -57,6 +57,8 @@ class VTAConfig:
     cmd_queue_depth: int = 8
     clock_mhz: float = 100.0
     alu_mul: bool = False
+    # Fused requantisation: ALU opcode REQUANT (docs/isa.md), clip((dst + addend) >> s) in one micro-op.
+    alu_requant: bool = False
 
     def __post_init__(self) -> None:
         self._validate()

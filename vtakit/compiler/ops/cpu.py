@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Sequence
 
 from vtakit.compiler import ir
 from vtakit.compiler import te
@@ -21,6 +21,9 @@ from vtakit.compiler.te.schedule import Schedule
 from vtakit.compiler.te.tensor import ComputeOp, Tensor
 from vtakit.errors import ScheduleError
 from vtakit.compiler.ops.common import static_shape
+from vtakit.compiler.ops.stages import (divisor as _divisor, find_anchor as _find, inner_stages as _inner_stages,
+                                        input_tagged as _input_tagged, is_injective as _is_injective,
+                                        outputs_of as _outputs, producers as _producers, size_of as _size)
 
 __all__ = ["vector_lanes", "default_target", "RegisterTile", "gemm_tile", "dense_pack_block", "conv2d_channel_block",
            "schedule", "schedule_injective", "schedule_dense", "schedule_conv2d_nchw",
@@ -108,74 +111,20 @@ def _tile_rows(block: int, dtype: str, target: CPUTarget) -> int:
     return max(1, tile.rows * tile.vectors // vectors)
 
 
-def _outputs(outs: Tensor | Sequence[Tensor]) -> list[Tensor]:
-    outs = [outs] if isinstance(outs, Tensor) else list(outs)
-    if not outs or not all(isinstance(t, Tensor) for t in outs):
-        raise ScheduleError(f"a schedule needs the output tensor(s), got {outs!r}")
-    return outs
 
 
-def _is_injective(t: Tensor) -> bool:
-    return isinstance(t.op, ComputeOp) and not isinstance(t.op.body, ir.Reduce)
 
 
-def _divisor(extent: int, limit: int) -> int:
-    """The largest divisor of ``extent`` that is at most ``limit``."""
-    return max(d for d in range(1, min(extent, limit) + 1) if extent % d == 0)
 
 
-def _producers(t: Tensor) -> Iterable[Tensor]:
-    return t.op.input_tensors if isinstance(t.op, ComputeOp) else []
 
 
-def _find(last: Tensor, tags: tuple[str, ...]) -> tuple[Tensor, list[Tensor]]:
-    """The stage tagged ``tags`` that ``last`` is computed from, and the element-wise stages to inline:
-    those between it and ``last``, and side inputs of the epilogue (a reshaped bias, ...)."""
-    def reaches(t: Tensor) -> bool:
-        return t.op.tag in tags or any(reaches(p) for p in _compute_producers(t))
-
-    inline: list[Tensor] = []
-    t = last
-    while t.op.tag not in tags:
-        on_path = [p for p in _compute_producers(t) if reaches(p)]
-        if len(on_path) != 1 or not _is_injective(t):
-            raise ScheduleError(f"schedule for {tags[0]}: output {last.name!r} is not a chain of element-wise "
-                                f"stages ending in a {'/'.join(tags)} stage")
-        if t is not last:
-            inline.append(t)
-        for side in _compute_producers(t):
-            if side is not on_path[0]:
-                inline.extend(_side_stages(side, last))
-        t = on_path[0]
-    return t, inline
 
 
-def _compute_producers(t: Tensor) -> list[Tensor]:
-    return [p for p in _producers(t) if isinstance(p.op, ComputeOp)]
 
 
-def _inner_stages(outs: list[Tensor]) -> list[Tensor]:
-    """Every compute stage the outputs are computed from, once each, the outputs themselves excluded."""
-    out_ops = {id(t.op) for t in outs}
-    seen: set[int] = set()
-    stages: list[Tensor] = []
-    stack = list(outs)
-    while stack:
-        for p in _compute_producers(stack.pop()):
-            if id(p.op) in seen:
-                continue
-            seen.add(id(p.op))
-            stack.append(p)
-            if id(p.op) not in out_ops:
-                stages.append(p)
-    return stages
 
 
-def _side_stages(t: Tensor, last: Tensor) -> list[Tensor]:
-    if not _is_injective(t):
-        raise ScheduleError(f"output {last.name!r} reads the reduction {t.name!r} besides its main operator; "
-                            "schedule it separately")
-    return [t] + [u for p in _compute_producers(t) for u in _side_stages(p, last)]
 
 
 def _parallel(stage, axes: list, work: int):
@@ -212,8 +161,6 @@ def _materialize(s: Schedule, t: Tensor, target: CPUTarget) -> None:
     _parallel(stage, axes[:max(1, len(axes) - 2)], _size(t))
 
 
-def _size(t: Tensor) -> int:
-    return math.prod(static_shape(t))
 
 
 def _work(last: Tensor, reduction: Tensor) -> int:
@@ -222,8 +169,6 @@ def _work(last: Tensor, reduction: Tensor) -> int:
     return _size(last) * math.prod(extents)
 
 
-def _input_tagged(t: Tensor, tag: str) -> Tensor | None:
-    return next((p for p in _producers(t) if isinstance(p.op, ComputeOp) and p.op.tag == tag), None)
 
 
 # ---------------------------------------------------------------------------- element-wise
