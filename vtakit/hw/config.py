@@ -59,6 +59,9 @@ class VTAConfig:
     alu_mul: bool = False
     # Fused requantisation: ALU opcode REQUANT (docs/isa.md), clip((dst + addend) >> s) in one micro-op.
     alu_requant: bool = False
+    # Area keys (docs/fpga.md): how the RTL is built; the ISA and the results do not change.
+    gemm_dsp_packing: bool = True
+    acc_read_ports: int = 2
 
     def __post_init__(self) -> None:
         self._validate()
@@ -165,6 +168,9 @@ class VTAConfig:
             raise ConfigError(f"TOKEN_QUEUE_DEPTH={self.token_queue_depth} must be at most 255")
         if not 0 < self.clock_mhz < math.inf:
             raise ConfigError(f"CLOCK_MHZ={self.clock_mhz} must be positive and finite")
+        if self.acc_read_ports not in (1, 2):
+            raise ConfigError(f"ACC_READ_PORTS={self.acc_read_ports} unsupported, expected 1 (one ACC copy; a tensor "
+                              "ALU micro-op takes 2 cycles) or 2 (ACC stored twice; every micro-op takes 1 cycle)")
         self._validate_encodable()
 
     def _validate_encodable(self) -> None:

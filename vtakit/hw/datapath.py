@@ -14,6 +14,7 @@ from amaranth.lib.wiring import In, Out
 
 from vtakit.hw import isa
 from vtakit.hw.config import VTAConfig
+from vtakit.hw.mac import gemm_products
 
 __all__ = ["TensorDatapath", "gemm_datapath", "alu_datapath"]
 
@@ -25,15 +26,12 @@ def _tree_sum(terms):
 
 
 def gemm_datapath(config: VTAConfig, inp, wgt, acc):
-    """acc[b][o] + sum_i inp[b][i] * wgt[o][i] for every lane, wrapped to 32 bits (a list of lanes)."""
-    lanes = []
-    for b in range(config.batch):
-        for o in range(config.block_out):
-            products = [inp.word_select(b * config.block_in + i, 8).as_signed()
-                        * wgt.word_select(o * config.block_in + i, 8).as_signed() for i in range(config.block_in)]
-            old = acc.word_select(b * config.block_out + o, 32)
-            lanes.append((old + _tree_sum(products))[:32])
-    return lanes
+    """acc[b][o] + sum_i inp[b][i] * wgt[o][i] for every lane, wrapped to 32 bits (a list of lanes).
+
+    The products come from :func:`vtakit.hw.mac.gemm_products` (two per DSP48E1 with GEMM_DSP_PACKING)."""
+    products = gemm_products(config, inp, wgt)
+    return [(acc.word_select(b * config.block_out + o, 32) + _tree_sum(products[b][o]))[:32]
+            for b in range(config.batch) for o in range(config.block_out)]
 
 
 def alu_datapath(config: VTAConfig, alu_opcode, lhs, rhs):

