@@ -22,6 +22,7 @@ __all__ = [
     "GraphError",
     "UnsupportedOperatorError",
     "TuningError",
+    "DSEError",
     "DeviceError",
     "EmulationError",
     "SharedMemoryRaceError",
@@ -87,6 +88,11 @@ class UnsupportedOperatorError(GraphError):
 
 class TuningError(VtakitError):
     """A tuning task, config space, log or measurement farm cannot be used as asked."""
+
+
+class DSEError(TuningError):
+    """The co-design search (vtakit.dse) cannot run as asked: an unknown network, nothing in the
+    space fits the part's budget (the message names the binding resource), an unreadable log."""
 
 
 class DeviceError(VtakitError):
