@@ -46,7 +46,7 @@ from vtakit.compiler import ir
 from vtakit.compiler.backend.llvm_runtime import PARALLEL_LAUNCH
 from vtakit.errors import CompileError
 
-__all__ = ["generate", "GeneratedModule", "STACK_LIMIT", "TASK_STACK_LIMIT", "MATH_INTRINSICS"]
+__all__ = ["generate", "CodeGen", "GeneratedModule", "STACK_LIMIT", "TASK_STACK_LIMIT", "MATH_INTRINSICS"]
 
 STACK_LIMIT = 64 * 1024
 TASK_STACK_LIMIT = 512 * 1024  # pool threads and the caller have stacks of megabytes
@@ -280,7 +280,7 @@ def generate(func: ir.PrimFunc, symbol: str, triple: str = "", data_layout: str 
     names to the C symbols that implement them (called with the arguments as C scalars and pointers);
     the intrinsics in ``checked`` also get the status word first and are tested after each call.
     ``vector_width`` (bits, 0: the CPU's own) caps the registers LLVM splits wide vectors into."""
-    generated = _CodeGen(func, symbol, triple, data_layout, externs or {}, checked).run()
+    generated = CodeGen(func, symbol, triple, data_layout, externs or {}, checked).run()
     if not vector_width:
         return generated
     return GeneratedModule(_with_vector_width(generated.llvm_ir, vector_width), generated.entry, generated.shape_vars)
@@ -295,7 +295,9 @@ def _with_vector_width(llvm_ir: str, bits: int) -> str:
     return "\n".join(line + attrs if line.startswith("define ") else line for line in llvm_ir.splitlines()) + "\n"
 
 
-class _CodeGen:
+class CodeGen:
+    """The per-node LLVM IR generator; the NVPTX backend subclasses it and overrides its hooks."""
+
     def __init__(self, func: ir.PrimFunc, symbol: str, triple: str, data_layout: str,
                  externs: dict[str, str], checked: frozenset[str]) -> None:
         self.func = func
