@@ -33,14 +33,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
 from vtakit.compiler import ir
 from vtakit.errors import CompileError, MemoryAccessError
 
-__all__ = ["Pointer", "Interpreter", "run"]
+__all__ = ["Pointer", "Interpreter", "bind_arrays", "poison", "run"]
 
 Env = dict
 _UNBOUND = object()
@@ -88,7 +88,8 @@ def _wrapper(dtype: str) -> Callable[[int], int]:
     return wrap
 
 
-def _poison(dtype: str, size: int) -> np.ndarray:
+def poison(dtype: str, size: int) -> np.ndarray:
+    """Fresh storage of ``size`` elements filled with the poison pattern (NaN for floats)."""
     npd = _np_dtype(dtype)
     if npd.kind == "f":
         return np.full(size, np.nan, dtype=npd)
@@ -118,28 +119,23 @@ class Interpreter:
         self._body = self.stmt(func.body)
 
     def __call__(self, *arrays: np.ndarray) -> None:
-        params = self.func.params
-        if len(arrays) != len(params):
-            raise CompileError(f"{self.func.name} takes {len(params)} arrays ({', '.join(p.name for p in params)}), "
-                               f"got {len(arrays)}")
-        env: Env = {}
-        for k, (buf, arr) in enumerate(zip(params, arrays)):
-            ok = isinstance(arr, np.ndarray) and arr.dtype == _np_dtype(buf.dtype) and arr.ndim == buf.ndim
-            for extent, n in zip(buf.shape, arr.shape if ok else ()):
-                if isinstance(extent, ir.Var):  # a shape variable: bound by the first array that has it
-                    ok = ok and env.setdefault(extent, n) == n
-                else:
-                    ok = ok and isinstance(extent, ir.IntImm) and extent.value == n
-            if not ok:
-                got = f"{arr.shape} {arr.dtype}" if isinstance(arr, np.ndarray) else type(arr).__name__
-                shape = tuple(env.get(e, str(e)) if isinstance(e, ir.Var) else int(e.value) for e in buf.shape)
-                raise CompileError(f"argument {k} ({buf.name}): expected an array of shape {shape} and dtype "
-                                   f"{buf.dtype}, got {got}")
-            if not arr.flags.c_contiguous:
-                raise CompileError(f"argument {k} ({buf.name}) must be C-contiguous")
-            env[buf.data] = arr.reshape(-1)
+        env = bind_arrays(self.func.name, self.func.params, arrays)
         with np.errstate(all="ignore"):
             self._body(env)
+
+    # ------------------------------------------------------------------ hooks for subclasses
+    def suspends(self, s: ir.Stmt) -> bool:
+        """Whether a cooperative thread running ``s`` may stop in it to wait for its peers."""
+        return ir.contains(s, ir.AllReduce)
+
+    def allocation(self, buf: ir.Buffer, size: int) -> np.ndarray:
+        """The storage an ``Allocate`` of ``buf`` (``size`` elements) binds: fresh and poisoned."""
+        return poison(buf.dtype, size)
+
+    def access_hook(self, buf: ir.Buffer, write: bool) -> Callable[[Any], None] | None:
+        """A function called with the flat index (an int or an index array) of every in-bounds
+        load (``write`` false) or store of ``buf``, or None to call nothing."""
+        return None
 
     # ------------------------------------------------------------------ expressions
     def expr(self, e: ir.PrimExpr) -> ExprFn:
@@ -360,15 +356,20 @@ class Interpreter:
         index, storage = self._flat_index(e.buffer, e.indices), self._storage(e.buffer)
         name = e.buffer.name
         as_int = ir.is_int(e.dtype) and ir.lanes_of(e.dtype) == 1
+        track = self.access_hook(e.buffer, False)
 
         def load(env: Env) -> Any:
             arr, i = storage(env), index(env)
             if isinstance(i, np.ndarray):
                 if i.size and (i.min() < 0 or i.max() >= arr.size):
                     raise MemoryAccessError(f"out-of-bounds read of {name}{i.tolist()} (size {arr.size})")
+                if track is not None:
+                    track(i)
                 return arr[i]
             if not 0 <= i < arr.size:
                 raise MemoryAccessError(f"out-of-bounds read of {name}[{i}] (size {arr.size})")
+            if track is not None:
+                track(i)
             v = arr[i]
             return int(v) if as_int else v
 
@@ -482,7 +483,7 @@ class Interpreter:
             for f in sizes:
                 size *= f(env)
             saved = env.get(buf.data)
-            env[buf.data] = _poison(buf.dtype, size)
+            env[buf.data] = self.allocation(buf, size)
             body(env)
             if saved is None:
                 del env[buf.data]
@@ -494,6 +495,7 @@ class Interpreter:
     def _s_BufferStore(self, s: ir.BufferStore) -> StmtFn:
         index, storage, value = self._flat_index(s.buffer, s.indices), self._storage(s.buffer), self.expr(s.value)
         name = s.buffer.name
+        track = self.access_hook(s.buffer, True)
 
         def store(env: Env) -> None:
             arr, i, v = storage(env), index(env), value(env)
@@ -502,6 +504,8 @@ class Interpreter:
                     raise MemoryAccessError(f"out-of-bounds write of {name}{i.tolist()} (size {arr.size})")
             elif not 0 <= i < arr.size:
                 raise MemoryAccessError(f"out-of-bounds write of {name}[{i}] (size {arr.size})")
+            if track is not None:
+                track(i)
             arr[i] = v
 
         return store
@@ -577,7 +581,7 @@ class Interpreter:
     def gstmt(self, s: ir.Stmt) -> GenFn:
         """``s`` as a generator function for one thread of a group: it yields at every all-reduce
         (an :class:`_Arrival`) and is sent the combined value."""
-        if not ir.contains(s, ir.AllReduce):
+        if not self.suspends(s):
             f = self.stmt(s)
 
             def plain(env: Env) -> Iterator[_Arrival]:
@@ -640,7 +644,7 @@ class Interpreter:
             for f in sizes:
                 size *= f(env)
             saved = env.get(buf.data)
-            env[buf.data] = _poison(buf.dtype, size)
+            env[buf.data] = self.allocation(buf, size)
             yield from body(env)
             if saved is None:
                 del env[buf.data]
@@ -748,6 +752,31 @@ def _reduces_over(body: ir.Stmt, thread: ir.Var) -> bool:
 
     ir.walk(body, visit)
     return found
+
+
+def bind_arrays(name: str, params: Sequence[ir.Buffer], arrays: Sequence[np.ndarray]) -> Env:
+    """The environment of a call of ``name``: each parameter's data variable bound to its array
+    (flattened, a view) and each shape variable to its extent; a mismatch raises CompileError."""
+    if len(arrays) != len(params):
+        raise CompileError(f"{name} takes {len(params)} arrays ({', '.join(p.name for p in params)}), "
+                           f"got {len(arrays)}")
+    env: Env = {}
+    for k, (buf, arr) in enumerate(zip(params, arrays)):
+        ok = isinstance(arr, np.ndarray) and arr.dtype == _np_dtype(buf.dtype) and arr.ndim == buf.ndim
+        for extent, n in zip(buf.shape, arr.shape if ok else ()):
+            if isinstance(extent, ir.Var):  # a shape variable: bound by the first array that has it
+                ok = ok and env.setdefault(extent, n) == n
+            else:
+                ok = ok and isinstance(extent, ir.IntImm) and extent.value == n
+        if not ok:
+            got = f"{arr.shape} {arr.dtype}" if isinstance(arr, np.ndarray) else type(arr).__name__
+            shape = tuple(env.get(e, str(e)) if isinstance(e, ir.Var) else int(e.value) for e in buf.shape)
+            raise CompileError(f"argument {k} ({buf.name}): expected an array of shape {shape} and dtype "
+                               f"{buf.dtype}, got {got}")
+        if not arr.flags.c_contiguous:
+            raise CompileError(f"argument {k} ({buf.name}) must be C-contiguous")
+        env[buf.data] = arr.reshape(-1)
+    return env
 
 
 def run(func: ir.PrimFunc, *arrays: np.ndarray, intrinsics: Mapping[str, Callable[..., Any]] | None = None) -> None:
