@@ -26,6 +26,7 @@ __all__ = [
     "DeviceError",
     "EmulationError",
     "SharedMemoryRaceError",
+    "GlobalMemoryRaceError",
     "DivergentBarrierError",
 ]
 
@@ -107,6 +108,11 @@ class EmulationError(SimError):
 
 class SharedMemoryRaceError(EmulationError):
     """Two threads of a block touch the same shared-memory element between two barriers, one writing."""
+
+
+class GlobalMemoryRaceError(EmulationError):
+    """Two threads of one kernel launch write the same global-memory element with nothing ordering
+    the writes (different blocks, or one block with no barrier between them)."""
 
 
 class DivergentBarrierError(EmulationError):
