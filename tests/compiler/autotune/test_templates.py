@@ -1,9 +1,14 @@
 """The shipped templates: their spaces, fallbacks and the choices the schedules honour (every
 measured config is checked against numpy, so NO_ERROR means the output equals numpy's)."""
 
+import re
+
 import pytest
 
+import vtakit
 from vtakit import autotune
+from vtakit.compiler import te
+from vtakit.compiler.ops import cpu, nn
 from vtakit.compiler.autotune.measure import LocalBuilder, LocalRunner, MeasureErrorNo, run_trial
 from vtakit.compiler.autotune.templates.vta import conv2d_knobs
 from vtakit.compiler.topi_vta.tiling import choose_conv2d_tiles
@@ -157,3 +162,60 @@ def test_conv2d_template_takes_the_workload_key_and_the_older_seven_ints():
     assert old.config_space.fallback.knob_values() == \
         autotune.create_task("vta.conv2d", Conv2dWorkload(8, 8, 16, 32, 3, 1, 1).key,
                              config=VTAConfig.small()).config_space.fallback.knob_values()
+
+
+def _loop_ir(schedule, tensors) -> str:
+    """The lowered function with split/fused loop names reduced to their axis (``b.outer.outer`` ->
+    ``b``): two schedules that differ only in how they named their loops compare equal."""
+    return re.sub(r"\b([a-z_]+)(\.(outer|inner|fused))+\b", r"\1", str(vtakit.lower(schedule, tensors)))
+
+
+@pytest.mark.parametrize("n", [64, 256, 1024])
+def test_cpu_gemm_fallback_is_the_hand_schedule(n):
+    """The hand schedule (``ops.cpu.schedule_dense`` on the weight block the graph compiler packs)
+    is a config of the space, its fallback: the same loop nest, so tuning can only match or beat it."""
+    task = autotune.create_task("llvm.dense", (n, n, n), target="llvm")
+    data = te.placeholder((n, n), "float32", name="data")
+    weight = te.placeholder((n, n), "float32", name="weight")
+    out = nn.dense(data, weight, pack_block=cpu.dense_pack_block("float32", out_features=n))
+    assert _loop_ir(*task.instantiate(task.config_space.fallback)) == \
+        _loop_ir(cpu.schedule_dense(out), [data, weight, out])
+
+
+def test_cpu_gemm_packs_per_panel_only_inside_parallel_column_tiles():
+    task = autotune.create_task("llvm.dense", "dense:32,64,32", target="llvm")
+    space = task.config_space
+    panel = [c for c in space if c["pack_at"].val == "panel"]
+    assert panel and all((space.invalid_reason(c) is None) == (tuple(c["order"].perm) == (1, 0)
+                                                                and c["parallel"].val == "outer") for c in panel)
+    good = next(c for c in panel if space.invalid_reason(c) is None and c["tile_x"].size[-1] == 16)
+    res = run_trial(task, good.index, LocalBuilder(timeout=60), LocalRunner(timeout=60, number=1, repeat=1))
+    assert res.ok, res.error_msg
+
+
+@pytest.mark.parametrize("wl", [(28, 28, 128, 128, 3, 1, 1), (14, 14, 256, 512, 3, 1, 2), (56, 56, 64, 64, 1, 0, 1)])
+def test_cpu_conv2d_fallback_is_the_packed_hand_schedule(wl):
+    """Where the graph compiler packs the weight, ``llvm.conv2d`` tunes the packed convolution it
+    runs; the fallback is ``ops.cpu.schedule_conv2d_nchw_packed``'s loop nest."""
+    h, w, ci, co, k, pad, stride = wl
+    task = autotune.create_task("llvm.conv2d", wl, target="llvm")
+    block = cpu.conv2d_channel_block(co, "float32")
+    data = te.placeholder((1, ci, h, w), "float32", name="data")
+    kernel = te.placeholder((co // block, ci, k, k, block), "float32", name="kernel")
+    out = nn.conv2d_nchw_packed(data, kernel, stride, pad)
+    assert _loop_ir(*task.instantiate(task.config_space.fallback)) == \
+        _loop_ir(cpu.schedule_conv2d_nchw_packed(out), [data, kernel, out])
+
+
+def test_cpu_packed_conv2d_choices_equal_numpy():
+    task = autotune.create_task("llvm.conv2d", "conv2d:8,8,16,32,3,1,1", target="llvm")
+    space = task.config_space
+    assert list(space.knobs) == ["tile_oh", "tile_ow", "reduce_order", "ann_kx", "parallel"]
+    picks = [_find(space, tile_oh=[2], tile_ow=[4], reduce_order="y_x_c", ann_kx=["unroll"], parallel="blocks"),
+             _find(space, tile_oh=[4], tile_ow=[2], reduce_order="c_y_x", ann_kx=["none"], parallel="rows")]
+    for cfg in picks:
+        assert space.invalid_reason(cfg) is None
+        res = run_trial(task, cfg.index, LocalBuilder(timeout=60), LocalRunner(timeout=60, number=1, repeat=1))
+        assert res.ok, (cfg, res.error_msg)
+    too_big = _find(space, tile_oh=[4], tile_ow=[8])
+    assert "register tile" in space.invalid_reason(too_big)

@@ -127,3 +127,12 @@ def test_bad_tuner_input(small_dense_task):
         autotune.RandomTuner("vta.dense")
     with pytest.raises(TuningError, match="GATuner does not learn from history"):
         autotune.GATuner(small_dense_task).load_history([])
+
+
+def test_xgb_measures_the_default_first_unless_told_not_to(small_dense_task):
+    """``fallback_first=False`` leaves the default to the search (how transfer learning is
+    measured where the default is already near the optimum)."""
+    fallback = small_dense_task.config_space.fallback.index
+    assert autotune.XGBTuner(small_dense_task, seed=0).next_batch(1)[0].index == fallback
+    first = {autotune.XGBTuner(small_dense_task, seed=s, fallback_first=False).next_batch(1)[0].index for s in range(8)}
+    assert len(first) > 1

@@ -1,11 +1,11 @@
 """The model-based tuner (AutoTVM's ``XGBTuner`` / ``ModelBasedTuner``).
 
 It measures ``plan_size`` configs at a time: at first the template's fallback (so the result is
-never worse than the default schedule) and random ones, or after :meth:`XGBTuner.load_history`
-the base model's favourites; each time another ``plan_size`` results arrive it refits the cost
-model and lets simulated annealing pick the next plan, the ``plan_size`` unvisited configs the
-model rates best. The last 5% of each plan are random (epsilon-greedy), so the model keeps
-seeing configs it would not choose.
+never worse than the default schedule; ``fallback_first=False`` leaves it to the search) and
+random ones, or after :meth:`XGBTuner.load_history` the base model's favourites; each time
+another ``plan_size`` results arrive it refits the cost model and lets simulated annealing pick
+the next plan, the ``plan_size`` unvisited configs the model rates best. The last 5% of each
+plan are random (epsilon-greedy), so the model keeps seeing configs it would not choose.
 """
 
 from __future__ import annotations
@@ -36,8 +36,9 @@ class XGBTuner(Tuner):
 
     def __init__(self, task: Task, plan_size: int = 64, feature_type: str = "itervar", loss_type: str = "rank",
                  num_threads: int | None = None, seed: int | None = None, sa_iters: int = 500,
-                 sa_parallel: int = 128, max_new_features: int | None = None) -> None:
+                 sa_parallel: int = 128, max_new_features: int | None = None, fallback_first: bool = True) -> None:
         super().__init__(task, seed)
+        self.fallback_first = fallback_first
         if feature_type not in FEATURE_TYPES:
             raise TuningError(f"unknown feature_type {feature_type!r}; expected one of {FEATURE_TYPES}")
         self.plan_size = plan_size
@@ -49,7 +50,8 @@ class XGBTuner(Tuner):
                                                      rng=self.rng, max_new_features=max_new_features)
         self.xs: list[int] = []
         self.ys: list[float] = []
-        self.plan: list[int] = [self.space.fallback.index]   # the template's default first: never worse than it
+        # the template's default first, so the result is never worse than it (``fallback_first``)
+        self.plan: list[int] = [self.space.fallback.index] if fallback_first else []
         self._eps = 0                                          # random picks at the end of the plan
         self._pos = 0
         self._fits = 0
@@ -125,7 +127,7 @@ class XGBTuner(Tuner):
                               "'itervar' or 'curve' to transfer between templates")
         self.model.fit_base(groups)
         self._replan()
-        if not self.xs:   # nothing measured yet: the template's default still comes first, as in a cold start
+        if not self.xs and self.fallback_first:   # nothing measured yet: the default first, as in a cold start
             fallback = self.space.fallback.index
             self.plan = [fallback] + [i for i in self.plan if i != fallback]
 
