@@ -1,0 +1,113 @@
+"""The search log: JSON lines, one per evaluated configuration or tuned configuration, appended and
+flushed as each result arrives, so a killed search resumes with nothing lost.
+
+Each line carries the format name and version, the network, the part and the budget; a search
+reads only the lines of its own network, part and budget (others are ignored, with a note). Two
+kinds of line: ``eval`` (an :class:`~vtakit.dse.evaluate.Evaluation`: the configuration, its
+status, resources, clock and per-task cycles with default tilings) and ``tuned`` (the per-task
+cycles after tuning the schedules with a given number of trials; the trials themselves are in
+that configuration's tuning log). A line without its newline (a kill mid-write) or otherwise
+unreadable is skipped with a warning, and the writer starts a new line before appending.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from vtakit.compiler.autotune.record import RecordWriter
+from vtakit.dse.evaluate import Evaluation, TaskCycles
+from vtakit.dse.space import config_key
+from vtakit.errors import DSEError
+
+__all__ = ["LOG_FORMAT", "LOG_VERSION", "LogContents", "SearchLog"]
+
+LOG_FORMAT = "vtakit-dse"
+LOG_VERSION = 1
+
+
+@dataclass
+class LogContents:
+    """What a log holds for one search: evaluations and tuned cycles by config key, in log order,
+    and notes on what was ignored."""
+
+    evaluations: dict[str, Evaluation] = field(default_factory=dict)
+    tuned: dict[tuple[str, int], tuple[TaskCycles, ...]] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class _Line:
+    text: str
+
+    def to_json(self) -> str:   # what RecordWriter writes
+        return self.text
+
+
+class SearchLog:
+    """The log of one search (``path`` None: nothing is stored)."""
+
+    def __init__(self, path: str | Path | None, network: str, part: str, budget: dict[str, float]) -> None:
+        self.path = None if path is None else Path(path)
+        self.header = {"format": LOG_FORMAT, "version": LOG_VERSION, "network": network, "part": part,
+                       "budget": budget}
+        self._writer: RecordWriter | None = None
+
+    def load(self) -> LogContents:
+        out = LogContents()
+        if self.path is None or not self.path.exists():
+            return out
+        try:
+            text = self.path.read_bytes().decode("utf-8", errors="replace")
+        except OSError as exc:
+            raise DSEError(f"cannot read the search log {str(self.path)!r}: {exc.strerror}") from exc
+        lines = text.split("\n")
+        foreign = 0
+        for lineno, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                raw = json.loads(line)
+                if not isinstance(raw, dict) or raw.get("format") != LOG_FORMAT or raw.get("version") != LOG_VERSION:
+                    raise ValueError(f"not a version-{LOG_VERSION} {LOG_FORMAT} line")
+                if any(raw.get(k) != v for k, v in self.header.items()):
+                    foreign += 1
+                    continue
+                if raw.get("kind") == "eval":
+                    ev = Evaluation.from_record(raw)
+                    out.evaluations.setdefault(ev.key, ev)
+                elif raw.get("kind") == "tuned":
+                    tasks = tuple(TaskCycles.from_dict(t) for t in raw["tasks"])
+                    out.tuned.setdefault((str(raw["key"]), int(raw["schedule_trials"])), tasks)
+                else:
+                    raise ValueError(f"unknown kind {raw.get('kind')!r}")
+            except (ValueError, KeyError, TypeError) as exc:
+                where = "its last line" if lineno >= len(lines) - 1 else f"line {lineno}"
+                warnings.warn(f"search log {str(self.path)!r}: skipped {where}, not a readable record ({exc})",
+                              stacklevel=2)
+        if foreign:
+            out.notes.append(f"{self.path}: ignored {foreign} record(s) of another network, part or budget")
+        return out
+
+    def append_eval(self, ev: Evaluation) -> None:
+        self._write({"kind": "eval", **ev.to_record()})
+
+    def append_tuned(self, ev: Evaluation, schedule_trials: int, tuning_log: str) -> None:
+        assert ev.tuned is not None
+        self._write({"kind": "tuned", "key": config_key(ev.config), "schedule_trials": schedule_trials,
+                     "tasks": [t.to_dict() for t in ev.tuned], "tuning_log": tuning_log})
+
+    def _write(self, body: dict[str, Any]) -> None:
+        if self.path is None:
+            return
+        if self._writer is None:
+            self._writer = RecordWriter(self.path)
+        self._writer.write(_Line(json.dumps({**self.header, **body}, separators=(",", ":"))))
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None

@@ -1,0 +1,84 @@
+"""The network a co-design search optimises for: a built-in name or a model, quantised to int8.
+
+``resnet18`` is the graph zoo's ResNet-18 (seeded weights, 224x224, batch 1) calibrated on seeded
+random images; ``digits`` is the small CNN shipped with vtakit, calibrated on its own calibration
+split (the quick network of tests and examples). Anything else is an ONNX model (a path or a
+``ModelProto``) or a :class:`vtakit.graph.Graph`: a float model needs calibration samples, an int8
+(QDQ or already quantised) one does not.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vtakit.errors import DSEError
+
+__all__ = ["Network", "BUILTIN_NETWORKS", "load_network"]
+
+#: The built-in networks, by name.
+BUILTIN_NETWORKS = ("resnet18", "digits")
+
+
+@dataclass
+class Network:
+    """A quantised graph ready for ``vtakit.autotune.extract_tasks`` and ``vtakit.graph.build``, its
+    name, its batch (the first input's leading dimension) and one input for profiling."""
+
+    name: str
+    graph: Any
+    batch: int
+    sample: dict[str, np.ndarray]
+
+
+def load_network(network: Any, calibration: Any = None, *, image: int = 224) -> Network:
+    """``network``: ``"resnet18"``, ``"digits"``, an ``.onnx`` path, an onnx ``ModelProto`` or a
+    :class:`vtakit.graph.Graph`; ``calibration`` quantises a float model (what
+    :func:`vtakit.graph.quantize` takes). ``image`` sizes the built-in ResNet-18."""
+    from vtakit.compiler import graph as vg  # noqa: PLC0415 -- the graph compiler (onnx) loads only when used
+
+    rng = np.random.default_rng(0)
+    if isinstance(network, str) and network == "resnet18":
+        g = vg.from_onnx(vg.zoo.resnet18(seed=0, image=image))
+        shape = g.type_of(g.inputs[0]).shape
+        if calibration is None:
+            calibration = rng.standard_normal((4, *shape[1:])).astype(np.float32)
+        name = "resnet18" if image == 224 else f"resnet18@{image}"
+    elif isinstance(network, str) and network == "digits":
+        from vtakit.datasets import digits_model_path, load_digits_calibration  # noqa: PLC0415
+
+        g = vg.from_onnx(str(digits_model_path()))
+        calibration = load_digits_calibration() if calibration is None else calibration
+        name = "digits"
+    elif isinstance(network, (str, os.PathLike)):
+        path = Path(network)
+        if path.suffix.lower() != ".onnx" or not path.is_file():
+            what = "no such file" if path.suffix.lower() == ".onnx" else "not a built-in network or an .onnx file"
+            raise DSEError(f"unknown network {os.fspath(network)!r} ({what}); expected one of "
+                           f"{list(BUILTIN_NETWORKS)} or the path of an .onnx model")
+        g = vg.from_onnx(str(path))
+        name = path.stem
+    elif type(network).__name__ == "ModelProto":
+        g = vg.from_onnx(network)
+        name = g.name or "model"
+    elif isinstance(network, vg.Graph):
+        g = network
+        name = g.name or "graph"
+    else:
+        raise DSEError(f"unknown network {network!r}: expected one of {list(BUILTIN_NETWORKS)}, an .onnx path, an "
+                       f"onnx ModelProto or a vtakit.graph.Graph")
+    quantized = any(node.op.startswith("qnn.") for node in g.nodes)
+    if not quantized:
+        if calibration is None:
+            raise DSEError(f"network {name!r} is a float model: the accelerator runs int8 networks, so give "
+                           "calibration samples (--calibration CALIB.npz, keyed by input name) or a quantised model")
+        g = vg.quantize(g, calibration)
+    shape = tuple(int(d) for d in g.type_of(g.inputs[0]).shape)
+    dtype = np.dtype(g.type_of(g.inputs[0]).dtype)
+    sample = {g.inputs[0]: rng.standard_normal(shape).astype(dtype) if dtype.kind == "f"
+              else rng.integers(-128, 128, shape).astype(dtype)}
+    return Network(name, g, shape[0] if shape else 1, sample)
