@@ -32,6 +32,7 @@ element offset.
 from __future__ import annotations
 
 import math
+import operator
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
@@ -166,21 +167,38 @@ class Interpreter:
     def _binary(self, e: ir.BinaryOp, scalar_int: Callable, other: Callable) -> ExprFn:
         fa, fb = self.expr(e.a), self.expr(e.b)
         if ir.is_int(e.dtype) and ir.lanes_of(e.dtype) == 1:
-            wrap = _wrapper(e.dtype)
-            return lambda env: wrap(scalar_int(fa(env), fb(env)))
+            # the wrap-around of _wrapper, inlined: scalar index arithmetic is most of the work
+            bits = int(ir.element_of(e.dtype).lstrip("uint"))
+            mask = (1 << bits) - 1
+            lo = -(1 << (bits - 1)) if e.dtype.startswith("int") else 0
+            hi = lo + mask
+            if isinstance(e.b, ir.IntImm):
+                c = e.b.value
+
+                def by_const(env: Env) -> int:
+                    x = scalar_int(fa(env), c)
+                    return x if lo <= x <= hi else ((x - lo) & mask) + lo
+
+                return by_const
+
+            def scalar(env: Env) -> int:
+                x = scalar_int(fa(env), fb(env))
+                return x if lo <= x <= hi else ((x - lo) & mask) + lo
+
+            return scalar
         return lambda env: other(fa(env), fb(env))
 
     def _e_Add(self, e: ir.Add) -> ExprFn:
-        return self._binary(e, lambda a, b: a + b, lambda a, b: a + b)
+        return self._binary(e, operator.add, operator.add)
 
     def _e_Sub(self, e: ir.Sub) -> ExprFn:
-        return self._binary(e, lambda a, b: a - b, lambda a, b: a - b)
+        return self._binary(e, operator.sub, operator.sub)
 
     def _e_Mul(self, e: ir.Mul) -> ExprFn:
-        return self._binary(e, lambda a, b: a * b, lambda a, b: a * b)
+        return self._binary(e, operator.mul, operator.mul)
 
     def _check_zero(self, e: ir.PrimExpr, b: Any) -> None:
-        if np.any(b == 0):
+        if (b == 0) if isinstance(b, int) else np.any(b == 0):
             raise CompileError(f"integer division by zero in {e}")
 
     def _e_Div(self, e: ir.Div) -> ExprFn:
