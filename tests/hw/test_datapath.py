@@ -9,7 +9,7 @@ from vtakit.hw.config import VTAConfig
 from vtakit.hw.datapath import TensorDatapath
 from vtakit.hw.isa import AluOp
 
-CONFIG = VTAConfig.small(alu_mul=True)
+CONFIG = VTAConfig.small(alu_mul=True, alu_requant=True)
 LANES = CONFIG.batch * CONFIG.block_out
 EDGES = np.array([0, 1, -1, 31, 32, -32, -31, 63, 64, 0x7FFFFFFF, -0x80000000, 0x8000, -0x8001, 12345], np.int64)
 
@@ -62,14 +62,16 @@ def test_alu_lanes_match_reference(op, use_imm):
     vectors, expected = [], []
     for trial in range(12):
         a = np.concatenate([EDGES, rng.integers(-(1 << 31), 1 << 31, 8)])[trial:trial + LANES]
+        control = int(rng.integers(0, 128)) if op == AluOp.REQUANT else 0   # REQUANT: shift, ReLU, rounding
         if use_imm:
-            imm = int(np.concatenate([EDGES[:9], [-(1 << 15), (1 << 15) - 1, 7]])[trial])
-            b = np.full(LANES, imm)
+            imms = np.concatenate([EDGES[:9], [-(1 << 15), (1 << 15) - 1, 7]])
+            imm = control if op == AluOp.REQUANT else int(imms[trial])
+            b = np.full(LANES, 0 if op == AluOp.REQUANT else imm)
             operand = {"use_imm": 1, "imm": imm & 0xFFFFFFFF, "acc_src": 0}
         else:
             b = np.concatenate([EDGES[::-1], rng.integers(-(1 << 31), 1 << 31, 8)])[trial:trial + LANES]
-            operand = {"use_imm": 0, "imm": 0, "acc_src": _pack(b, 32)}
+            operand = {"use_imm": 0, "imm": control, "acc_src": _pack(b, 32)}
         vectors.append({"acc_dst": _pack(a, 32), "is_alu": 1, "alu_op": int(op), **operand})
-        expected.append(alu_reference(op, a, b).astype(np.int64))
+        expected.append(alu_reference(op, a, b, control).astype(np.int64))
     for got, want in zip(_run(vectors), expected):
         assert np.array_equal(got, want), (op, got, want)

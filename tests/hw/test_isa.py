@@ -14,7 +14,7 @@ from vtakit.hw.isa import AluInsn, AluOp, FinishInsn, GemmInsn, MemId, MemInsn, 
 
 CONFIGS = [VTAConfig(), VTAConfig.small(),
            VTAConfig(log_batch=1, log_block_in=3, log_block_out=3, log_uop_buff_size=12, log_inp_buff_size=13,
-                     log_wgt_buff_size=14, log_acc_buff_size=14, alu_mul=True)]
+                     log_wgt_buff_size=14, log_acc_buff_size=14, alu_mul=True, alu_requant=True)]
 
 
 def _uint(width):
@@ -30,8 +30,9 @@ def instructions(config):
     def build(cls, kind, **fixed):
         kwargs = {}
         for f in isa.layout(kind, config):
-            if f.name in _ENUM_FIELDS:
-                kwargs[f.name] = st.sampled_from(_ENUM_FIELDS[f.name])
+            if f.name in _ENUM_FIELDS:   # REQUANT encodes only with ALU_REQUANT
+                kwargs[f.name] = st.sampled_from([v for v in _ENUM_FIELDS[f.name]
+                                                  if v != AluOp.REQUANT or config.alu_requant])
             elif f.name in _FLAGS:
                 kwargs[f.name] = st.booleans()
             elif f.signed:

@@ -11,6 +11,7 @@ footprint larger than an SRAM); :func:`programs` skips those.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import zlib
 from dataclasses import dataclass
@@ -97,8 +98,9 @@ def _acc_data(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------------- reference semantics
-def alu_reference(op: AluOp, a: np.ndarray, b: np.ndarray | int) -> np.ndarray:
-    """The ALU of docs/architecture.md §2 written element by element in Python integers, wrapped to int32."""
+def alu_reference(op: AluOp, a: np.ndarray, b: np.ndarray | int, control: int = 0) -> np.ndarray:
+    """The ALU of docs/isa.md written element by element in Python integers, wrapped to int32. For
+    REQUANT ``b`` is the addend (0 in the immediate form) and ``control`` the immediate field."""
     a = np.asarray(a, dtype=np.int64)
     b = np.broadcast_to(np.asarray(b, dtype=np.int64), a.shape)
     out = np.empty(a.shape, dtype=np.int64)
@@ -114,6 +116,11 @@ def alu_reference(op: AluOp, a: np.ndarray, b: np.ndarray | int) -> np.ndarray:
             s = y & 63
             s = s - 64 if s >= 32 else s
             r = x >> s if s >= 0 else x << -s
+        elif op == AluOp.REQUANT:   # shift imm[4:0], ReLU imm[5], rounding imm[6]
+            s = control & 31
+            t = (x + y + (1 << (s - 1) if control & 64 and s else 0)) & 0xFFFFFFFF
+            t = t - (1 << 32) if t >= 1 << 31 else t
+            r = min(max(t >> s, 0 if control & 32 else -128), 127)
         else:  # MUL
             m = y & 0xFFFF
             m = m - 0x10000 if m >= 0x8000 else m
@@ -238,13 +245,19 @@ ALU_IMMEDIATES = {
     AluOp.ADD: (-32768, -1, 0, 77, 32767),
     AluOp.SHR: (0, 1, 7, 31, -1, -5, -31, -32, 32, 33, 63, -40, 100, -32768, 32767),
     AluOp.MUL: (-32768, -3, -1, 0, 1, 7, 32767),
+    # REQUANT's control field (shift 4:0, ReLU 5, rounding 6): no shift, every flag, the widest shift
+    AluOp.REQUANT: (0, 0x20, 0x40, 0x47, 0x28, 0x6F, 31, 0x5F, 0x7F, 16),
 }
+#: REQUANT's control field in the tensor case (shift 9, rounding)
+REQUANT_TENSOR_CONTROL = 0x49
 
 
 def alu_case(config: VTAConfig, op: AluOp, tensor: bool) -> Case:
     """One ALU op over full-range data, with a tensor operand or each immediate in ALU_IMMEDIATES."""
     if op == AluOp.MUL:
         config = config.replace(alu_mul=True)
+    if op == AluOp.REQUANT:
+        config = config.replace(alu_requant=True)
     asm = Asm(config, f"alu_{op.name.lower()}_{'tensor' if tensor else 'imm'}")
     rng = _rng(asm.name)
     shape = (config.batch, config.block_out)
@@ -261,9 +274,13 @@ def alu_case(config: VTAConfig, op: AluOp, tensor: bool) -> Case:
         yr = asm.data("y", y, config.acc_elem_bytes)
         u = asm.uop_block([Uop(0, n, 0)])
         out = asm.space(n * config.out_elem_bytes, config.out_elem_bytes)
+        control = REQUANT_TENSOR_CONTROL if op == AluOp.REQUANT else 0
+        alu = alu_map(op, u, n, push_next=True)
+        if op == AluOp.REQUANT:   # the tensor form still reads its control bits from the immediate field
+            alu = dataclasses.replace(alu, imm=control)
         asm.emit(load(MemId.UOP, 0, u[0], 1, 1), load(MemId.ACC, 0, xr.elem, 1, n),
-                 load(MemId.ACC, n, yr.elem, 1, n), alu_map(op, u, n, push_next=True))
-        expected = alu_reference(op, x, y)
+                 load(MemId.ACC, n, yr.elem, 1, n), alu)
+        expected = alu_reference(op, x, y, control)
     else:
         # copy c of x sits at acc[c*n, (c+1)*n) and gets immediate c; micro-op c points at it
         u = asm.uop_block([Uop(c * n, 0, 0) for c in range(copies)])
@@ -272,7 +289,8 @@ def alu_case(config: VTAConfig, op: AluOp, tensor: bool) -> Case:
         asm.emit(*(load(MemId.ACC, c * n, xr.elem, 1, n) for c in range(copies)))
         asm.emit(*(alu_map(op, (u[0] + c, u[0] + c + 1), n, imm=imm, push_next=c == copies - 1)
                    for c, imm in enumerate(ALU_IMMEDIATES[op])))
-        expected = np.concatenate([alu_reference(op, x, imm) for imm in ALU_IMMEDIATES[op]])
+        expected = np.concatenate([alu_reference(op, x, 0, imm) if op == AluOp.REQUANT else alu_reference(op, x, imm)
+                                   for imm in ALU_IMMEDIATES[op]])
     asm.emit(store(0, out.elem, 1, n * copies, pop_prev=True, push_prev=True), FinishInsn(pop_next=True))
     return Case(asm.program(), [Expected.of("out", out, expected.astype(np.int8))])
 

@@ -15,7 +15,7 @@ from vtakit.hw.config import VTAConfig
 from vtakit.hw.isa import AluInsn, AluOp, GemmInsn, MemId, MemInsn, Opcode, Uop
 from vtakit.sim.machine import Machine
 
-SMALL = VTAConfig.small(alu_mul=True)
+SMALL = VTAConfig.small(alu_mul=True, alu_requant=True)
 SETTINGS = settings(max_examples=60, deadline=None, derandomize=True)
 
 
@@ -100,7 +100,10 @@ def check_alu(uops, op, use_imm, imm, data):
             for u in uops:
                 d = u.dst_idx + i * insn.dst_factor_out + j * insn.dst_factor_in
                 s = u.src_idx + i * insn.src_factor_out + j * insn.src_factor_in
-                acc[d] = alu_reference(op, acc[d], imm if use_imm else acc[s])
+                if op == AluOp.REQUANT:   # the addend (0 in the immediate form); imm is the control field
+                    acc[d] = alu_reference(op, acc[d], 0 if use_imm else acc[s], imm)
+                else:
+                    acc[d] = alu_reference(op, acc[d], imm if use_imm else acc[s])
                 out[d] = acc[d].astype(np.int8)
     m.alu(insn)
     assert np.array_equal(m.acc, acc)

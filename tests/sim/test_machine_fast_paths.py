@@ -22,9 +22,9 @@ from vtakit.hw.isa import AluInsn, AluOp, FinishInsn, GemmInsn, MemId, MemInsn, 
 from vtakit.sim import machine as machine_module
 from vtakit.sim.machine import Machine, _validate, checked_stage, validate_instruction
 
-SMALL = VTAConfig.small(alu_mul=True)
+SMALL = VTAConfig.small(alu_mul=True, alu_requant=True)
 WIDE = VTAConfig(log_batch=1, log_block_in=3, log_block_out=3, log_uop_buff_size=12, log_inp_buff_size=13,
-                 log_wgt_buff_size=14, log_acc_buff_size=14, alu_mul=True)   # batch 2, 8x8 blocks
+                 log_wgt_buff_size=14, log_acc_buff_size=14, alu_mul=True, alu_requant=True)   # batch 2, 8x8
 
 
 class Recorder:
@@ -288,7 +288,7 @@ def _instructions(rng: np.random.Generator):
         elif kind == 1:
             yield GemmInsn(opcode=Opcode(int(rng.choice([2, 2, 2, 1]))), **flags())
         elif kind == 2:
-            yield AluInsn(opcode=Opcode(int(rng.choice([4, 4, 4, 3]))), alu_opcode=AluOp(int(rng.integers(0, 5))),
+            yield AluInsn(opcode=Opcode(int(rng.choice([4, 4, 4, 3]))), alu_opcode=AluOp(int(rng.integers(0, len(AluOp)))),
                           **flags())
         elif kind == 3:
             yield FinishInsn(opcode=Opcode(int(rng.choice([3, 3, 1]))), **flags())
@@ -300,7 +300,7 @@ def _instructions(rng: np.random.Generator):
 def test_quick_validation_equals_general_validation(alu_mul):
     """validate_instruction / checked_stage accept, reject (same message) and route exactly as the
     field-by-field check and isa.stage_of do."""
-    config = VTAConfig.small(alu_mul=alu_mul)
+    config = VTAConfig.small(alu_mul=alu_mul, alu_requant=alu_mul)   # MUL and REQUANT: illegal, then legal
     accepted = 0
     for index, insn in enumerate(_instructions(np.random.default_rng(int(alu_mul)))):
         outcomes = []
@@ -364,9 +364,9 @@ def test_index_arrays_reported_to_the_observer_never_change_afterwards():
 
 
 # ---------------------------------------------------------------------------- planned loops
-DEFAULT = VTAConfig(alu_mul=True)   # 16x16 blocks: planned GEMMs multiply in float32
+DEFAULT = VTAConfig(alu_mul=True, alu_requant=True)   # 16x16 blocks: planned GEMMs multiply in float32
 NARROW = VTAConfig(log_batch=1, log_block_in=1, log_block_out=2, log_uop_buff_size=12, log_inp_buff_size=10,
-                  log_wgt_buff_size=10, log_acc_buff_size=12, alu_mul=True)   # batch 2, 2-wide input, 4-wide output
+                  log_wgt_buff_size=10, log_acc_buff_size=12, alu_mul=True, alu_requant=True)   # batch 2, 2-in, 4-out
 
 
 class CallLog:

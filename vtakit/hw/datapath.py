@@ -34,8 +34,23 @@ def gemm_datapath(config: VTAConfig, inp, wgt, acc):
             for b in range(config.batch) for o in range(config.block_out)]
 
 
-def alu_datapath(config: VTAConfig, alu_opcode, lhs, rhs):
-    """One ALU lane: op(lhs, rhs) on int32 with docs/architecture.md §2's SHR and MUL rules (32-bit result)."""
+def _requant_lane(a, addend, imm):
+    """REQUANT (docs/isa.md): clip((a + addend + rounding) >> s, lo, 127) on int32 ``a``, with s, the
+    ReLU and the rounding bit from the immediate field ``imm``: one adder, a barrel shifter and a
+    comparator pair with its mux."""
+    shift = imm[:5]
+    rounding = Mux(imm[6] & (shift != 0), (Const(1, 32) << shift) >> 1, 0)
+    total = (a + addend.as_signed() + rounding)[:32].as_signed()
+    shifted = total >> shift
+    lo = Mux(imm[5], 0, -128)
+    return Mux(shifted < lo, lo, Mux(shifted > 127, 127, shifted))[:32]
+
+
+def alu_datapath(config: VTAConfig, alu_opcode, lhs, rhs, imm=None, use_imm=None):
+    """One ALU lane: op(lhs, rhs) on int32 with docs/architecture.md §2's SHR and MUL rules (32-bit result).
+
+    With ALU_REQUANT, REQUANT also reads the immediate field ``imm`` (its control bits) and
+    ``use_imm`` (its addend is ``rhs`` in the tensor form, 0 in the immediate form)."""
     a = lhs.as_signed()
     b = rhs.as_signed()
     shift = rhs[:6].as_signed()
@@ -45,6 +60,8 @@ def alu_datapath(config: VTAConfig, alu_opcode, lhs, rhs):
                isa.AluOp.ADD: (a + b)[:32], isa.AluOp.SHR: Mux(shift[5], left, right)}
     if config.alu_mul:
         choices[isa.AluOp.MUL] = (a * rhs[:16].as_signed())[:32]
+    if config.alu_requant:
+        choices[isa.AluOp.REQUANT] = _requant_lane(a, Mux(use_imm, 0, rhs), imm)
     expr = Const(0, 32)
     for op, value in choices.items():
         expr = Mux(alu_opcode == op, value, expr)
@@ -73,7 +90,7 @@ class TensorDatapath(wiring.Component):
         m = Module()
         gemm_lanes = gemm_datapath(cfg, self.inp, self.wgt, self.acc_dst)
         alu_lanes = [alu_datapath(cfg, self.alu_op, self.acc_dst.word_select(lane, 32),
-                                  Mux(self.use_imm, self.imm, self.acc_src.word_select(lane, 32)))
+                                  Mux(self.use_imm, self.imm, self.acc_src.word_select(lane, 32)), self.imm, self.use_imm)
                      for lane in range(cfg.batch * cfg.block_out)]
         m.d.comb += self.result.eq(Mux(self.is_alu, Cat(*alu_lanes), Mux(self.reset, 0, Cat(*gemm_lanes))))
         return m

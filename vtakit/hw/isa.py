@@ -30,7 +30,9 @@ __all__ = [
     "Field", "layout", "uop_layout",
     "encode", "decode", "encode_uops", "decode_uops",
     "stage_of", "disasm", "isa_table_markdown",
+    "alu_op_missing", "requant_imm", "requant_fields",
     "INSN_BYTES", "UOP_BYTES", "CLASS_OPCODES",
+    "REQUANT_SHIFT_MASK", "REQUANT_RELU", "REQUANT_ROUND", "REQUANT_IMM_MASK", "ALU_OP_SEMANTICS",
 ]
 
 INSN_BYTES = 16
@@ -59,13 +61,40 @@ class MemId(enum.IntEnum):
 
 
 class AluOp(enum.IntEnum):
-    """The ALU operation (MUL only when the configuration has ALU_MUL)."""
+    """The ALU operation (MUL only when the configuration has ALU_MUL, REQUANT only with ALU_REQUANT;
+    :data:`ALU_OP_SEMANTICS` defines each)."""
 
     MIN = 0
     MAX = 1
     ADD = 2
     SHR = 3
     MUL = 4
+    REQUANT = 5
+
+
+#: REQUANT's control bits in the 16-bit immediate field (read in both forms: the tensor form's
+#: operand is the addend, the immediate field still holds the control). Bits 15:7 are ignored (reserved;
+#: ProgramBuilder writes zero there).
+REQUANT_SHIFT_MASK = 0x1F          # bits 4:0, the right shift s (0..31)
+REQUANT_RELU = 1 << 5              # bit 5: clip below at 0 instead of -128
+REQUANT_ROUND = 1 << 6             # bit 6: add 2**(s-1) (round to nearest, ties up) before shifting
+REQUANT_IMM_MASK = REQUANT_SHIFT_MASK | REQUANT_RELU | REQUANT_ROUND
+
+#: What each ALU operation computes, lane by lane, on int32 ``a = acc[dst]`` and the operand ``b``
+#: (``imm`` sign-extended when use_imm, else ``acc[src]``); the result goes to ``acc[dst]`` and its
+#: low 8 bits to ``out[dst]`` (docs/isa.md is generated from this table).
+ALU_OP_SEMANTICS = {
+    AluOp.MIN: "min(a, b), signed",
+    AluOp.MAX: "max(a, b), signed",
+    AluOp.ADD: "a + b, wrapped to 32 bits",
+    AluOp.SHR: "s = the low 6 bits of b as a signed value (-32..31): a >> s (arithmetic) when s >= 0, else "
+               "a << -s wrapped to 32 bits (a left shift by 32 gives 0)",
+    AluOp.MUL: "(ALU_MUL) a * (the low 16 bits of b, signed), wrapped to 32 bits",
+    AluOp.REQUANT: "(ALU_REQUANT) with s = imm[4:0], relu = imm[5], round = imm[6] (imm[15:7] ignored; write zero) "
+                   "and the addend b when tensor, 0 when use_imm: t = a + addend + (2**(s-1) if round and "
+                   "s > 0 else 0), wrapped to 32 bits; clip(t >> s (arithmetic), 0 if relu else -128, 127). "
+                   "The immediate field holds the control bits in both forms",
+}
 
 
 class Stage(enum.IntEnum):
@@ -126,7 +155,8 @@ class GemmInsn(_Loop):
 
 @dataclass(frozen=True, kw_only=True)
 class AluInsn(_Loop):
-    """Vector ALU over ACC: acc[dst] = op(acc[dst], imm if use_imm else acc[src])."""
+    """Vector ALU over ACC: acc[dst] = op(acc[dst], imm if use_imm else acc[src]) (REQUANT reads its
+    control bits from imm in both forms; see :data:`ALU_OP_SEMANTICS`)."""
 
     opcode: Opcode = Opcode.ALU
     alu_opcode: AluOp = AluOp.ADD
@@ -293,6 +323,8 @@ def _fast_encoder_source(config: VTAConfig) -> str:
             if f.name == "opcode":
                 ops = [int(op) for op in opcodes]
                 checks.append(f"{min(ops)} <= opcode <= {max(ops)}" if len(ops) > 1 else f"opcode == {ops[0]}")
+            elif f.name == "alu_opcode" and not config.alu_requant:   # REQUANT: the reference path's error
+                checks.append(f"0 <= alu_opcode < {int(AluOp.REQUANT)}")
             elif f.signed:
                 checks.append(f"{-(1 << (f.width - 1))} <= {f.name} < {1 << (f.width - 1)}")
             else:
@@ -353,6 +385,8 @@ def _encode_vectorised(insns: list[Instruction], config: VTAConfig) -> bytes:
         if insn.opcode not in legal:
             raise ISAError(f"instruction {index}: a {type(insn).__name__} with opcode {insn.opcode!r}; expected "
                            f"{' or '.join(f'{op.name}={op.value}' for op in legal)}")
+        if isinstance(insn, AluInsn):
+            _check_alu_op(insn.alu_opcode, config, f"instruction {index}")
         by_kind.setdefault(Opcode(insn.opcode), []).append(index)
     for opcode, indices in by_kind.items():
         words[indices] = _pack([insns[i] for i in indices], layout(opcode, config), "instruction", indices, 2)
@@ -383,6 +417,10 @@ def decode(data: bytes, config: VTAConfig) -> list[Instruction]:
                 if wrong.size:
                     raise ISAError(f"instruction {int(rows[wrong[0]])}: {name}={int(columns[name][wrong[0]])} "
                                    f"is not one of {[f'{v.name}={v.value}' for v in enum_type]}")
+        if opcode == Opcode.ALU and not config.alu_requant:
+            wrong = np.flatnonzero(columns["alu_opcode"] == int(AluOp.REQUANT))
+            if wrong.size:
+                _check_alu_op(AluOp.REQUANT, config, f"instruction {int(rows[wrong[0]])}")
         cls = _CLASS[opcode]
         for k, row in enumerate(rows):
             kwargs = {}
@@ -435,6 +473,38 @@ def decode_uops(data: bytes, config: VTAConfig) -> list[Uop]:
 
 
 # ---------------------------------------------------------------------------- helpers
+def alu_op_missing(op: object, config: VTAConfig) -> str | None:
+    """Why ``config`` cannot run the ALU operation ``op`` (MUL without ALU_MUL, REQUANT without
+    ALU_REQUANT), or None when it can (or ``op`` is no operation: other checks report that)."""
+    if op == AluOp.MUL and not config.alu_mul:
+        return f"ALU MUL needs a configuration with ALU_MUL enabled ({config.model} has ALU_MUL=false)"
+    if op == AluOp.REQUANT and not config.alu_requant:
+        return f"ALU REQUANT needs a configuration with ALU_REQUANT enabled ({config.model} has ALU_REQUANT=false)"
+    return None
+
+
+def _check_alu_op(op: object, config: VTAConfig, where: str) -> None:
+    """:class:`ISAError` for REQUANT on a configuration without ALU_REQUANT (the encoding of opcode 5
+    is VTA's, undefined, there). MUL is encodable everywhere, as in VTA; the simulators reject it."""
+    if op == AluOp.REQUANT and not config.alu_requant:
+        raise ISAError(f"{where}: {alu_op_missing(op, config)}")
+
+
+def requant_imm(shift: int, relu: bool = False, rounding: bool = False) -> int:
+    """REQUANT's immediate field: the right shift ``shift`` (0..31), the ReLU bit (clip below at 0)
+    and the rounding bit (add 2**(shift-1) first)."""
+    if not isinstance(shift, (int, np.integer)) or isinstance(shift, bool) or not 0 <= shift <= REQUANT_SHIFT_MASK:
+        raise ISAError(f"REQUANT shift {shift!r} must be an int in [0, {REQUANT_SHIFT_MASK}] (5 bits; "
+                       "right shifts only)")
+    return int(shift) | (REQUANT_RELU if relu else 0) | (REQUANT_ROUND if rounding else 0)
+
+
+def requant_fields(imm: int) -> tuple[int, bool, bool]:
+    """``(shift, relu, rounding)`` of a REQUANT immediate field (the inverse of :func:`requant_imm`;
+    the reserved bits 15:7 are ignored, as the hardware ignores them)."""
+    return imm & REQUANT_SHIFT_MASK, bool(imm & REQUANT_RELU), bool(imm & REQUANT_ROUND)
+
+
 def stage_of(insn: Instruction) -> Stage:
     """The module fetch dispatches ``insn`` to (VTA's routing)."""
     if insn.opcode == Opcode.STORE:
@@ -476,6 +546,9 @@ def disasm(insn: Instruction) -> str:
             text += f" wgt=({insn.wgt_factor_out},{insn.wgt_factor_in})"
             if insn.reset_reg:
                 text += " reset"
+        elif insn.alu_opcode == AluOp.REQUANT:
+            shift, relu, rounding = requant_fields(insn.imm)
+            text += f" shift={shift}" + " relu" * relu + " round" * rounding + (" imm" if insn.use_imm else " tensor")
         else:
             text += f" imm={insn.imm}" if insn.use_imm else " tensor"
     else:
@@ -494,6 +567,13 @@ def isa_table_markdown(config: VTAConfig) -> str:
         lines.append("")
     lines += ["## Micro-op (32 bits)", "", "| bits | field |", "|---|---|"]
     lines += [f"| {f.offset + f.width - 1}:{f.offset} | {f.name} |" for f in uop_layout(config)]
+    lines += ["", "## ALU operations", "",
+              "Lane by lane on int32 `a = acc[dst]` and the operand `b` (`imm` sign-extended when `use_imm`, "
+              "else `acc[src]`); the result goes to `acc[dst]` and its low 8 bits to `out[dst]`.", "",
+              "| alu_opcode | operation | result |", "|---|---|---|"]
+    lines += [f"| {int(op)} | {op.name} | {text} |" for op, text in ALU_OP_SEMANTICS.items()]
+    lines += ["", "Opcodes 6 and 7 are undefined. With ALU_REQUANT off, opcode 5 is undefined too and the encoding "
+              "is VTA's; REQUANT's micro-op takes one cycle like every other ALU micro-op."]
     return "\n".join(lines) + "\n"
 
 

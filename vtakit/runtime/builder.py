@@ -257,14 +257,28 @@ class ProgramBuilder:
 
     def alu(self, op: AluOp, uops: Iterable[Uop | Sequence[int]], *, iter_out: int = 1, iter_in: int = 1,
             dst_factor: tuple[int, int] = (0, 0), src_factor: tuple[int, int] = (0, 0),
-            imm: int | None = None) -> None:
-        """``PushALUOp``: acc[dst] = op(acc[dst], imm if given else acc[src]) over the same loop."""
+            imm: int | None = None, use_imm: bool | None = None) -> None:
+        """``PushALUOp``: acc[dst] = op(acc[dst], imm if given else acc[src]) over the same loop.
+
+        ``use_imm=False`` with an ``imm`` is REQUANT's tensor form: ``acc[src]`` is the addend and
+        ``imm`` the control field (:func:`vtakit.hw.isa.requant_imm`)."""
         op = AluOp(op)
-        if op == AluOp.MUL and not self.config.alu_mul:
-            raise ProgramError("ALU MUL needs a configuration with ALU_MUL enabled")
+        missing = isa.alu_op_missing(op, self.config)
+        if missing is not None:
+            raise ProgramError(missing)
+        use_imm = imm is not None if use_imm is None else bool(use_imm)
+        if use_imm and imm is None:
+            raise ProgramError(f"ALU {op.name} with use_imm needs an imm")
+        if op == AluOp.REQUANT:
+            if imm is None or not isinstance(imm, int) or imm & ~isa.REQUANT_IMM_MASK:
+                raise ProgramError(f"ALU REQUANT needs its control field as imm (isa.requant_imm: shift 0..31, relu, "
+                                   f"rounding; bits 15:7 zero), got {imm!r}")
+        elif not use_imm and imm is not None:
+            raise ProgramError(f"ALU {op.name} tensor (use_imm=False) takes no imm; only REQUANT reads its imm field "
+                               f"in the tensor form, got imm={imm!r}")
         kernel = _as_uops(uops)
         bgn = self._load_kernel(kernel)
-        self._new(Stage.COMPUTE, AluInsn, alu_opcode=op, use_imm=imm is not None, imm=0 if imm is None else imm,
+        self._new(Stage.COMPUTE, AluInsn, alu_opcode=op, use_imm=use_imm, imm=0 if imm is None else imm,
                   uop_bgn=bgn, uop_end=bgn + len(kernel), iter_out=iter_out, iter_in=iter_in,
                   dst_factor_out=dst_factor[0], dst_factor_in=dst_factor[1],
                   src_factor_out=src_factor[0], src_factor_in=src_factor[1])

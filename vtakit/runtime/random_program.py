@@ -4,7 +4,7 @@
 simulator accepts (legal, token-balanced, race-free, no uninitialised or out-of-range access, no
 deadlock) and that exercises the whole ISA: every legal opcode/memory pair and token-only no-ops
 of every memory type, padding and strides, two-level loops with all six index factors, tensor and
-immediate ALU operations (negative and out-of-range shifts; MUL when the config has it), 1..3
+immediate ALU operations (negative and out-of-range shifts; MUL and REQUANT when the config has them), 1..3
 virtual threads, token queues pushed past their depth and long single-module runs that fill a
 command queue. ``coverage(program)`` names the features a program exercises.
 
@@ -40,7 +40,7 @@ import numpy as np
 from vtakit.errors import ConfigError
 from vtakit.hw import isa
 from vtakit.hw.config import VTAConfig
-from vtakit.hw.isa import AluInsn, AluOp, GemmInsn, MemId, MemInsn, Opcode, Stage, Uop
+from vtakit.hw.isa import AluInsn, AluOp, GemmInsn, MemId, MemInsn, Opcode, Stage, Uop, requant_imm
 from vtakit.runtime.builder import ProgramBuilder
 from vtakit.runtime.pipeline import BufferChannel
 from vtakit.sim.program import Program
@@ -287,18 +287,21 @@ class _Generator:
             self.b.gemm(spec.uops, iter_out=spec.iter_out, iter_in=spec.iter_in, dst_factor=dst, src_factor=src,
                         wgt_factor=wgt)
         elif choice < 0.95:
-            ops = [AluOp.MIN, AluOp.MAX, AluOp.ADD, AluOp.SHR] + ([AluOp.MUL] if self.config.alu_mul else [])
+            ops = ([AluOp.MIN, AluOp.MAX, AluOp.ADD, AluOp.SHR] + ([AluOp.MUL] if self.config.alu_mul else [])
+                   + ([AluOp.REQUANT] if self.config.alu_requant else []))
             op = ops[self.pick(0, len(ops) - 1)]
             use_imm = self.chance(0.5)
             spec = self.loop([st.acc] * (1 if use_imm else 2), [acc_base] * (1 if use_imm else 2))
             if spec is None:
                 return
             imm = None
-            if use_imm:   # shifts mostly near the legal range, including negative and out-of-range amounts
+            if op == AluOp.REQUANT:   # the control field in both forms: every shift, ReLU and rounding
+                imm = requant_imm(self.pick(0, 31), self.chance(0.5), self.chance(0.5))
+            elif use_imm:   # shifts mostly near the legal range, including negative and out-of-range amounts
                 imm = (self.pick(-40, 40) if op == AluOp.SHR and self.chance(0.8)
                        else self.pick(-(1 << 15), (1 << 15) - 1))
             self.b.alu(op, spec.uops, iter_out=spec.iter_out, iter_in=spec.iter_in, dst_factor=spec.factors[0],
-                       src_factor=(0, 0) if use_imm else spec.factors[1], imm=imm)
+                       src_factor=(0, 0) if use_imm else spec.factors[1], imm=imm, use_imm=use_imm)
         else:
             self.nop(Stage.COMPUTE)
             return

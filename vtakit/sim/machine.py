@@ -153,7 +153,8 @@ def checked_stage(insn: Instruction, config: VTAConfig, index: int | None = None
             return Stage.COMPUTE
     elif kind is AluInsn:
         alu_opcode = insn.alu_opcode
-        if insn.opcode is Opcode.ALU and type(alu_opcode) is AluOp and (alu_opcode is not AluOp.MUL or config.alu_mul):
+        if insn.opcode is Opcode.ALU and type(alu_opcode) is AluOp and (
+                alu_opcode <= AluOp.SHR or isa.alu_op_missing(alu_opcode, config) is None):
             return Stage.COMPUTE
     elif kind is FinishInsn:
         if insn.opcode is Opcode.FINISH:
@@ -197,9 +198,8 @@ def _validate(insn: Instruction, config: VTAConfig, index: int | None) -> None:
             if any(pads):
                 raise ProgramError(f"{describe(index, insn)}: STORE with padding (y_pad_0, y_pad_1, x_pad_0, x_pad_1)={pads}; "
                                    "stores take no padding, expected all zero")
-    elif isinstance(insn, AluInsn) and insn.alu_opcode == AluOp.MUL and not config.alu_mul:
-        raise ProgramError(f"{describe(index, insn)}: ALU MUL needs a configuration with ALU_MUL enabled "
-                           f"({config.model} has ALU_MUL=false)")
+    elif isinstance(insn, AluInsn) and isa.alu_op_missing(insn.alu_opcode, config) is not None:
+        raise ProgramError(f"{describe(index, insn)}: {isa.alu_op_missing(insn.alu_opcode, config)}")
 
 
 def _enum_value(value: object, enum_type: type) -> bool:
@@ -960,7 +960,10 @@ class Machine:
         ACC rows) in one vectorised step."""
         acc = self.acc
         b = int(insn.imm) if src is None else acc.take(src, axis=0)
-        result = _alu_op_int32(insn.alu_opcode, a, b)
+        if insn.alu_opcode == AluOp.REQUANT:
+            result = requant_op(a, None if src is None else b, int(insn.imm))
+        else:
+            result = _alu_op_int32(insn.alu_opcode, a, b)
         if result is None:
             result = alu_op(insn.alu_opcode, a.astype(np.int64), np.int64(b) if src is None else b.astype(np.int64))
         acc[target] = result
@@ -982,6 +985,9 @@ class Machine:
         for group in groups:
             d = dst[group]
             a = acc[d].astype(np.int64)
+            if insn.alu_opcode == AluOp.REQUANT:
+                acc[d] = requant_op(a, None if src is None else acc[src[group]], int(insn.imm))
+                continue
             b = np.int64(insn.imm) if src is None else acc[src[group]].astype(np.int64)
             acc[d] = alu_op(insn.alu_opcode, a, b)
         touched = np.unique(dst) if levels is not None else dst
@@ -1009,7 +1015,8 @@ class Machine:
             for d in dsts:
                 rows[d] = row_op(rows[d])
         else:
-            pair_op = _pair_row_op(insn.alu_opcode)
+            pair_op = (_requant_pair_row(int(insn.imm)) if insn.alu_opcode == AluOp.REQUANT
+                       else _pair_row_op(insn.alu_opcode))
             for d, s in zip(dsts, srcs):
                 rows[d] = pair_op(rows[d], rows[s])
             where = np.array(touched)
@@ -1137,6 +1144,30 @@ def _pair_row_op(op: AluOp) -> Callable[[list[int], list[int]], list[int]]:
     return row_op
 
 
+def _requant_bounds(imm: int) -> tuple[int, int, int, int]:
+    """(shift, rounding constant, low clip, high clip) of a REQUANT immediate field."""
+    shift, relu, rounding = isa.requant_fields(imm)
+    return shift, (1 << (shift - 1)) if rounding and shift else 0, 0 if relu else -128, 127
+
+
+def _requant_pair_row(imm: int) -> Callable[[list[int], list[int]], list[int]]:
+    """REQUANT tensor (``b`` the addend) with the control field ``imm`` on rows of int32 values."""
+    shift, bias, lo, hi = _requant_bounds(imm)
+    return lambda a, b: [min(max((((x + y + bias + _HALF) & _MASK) - _HALF) >> shift, lo), hi) for x, y in zip(a, b)]
+
+
+def requant_op(a: np.ndarray, addend: np.ndarray | None, imm: int) -> np.ndarray:
+    """REQUANT (docs/isa.md) on int32 values ``a`` with the addend ``addend`` (None: the immediate form,
+    addend 0) and the control field ``imm``: ``clip(wrap32(a + addend + rounding) >> shift, lo, 127)``
+    as int32."""
+    shift, bias, lo, hi = _requant_bounds(imm)
+    t = a.astype(np.int64) + bias
+    if addend is not None:
+        t += addend
+    t = ((t + _HALF) & _MASK) - _HALF
+    return np.clip(t >> shift, lo, hi).astype(np.int32)
+
+
 def _imm_row_op(op: AluOp, imm: int) -> Callable[[list[int]], list[int]]:
     """``op`` with the immediate ``imm`` on a row of int32 values."""
     if op == AluOp.MIN or op == AluOp.MAX:
@@ -1158,6 +1189,9 @@ def _imm_row_op(op: AluOp, imm: int) -> Callable[[list[int]], list[int]]:
     if op == AluOp.MUL:
         factor = ((imm & 0xFFFF) ^ 0x8000) - 0x8000
         return lambda a: [((x * factor + _HALF) & _MASK) - _HALF for x in a]
+    if op == AluOp.REQUANT:
+        pair = _requant_pair_row(imm)
+        return lambda a: pair(a, [0] * len(a))
     raise ProgramError(f"ALU opcode {op!r} is not one of {list(AluOp)}")  # pragma: no cover
 
 
@@ -1165,7 +1199,9 @@ def _alu_op_int32(op: AluOp, a: np.ndarray, b: np.ndarray | int) -> np.ndarray |
     """:func:`alu_op` computed in int32 where that gives the same bits (int32 addition and
     multiplication wrap mod 2**32; minimum, maximum and right shifts cannot overflow), for int32
     ``a`` and an int32 array or an immediate ``b``; None for the cases it leaves to alu_op (shifts
-    by a tensor or left shifts, MIN/MAX with an immediate beyond int32)."""
+    by a tensor or left shifts, MIN/MAX with an immediate beyond int32; REQUANT: :func:`requant_op`)."""
+    if op == AluOp.REQUANT:
+        return None
     if type(b) is int:
         if op == AluOp.ADD:
             return a + np.int32(_wrap32(b))
@@ -1189,7 +1225,8 @@ def _alu_op_int32(op: AluOp, a: np.ndarray, b: np.ndarray | int) -> np.ndarray |
 
 
 def alu_op(op: AluOp, a: np.ndarray, b: np.ndarray | np.int64) -> np.ndarray:
-    """One ALU operation on int64 operands holding int32 values; the result wrapped to int32."""
+    """One ALU operation on int64 operands holding int32 values; the result wrapped to int32
+    (REQUANT, which also reads the immediate field, is :func:`requant_op`)."""
     if op == AluOp.MIN:
         r = np.minimum(a, b)
     elif op == AluOp.MAX:

@@ -57,7 +57,7 @@ typedef struct {
     int64_t written_at[NSRAMS];     /* where each SRAM's mask starts in the machine's one mask array */
     int64_t uop_bytes, inp_bytes, wgt_bytes, acc_bytes, acc8_bytes, out_bytes;   /* DRAM element bytes */
     int64_t uop_shift[3], uop_mask[3];   /* micro-op fields (dst, src, wgt) */
-    int64_t cmd_depth, token_depth, alu_mul, granule;
+    int64_t cmd_depth, token_depth, alu_mul, alu_requant, granule;
 } fs_config;
 #define FS_NPARAMS ((Py_ssize_t)(sizeof(fs_config) / sizeof(int64_t)))
 
@@ -290,10 +290,12 @@ static int check_program(fs_run *r)
         /* enum fields must name an ISA value (machine._validate; the hardware's ALU yields 0 for 5-7) */
         if ((opcode == VTA_LOAD || opcode == VTA_STORE) && F(VTA_F_MEMORY_TYPE) > VTA_MEM_ACC_8BIT)
             return decline(r, i, "illegal instruction: memory type %lld", (long long)F(VTA_F_MEMORY_TYPE));
-        if (opcode == VTA_ALU && F(VTA_F_ALU_OPCODE) > VTA_ALU_MUL)
+        if (opcode == VTA_ALU && F(VTA_F_ALU_OPCODE) > VTA_ALU_REQUANT)
             return decline(r, i, "illegal instruction: ALU opcode %lld", (long long)F(VTA_F_ALU_OPCODE));
         if (opcode == VTA_ALU && F(VTA_F_ALU_OPCODE) == VTA_ALU_MUL && !c->alu_mul)
             return decline(r, i, "illegal instruction: ALU MUL without ALU_MUL");
+        if (opcode == VTA_ALU && F(VTA_F_ALU_OPCODE) == VTA_ALU_REQUANT && !c->alu_requant)
+            return decline(r, i, "illegal instruction: ALU REQUANT without ALU_REQUANT");
         if (opcode == VTA_FINISH) {
             finishes++;
             finish_at = i;
@@ -837,6 +839,18 @@ static int do_gemm(fs_run *r, int64_t index, const int64_t *v, int me)
 /* ------------------------------------------------------------------------------------------ */
 /* ALU (Machine.alu, machine.alu_op): acc[dst] = op(acc[dst], imm or acc[src]), in order       */
 
+/* REQUANT (machine.requant_op): clip(wrap32(a + addend + rounding) >> shift, lo, 127), its control
+ * bits in the immediate field (shift 4:0, relu 5, rounding 6; isa.requant_fields). */
+static inline int32_t requant_op(int32_t a, int64_t addend, int64_t imm)
+{
+    const int shift = (int)(imm & 31);
+    const uint32_t rounding = (imm & 64) && shift ? (uint32_t)1 << (shift - 1) : 0;
+    const int32_t t = (int32_t)((uint32_t)a + (uint32_t)(int32_t)addend + rounding);
+    const int32_t r = t >> shift;                                   /* arithmetic (gcc, clang) */
+    const int32_t lo = (imm & 32) ? 0 : -128;
+    return r < lo ? lo : r > 127 ? 127 : r;
+}
+
 static inline int32_t alu_op(int64_t op, int32_t a, int64_t b)
 {
     switch (op) {
@@ -863,7 +877,7 @@ static int do_alu(fs_run *r, int64_t index, const int64_t *v, int me)
     const int64_t bgn = v[VTA_F_UOP_BGN], end = v[VTA_F_UOP_END];
     if (end <= bgn || iter_out == 0 || iter_in == 0)
         return 0;
-    const int64_t op = v[VTA_F_ALU_OPCODE];   /* MIN..MUL: check_program declined the rest */
+    const int64_t op = v[VTA_F_ALU_OPCODE];   /* MIN..REQUANT: check_program declined the rest */
     const int use_imm = v[VTA_F_USE_IMM] != 0;
     const int64_t imm = v[VTA_F_IMM];
     const int64_t depths[3] = {c->depth[S_ACC], use_imm ? -1 : c->depth[S_ACC], -1};
@@ -886,7 +900,8 @@ static int do_alu(fs_run *r, int64_t index, const int64_t *v, int me)
                 const int32_t *b = use_imm ? NULL : r->acc + s * lanes;   /* may be a: each lane read before written */
                 int8_t *o = r->out + d * lanes;
                 for (int64_t n = 0; n < lanes; n++) {
-                    const int32_t result = alu_op(op, a[n], use_imm ? imm : b[n]);
+                    const int32_t result = op == VTA_ALU_REQUANT ? requant_op(a[n], use_imm ? 0 : b[n], imm)
+                                                                 : alu_op(op, a[n], use_imm ? imm : b[n]);
                     a[n] = result;
                     o[n] = (int8_t)(uint8_t)(uint32_t)result;
                 }
