@@ -1124,7 +1124,7 @@ def _native_params(config: VTAConfig) -> tuple[bytes, tuple[int, ...]]:
         huge = 1 << 62
         params = (min(config.cmd_queue_depth, huge), min(config.token_queue_depth, huge),
                   min(config.dram_latency, huge), min(config.dram_outstanding, huge), config.bus_bytes,
-                  int(bool(config.alu_mul)), out, elem[MemId.UOP], elem[MemId.WGT], elem[MemId.INP], elem[MemId.ACC],
+                  int(bool(config.alu_mul)) | (4 if config.alu_requant else 0), out, elem[MemId.UOP], elem[MemId.WGT], elem[MemId.INP], elem[MemId.ACC],
                   elem[MemId.ACC_8BIT])
         if len(_NATIVE_PARAMS) >= 64:
             _NATIVE_PARAMS.clear()

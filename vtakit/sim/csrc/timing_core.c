@@ -17,8 +17,9 @@
  * solve(stream, layout, params, insn_addr, dram_bytes) -> str (declined) or
  *     (cycles, retire_cycles: list, stats: 12-tuple, dram_read_bytes, dram_write_bytes, events, detail: bytes)
  *   stream: the encoded program (16 bytes per instruction); layout: native.layout_table(config);
- *   params: (Qc, Qt, L, O, bus bytes, alu_mul, out elem bytes, elem bytes of UOP, WGT, INP, ACC,
+ *   params: (Qc, Qt, L, O, bus bytes, ALU flags, out elem bytes, elem bytes of UOP, WGT, INP, ACC,
  *            ACC_8BIT); insn_addr: the stream's byte address in DRAM; dram_bytes: the DRAM's size.
+ *   ALU flags: bit 0, ALU MUL is legal (ALU_MUL); bit 2, ALU REQUANT is legal (ALU_REQUANT).
  *   stats: busy, token-stall and memory-stall cycles of fetch, load, compute, store (4 each).
  *   detail: int64 array, see write_detail().
  */
@@ -96,7 +97,7 @@ static int vec_push3(vec_t *a, int64_t x, int64_t y, int64_t z)
 typedef struct {
     /* configuration */
     int64_t qc, qt, latency, limit, bus, out_elem, elem[6], dram_size;
-    int alu_mul;
+    int alu_mul, alu_requant;
     /* program */
     Py_ssize_t count;
     insn_t *insns;
@@ -210,8 +211,9 @@ static const char *load_program(solver_t *s, const uint8_t *stream, const vta_la
             break;
         case VTA_GEMM:
         case VTA_ALU:
-            if (opcode == VTA_ALU && (F(ALU_OPCODE) < VTA_ALU_MIN || F(ALU_OPCODE) > VTA_ALU_MUL
-                                      || (F(ALU_OPCODE) == VTA_ALU_MUL && !s->alu_mul)))
+            if (opcode == VTA_ALU && (F(ALU_OPCODE) < VTA_ALU_MIN || F(ALU_OPCODE) > VTA_ALU_REQUANT
+                                      || (F(ALU_OPCODE) == VTA_ALU_MUL && !s->alu_mul)
+                                      || (F(ALU_OPCODE) == VTA_ALU_REQUANT && !s->alu_requant)))
                 return "illegal instruction";
             t->module = COMPUTE;
             t->kind = K_MICRO;
@@ -862,7 +864,8 @@ static PyObject *solve(PyObject *self, PyObject *args)
     s.latency = latency;
     s.limit = limit;
     s.bus = bus;
-    s.alu_mul = alu_mul != 0;
+    s.alu_mul = (alu_mul & 1) != 0;
+    s.alu_requant = (alu_mul & 4) != 0;
     s.out_elem = out_elem;
     s.elem[VTA_MEM_UOP] = e_uop;
     s.elem[VTA_MEM_WGT] = e_wgt;
