@@ -1,0 +1,331 @@
+"""The GPU emulator on hand-written kernels: results equal numpy, and each class of GPU bug it
+exists to catch (shared-memory races, divergent barriers, out-of-bounds accesses, global
+write-write races) is reported with the kernel, buffer, element and threads involved."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+from vtakit.compiler import ir, te
+from vtakit.compiler.backend.nvptx.program import DeviceKernel, DeviceProgram, barrier
+from vtakit.compiler.gpu_emulator import Emulator, emulate
+from vtakit.compiler.ir_builder import IRBuilder
+from vtakit.errors import (CompileError, DivergentBarrierError, GlobalMemoryRaceError, MemoryAccessError,
+                           SharedMemoryRaceError)
+
+
+def _threads(*tags: str) -> dict[str, ir.Var]:
+    return {tag: ir.Var(tag.replace("Idx.", "_"), "int32") for tag in tags}
+
+
+def _program(name: str, params: tuple[ir.Buffer, ...], body: ir.Stmt, tv: dict[str, ir.Var],
+             grid: tuple[int, int, int], block: tuple[int, int, int], workspaces: tuple = ()) -> DeviceProgram:
+    kernel = DeviceKernel(f"{name}_kernel0", params, body, tv, grid, block)
+    return DeviceProgram(name, params, [kernel], list(workspaces))
+
+
+# ---------------------------------------------------------------------------- element-wise
+def _add_program(n: int, dtype: str, threads: int, guard: bool = True) -> DeviceProgram:
+    a, b, c = (ir.Buffer(x, (n,), dtype) for x in "ABC")
+    tv = _threads("blockIdx.x", "threadIdx.x")
+    i = tv["blockIdx.x"] * threads + tv["threadIdx.x"]
+    store = c.vstore(i, a[i] + b[i])
+    body = ir.IfThenElse(i < n, store) if guard else store
+    return _program("add", (a, b, c), body, tv, (-(-n // threads), 1, 1), (threads, 1, 1))
+
+
+def test_elementwise_int8_wraps_like_numpy() -> None:
+    rng = np.random.default_rng(0)
+    a, b = (rng.integers(-128, 128, 100, dtype=np.int8) for _ in range(2))
+    c = np.zeros(100, np.int8)
+    emulate(_add_program(100, "int8", 32), [a, b, c])
+    np.testing.assert_array_equal(c, a + b)
+
+
+def test_elementwise_float32_stays_float32() -> None:
+    rng = np.random.default_rng(1)
+    a, b = (rng.standard_normal(64).astype(np.float32) for _ in range(2))
+    c = np.zeros(64, np.float32)
+    emulate(_add_program(64, "float32", 16), [a, b, c])
+    np.testing.assert_array_equal(c, a + b)
+
+
+def test_out_of_bounds_thread_index_names_buffer_index_and_thread() -> None:
+    # 80 elements, 3 blocks of 32 threads and no guard: thread 16 of block 2 reads A[80]
+    prog = _add_program(80, "int32", 32, guard=False)
+    a, b, c = np.ones(80, np.int32), np.ones(80, np.int32), np.zeros(80, np.int32)
+    with pytest.raises(MemoryAccessError, match=re.escape("A[80] (size 80)") + ".*add_kernel0.*"
+                       + re.escape("blockIdx=(2, 0, 0), threadIdx=(16, 0, 0)")):
+        emulate(prog, [a, b, c])
+
+
+def test_argument_mismatch_is_an_error() -> None:
+    prog = _add_program(64, "int32", 32)
+    with pytest.raises(CompileError, match=r"argument 2 \(C\): expected an array of shape \(64,\) and dtype int32"):
+        emulate(prog, [np.zeros(64, np.int32), np.zeros(64, np.int32), np.zeros(63, np.int32)])
+    with pytest.raises(CompileError, match="add takes 3 arrays"):
+        emulate(prog, [np.zeros(64, np.int32)])
+
+
+def test_bad_geometry_and_tags_are_errors() -> None:
+    a = ir.Buffer("A", (4,), "int32")
+    tv = _threads("threadIdx.x")
+    body = a.vstore(tv["threadIdx.x"], 1)
+    with pytest.raises(CompileError, match=r"kernel k_kernel0: block must be three positive ints .*got \(4, 0, 1\)"):
+        emulate(_program("k", (a,), body, tv, (1, 1, 1), (4, 0, 1)), [np.zeros(4, np.int32)])
+    bad = {"threadIdx.w": tv["threadIdx.x"]}
+    with pytest.raises(CompileError, match=r"unknown thread tags \['threadIdx.w'\]"):
+        emulate(_program("k", (a,), body, bad, (1, 1, 1), (4, 1, 1)), [np.zeros(4, np.int32)])
+    with pytest.raises(CompileError, match="emulate expects a DeviceProgram, got PrimFunc"):
+        emulate(ir.PrimFunc("f", (a,), body), [np.zeros(4, np.int32)])  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------------------- tiled GEMM
+def _gemm_program(n: int, tile: int, kt: int, threads: int, dtype: str, drop_barrier: int | None = None) -> DeviceProgram:
+    """C = A @ B (n x n), one ``tile`` x ``tile`` block of C per block, each of the ``threads`` x
+    ``threads`` threads computing (tile/threads)^2 outputs from shared ``kt``-wide slabs of A and B,
+    with a barrier after the cooperative fetch and one after the compute (``drop_barrier`` leaves
+    out barrier 0 or 1)."""
+    a, b, c = (ir.Buffer(x, (n, n), dtype) for x in "ABC")
+    tv = _threads("blockIdx.x", "blockIdx.y", "threadIdx.x", "threadIdx.y")
+    bx, by, tx, ty = (tv[t] for t in ("blockIdx.x", "blockIdx.y", "threadIdx.x", "threadIdx.y"))
+    per, fetch = tile // threads, tile * kt // (threads * threads)
+    ib = IRBuilder()
+    a_sh = ib.allocate(dtype, (tile * kt,), "A_shared", scope="shared")
+    b_sh = ib.allocate(dtype, (kt * tile,), "B_shared", scope="shared")
+    acc = ib.allocate(dtype, (per * per,), "C_local", scope="local")
+    with ib.for_range(0, per * per, "z") as z:
+        ib.emit(acc.vstore(z, ir.const(0, dtype)))
+    with ib.for_range(0, n // kt, "ko") as ko:
+        with ib.for_range(0, fetch, "f") as f:
+            idx = (ty * threads + tx) * fetch + f
+            ib.emit(a_sh.vstore(idx, a[by * tile + idx // kt, ko * kt + idx % kt]))
+            ib.emit(b_sh.vstore(idx, b[ko * kt + idx // tile, bx * tile + idx % tile]))
+        if drop_barrier != 0:
+            ib.emit(barrier())
+        with ib.for_range(0, kt, "k") as k:
+            with ib.for_range(0, per, "ii") as ii:
+                with ib.for_range(0, per, "jj") as jj:
+                    z = ii * per + jj
+                    ib.emit(acc.vstore(z, acc[z] + a_sh[(ty * per + ii) * kt + k] * b_sh[k * tile + tx * per + jj]))
+        if drop_barrier != 1:
+            ib.emit(barrier())
+    with ib.for_range(0, per, "ii") as ii:
+        with ib.for_range(0, per, "jj") as jj:
+            ib.emit(c.vstore((by * tile + ty * per + ii, bx * tile + tx * per + jj), acc[ii * per + jj]))
+    return _program("gemm", (a, b, c), ib.get(), tv, (n // tile, n // tile, 1), (threads, threads, 1))
+
+
+def test_shared_memory_tiled_gemm_equals_numpy() -> None:
+    rng = np.random.default_rng(2)
+    a, b = (rng.integers(-100, 100, (32, 32), dtype=np.int32) for _ in range(2))
+    c = np.zeros((32, 32), np.int32)
+    emulate(_gemm_program(32, 16, 8, 8, "int32"), [a, b, c])
+    np.testing.assert_array_equal(c, a @ b)
+
+
+@pytest.mark.parametrize("dropped", [0, 1])
+def test_gemm_without_a_barrier_is_a_shared_memory_race(dropped: int) -> None:
+    a, b, c = np.ones((32, 32), np.int32), np.ones((32, 32), np.int32), np.zeros((32, 32), np.int32)
+    prog = _gemm_program(32, 16, 8, 8, "int32", drop_barrier=dropped)
+    with pytest.raises(SharedMemoryRaceError, match=r"shared-memory race in kernel gemm_kernel0, blockIdx=\(0, 0, 0\)"
+                       r": threadIdx=\(\d+, \d+, 0\) (reads|writes) [AB]_shared\[\d+\], which threadIdx=\(\d+, \d+, 0\) "
+                       r"(wrote|read) with no barrier between"):
+        emulate(prog, [a, b, c])
+    emulate(prog, [a, b, c], check_races=False)  # the race is only reported when asked for
+
+
+def test_float32_gemm_64_cubed_on_16_blocks() -> None:
+    """The size the emulator is sized for: 64x64x64, 8x8 threads per block, 16 blocks (2-4 s)."""
+    rng = np.random.default_rng(3)
+    a, b = (rng.standard_normal((64, 64)).astype(np.float32) for _ in range(2))
+    c = np.zeros((64, 64), np.float32)
+    emulate(_gemm_program(64, 16, 16, 8, "float32"), [a, b, c])
+    np.testing.assert_allclose(c, a @ b, rtol=1e-5, atol=1e-4)
+
+
+# ---------------------------------------------------------------------------- barriers
+def test_barrier_under_thread_condition_is_divergent() -> None:
+    a = ir.Buffer("A", (32,), "int32")
+    tv = _threads("threadIdx.x")
+    tx = tv["threadIdx.x"]
+    body = ir.seq(ir.IfThenElse(tx < 16, barrier()), a.vstore(tx, tx))
+    prog = _program("div", (a,), body, tv, (1, 1, 1), (32, 1, 1))
+    with pytest.raises(DivergentBarrierError, match=re.escape(
+            "divergent barrier in kernel div_kernel0, blockIdx=(0, 0, 0): threadIdx=(0, 0, 0) waits at barrier 1 "
+            "of 1 (in body order) while threadIdx=(16, 0, 0) finished")):
+        emulate(prog, [np.zeros(32, np.int32)])
+
+
+def test_threads_at_different_barriers_are_divergent() -> None:
+    a = ir.Buffer("A", (8,), "int32")
+    tv = _threads("threadIdx.x")
+    tx = tv["threadIdx.x"]
+    body = ir.seq(ir.IfThenElse(tx % 2 == 0, barrier(), barrier()), a.vstore(tx, tx))
+    prog = _program("two", (a,), body, tv, (1, 1, 1), (8, 1, 1))
+    with pytest.raises(DivergentBarrierError, match=re.escape(
+            "threadIdx=(0, 0, 0) waits at barrier 1 of 2 (in body order) while threadIdx=(1, 0, 0) waits at "
+            "barrier 2 of 2")):
+        emulate(prog, [np.zeros(8, np.int32)])
+
+
+def test_barrier_under_block_uniform_condition_is_fine() -> None:
+    # every thread of a block takes the same branch: the barrier is not divergent
+    a = ir.Buffer("A", (2, 8), "int32")
+    tv = _threads("blockIdx.x", "threadIdx.x")
+    bx, tx = tv["blockIdx.x"], tv["threadIdx.x"]
+    ib = IRBuilder()
+    sh = ib.allocate("int32", (8,), "S", scope="shared")
+    ib.emit(sh.vstore(tx, tx * 10 + bx))
+    with ib.if_scope(bx == 0):
+        ib.emit(barrier())
+    with ib.else_scope():
+        ib.emit(barrier())
+    ib.emit(a.vstore((bx, tx), sh[7 - tx]))
+    out = np.zeros((2, 8), np.int32)
+    emulate(_program("uni", (a,), ib.get(), tv, (2, 1, 1), (8, 1, 1)), [out])
+    np.testing.assert_array_equal(out, [[70 - 10 * t for t in range(8)], [71 - 10 * t for t in range(8)]])
+
+
+# ---------------------------------------------------------------------------- tree reduction
+def _tree_sum(n_blocks: int, threads: int, drop_level: int | None = None) -> DeviceProgram:
+    """Out[b] = sum of A[b, :] by a shared-memory tree: halve the active threads each step."""
+    a, out = ir.Buffer("A", (n_blocks, threads), "int32"), ir.Buffer("Out", (n_blocks,), "int32")
+    tv = _threads("blockIdx.x", "threadIdx.x")
+    bx, tx = tv["blockIdx.x"], tv["threadIdx.x"]
+    ib = IRBuilder()
+    red = ib.allocate("int32", (threads,), "red_buf", scope="shared")
+    ib.emit(red.vstore(tx, a[bx, tx]))
+    ib.emit(barrier())
+    step, level = threads // 2, 0
+    while step:
+        with ib.if_scope(tx < step):
+            ib.emit(red.vstore(tx, red[tx] + red[tx + step]))
+        if level != drop_level:
+            ib.emit(barrier())
+        step, level = step // 2, level + 1
+    with ib.if_scope(tx == 0):
+        ib.emit(out.vstore(bx, red[0]))
+    return _program("tree", (a, out), ib.get(), tv, (n_blocks, 1, 1), (threads, 1, 1))
+
+
+def test_shared_memory_tree_reduction_equals_numpy() -> None:
+    rng = np.random.default_rng(4)
+    a = rng.integers(-1000, 1000, (3, 64), dtype=np.int32)
+    out = np.zeros(3, np.int32)
+    emulate(_tree_sum(3, 64), [a, out])
+    np.testing.assert_array_equal(out, a.sum(axis=1))
+
+
+def test_tree_reduction_missing_a_level_barrier_races() -> None:
+    # without the barrier after level 0 (step 32), thread 0 reads red_buf[16] at step 16 before
+    # thread 16 writes it at step 32
+    a, out = np.ones((1, 64), np.int32), np.zeros(1, np.int32)
+    with pytest.raises(SharedMemoryRaceError, match=re.escape(
+            "threadIdx=(16, 0, 0) writes red_buf[16], which threadIdx=(0, 0, 0) read")):
+        emulate(_tree_sum(1, 64, drop_level=0), [a, out])
+
+
+# ---------------------------------------------------------------------------- memories
+def test_local_memory_is_per_thread_and_shared_per_block() -> None:
+    # each thread keeps its own local value across a barrier; each block has its own shared array
+    # (a thread reads the slot its neighbour wrote in the same block)
+    out = ir.Buffer("Out", (2, 4), "int32")
+    tv = _threads("blockIdx.x", "threadIdx.x")
+    bx, tx = tv["blockIdx.x"], tv["threadIdx.x"]
+    ib = IRBuilder()
+    sh = ib.allocate("int32", (4,), "S", scope="shared")
+    loc = ib.allocate("int32", (1,), "L", scope="local")
+    ib.emit(loc.vstore(0, tx * 100))
+    ib.emit(sh.vstore(tx, bx * 10 + tx))
+    ib.emit(barrier())
+    ib.emit(out.vstore((bx, tx), loc[0] + sh[(tx + 1) % 4]))
+    res = np.zeros((2, 4), np.int32)
+    emulate(_program("mem", (out,), ib.get(), tv, (2, 1, 1), (4, 1, 1)), [res])
+    np.testing.assert_array_equal(res, [[100 * t + (t + 1) % 4 for t in range(4)],
+                                        [100 * t + 10 + (t + 1) % 4 for t in range(4)]])
+
+
+def test_out_of_bounds_shared_and_local_accesses() -> None:
+    out = ir.Buffer("Out", (4,), "int32")
+    tv = _threads("threadIdx.x")
+    tx = tv["threadIdx.x"]
+    for scope, size in (("shared", 4), ("local", 2)):
+        ib = IRBuilder()
+        buf = ib.allocate("int32", (size,), f"{scope}_buf", scope=scope)
+        ib.emit(buf.vstore(tx, tx))
+        ib.emit(out.vstore(tx, buf[tx]))
+        prog = _program("oob", (out,), ib.get(), tv, (1, 1, 1), (4, 1, 1))
+        if scope == "shared":
+            emulate(prog, [np.zeros(4, np.int32)])  # 4 threads, 4 elements: in bounds
+            continue
+        with pytest.raises(MemoryAccessError, match=re.escape(
+                "out-of-bounds write of local_buf[2] (size 2) in kernel oob_kernel0, blockIdx=(0, 0, 0), "
+                "threadIdx=(2, 0, 0)")):
+            emulate(prog, [np.zeros(4, np.int32)])
+
+
+def test_global_write_write_races() -> None:
+    out = ir.Buffer("Out", (1,), "int32")
+    tv = _threads("blockIdx.x", "threadIdx.x")
+    # every thread of one block writes Out[0]
+    prog = _program("ww", (out,), out.vstore(0, tv["threadIdx.x"]), tv, (1, 1, 1), (4, 1, 1))
+    with pytest.raises(GlobalMemoryRaceError, match=re.escape(
+            "blockIdx=(0, 0, 0) threadIdx=(1, 0, 0) writes Out[0], which blockIdx=(0, 0, 0) threadIdx=(0, 0, 0) "
+            "wrote")):
+        emulate(prog, [np.zeros(1, np.int32)])
+    # thread 0 of every block writes Out[0]: blocks are never ordered
+    body = ir.IfThenElse(tv["threadIdx.x"] == 0, out.vstore(0, tv["blockIdx.x"]))
+    prog = _program("wwb", (out,), body, tv, (3, 1, 1), (4, 1, 1))
+    with pytest.raises(GlobalMemoryRaceError, match=re.escape("blockIdx=(1, 0, 0) threadIdx=(0, 0, 0) writes Out[0]")):
+        emulate(prog, [np.zeros(1, np.int32)])
+    # within a block, a barrier orders the two writes
+    tx = tv["threadIdx.x"]
+    body = ir.seq(ir.IfThenElse(tx == 0, out.vstore(0, 5)), barrier(), ir.IfThenElse(tx == 1, out.vstore(0, 7)))
+    res = np.zeros(1, np.int32)
+    emulate(_program("ordered", (out,), body, tv, (1, 1, 1), (4, 1, 1)), [res])
+    assert res[0] == 7
+
+
+def test_workspaces_live_between_kernels_and_start_poisoned() -> None:
+    n = 16
+    a, c = ir.Buffer("A", (n,), "float32"), ir.Buffer("C", (n,), "float32")
+    w = ir.Buffer("W", (n,), "float32")
+    tx = ir.Var("tx", "int32")
+    first = DeviceKernel("k0", (a, w), w.vstore(tx, a[tx] * 2), {"threadIdx.x": tx}, (1, 1, 1), (n, 1, 1))
+    second = DeviceKernel("k1", (w, c), c.vstore(tx, w[tx] + 1), {"threadIdx.x": tx}, (1, 1, 1), (n, 1, 1))
+    src = np.arange(n, dtype=np.float32)
+    res = np.zeros(n, np.float32)
+    Emulator(DeviceProgram("two", (a, c), [first, second], [w]))(src, res)
+    np.testing.assert_array_equal(res, src * 2 + 1)
+    emulate(DeviceProgram("unwritten", (a, c), [second], [w]), [src, res])
+    assert np.isnan(res).all()  # the workspace is poison until a kernel writes it
+
+
+def test_kernel_parameter_unknown_to_the_program_is_an_error() -> None:
+    a, stray = ir.Buffer("A", (4,), "int32"), ir.Buffer("Stray", (4,), "int32")
+    tx = ir.Var("tx", "int32")
+    k = DeviceKernel("k0", (stray,), stray.vstore(tx, 1), {"threadIdx.x": tx}, (1, 1, 1), (4, 1, 1))
+    with pytest.raises(CompileError, match=r"kernel k0: parameter Stray is neither a parameter nor a workspace of \['A'\]"):
+        emulate(DeviceProgram("p", (a,), [k]), [np.zeros(4, np.int32)])
+
+
+# ---------------------------------------------------------------------------- all-reduce
+def test_all_reduce_left_in_a_kernel_combines_each_row() -> None:
+    # threadIdx.x reduces, threadIdx.y picks the row: each row's threads agree on its sum
+    rows, cols = 3, 8
+    a, out = ir.Buffer("A", (rows, cols), "int32"), ir.Buffer("Out", (rows, cols), "int32")
+    tv = _threads("threadIdx.x", "threadIdx.y")
+    tx, ty = tv["threadIdx.x"], tv["threadIdx.y"]
+    ib = IRBuilder()
+    res = ib.allocate("int32", (1,), "red", scope="local")
+    ib.emit(ir.AllReduce(te.sum.instantiate("int32"), a[ty, tx], tx < cols - 1, res, (ir.const(0),), tx,
+                         "threadIdx.x"))
+    ib.emit(out.vstore((ty, tx), res[0]))
+    src = np.arange(rows * cols, dtype=np.int32).reshape(rows, cols)
+    got = np.zeros((rows, cols), np.int32)
+    emulate(_program("ar", (a, out), ib.get(), tv, (1, 1, 1), (cols, rows, 1)), [src, got])
+    np.testing.assert_array_equal(got, np.repeat(src[:, :-1].sum(axis=1, keepdims=True), cols, axis=1))
