@@ -4,7 +4,7 @@ A target builder is ``builder(sch, args, name, config, target) -> module`` (``ta
 full target string, options included, e.g. ``"llvm -mcpu=skylake"``); it lowers the schedule itself
 (usually inside its own :class:`~vtakit.compiler.transform.PassContext`, to add passes and memory
 scopes) and returns a callable module. ``sch`` may also be an already lowered ``PrimFunc``.
-The llvm, nvptx and vta backends register themselves when their modules are imported; the
+The llvm, cuda (alias nvptx) and vta backends register themselves when their modules are imported; the
 builtin ``"interpreter"`` target runs the reference interpreter.
 """
 
@@ -26,7 +26,8 @@ _TARGETS: dict[str, TargetBuilder] = {}
 # modules that register a target when imported (so `build(..., target="llvm")` works without imports)
 _LAZY: dict[str, str] = {
     "llvm": "vtakit.compiler.backend.llvm",
-    "nvptx": "vtakit.compiler.backend.nvptx",
+    "cuda": "vtakit.compiler.backend.nvptx",
+    "nvptx": "vtakit.compiler.backend.nvptx",  # an alias of cuda
     "vta": "vtakit.compiler.vta.module",
 }
 
