@@ -893,10 +893,73 @@ def cmd_tune_report(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---------------------------------------------------------------------------- dse
+def _add_dse(verbs: argparse._SubParsersAction) -> None:
+    p = verbs.add_parser("dse", help="search accelerator configurations and schedules together under an FPGA part's "
+                         "budget (hardware/software co-design)",
+                         description="Evaluate VTAConfig points on a network: reject what the resource estimate "
+                                     "says does not fit the part, clock the rest at the part's fmax, measure every "
+                                     "accelerator layer with default tilings on the cycle model (an XGBoost model "
+                                     "over configurations picks what to evaluate next), tune the schedules of the "
+                                     "fastest few, and report the Pareto front over latency and the largest "
+                                     "resource share (docs/dse.md). A log that already holds evaluations resumes "
+                                     "the search: they are not evaluated again.")
+    p.add_argument("--model", required=True, metavar="resnet18|MODEL.onnx",
+                   help="the network: resnet18, digits (the small CNN shipped with vtakit) or an ONNX model")
+    p.add_argument("--calibration", type=Path, metavar="CALIB.npz",
+                   help="quantise a float MODEL.onnx on these samples (an .npz keyed by input name)")
+    p.add_argument("--part", type=_part, required=True, metavar="PART",
+                   help="FPGA part: xc7z020, ecp5-85k, ecp5-45k or ecp5-25k")
+    p.add_argument("--trials", type=_positive, default=32, metavar="N", help="configurations to evaluate (default 32)")
+    p.add_argument("--schedule-trials", type=int, default=0, metavar="M",
+                   help="tune the schedules of the --top-k fastest configurations and of VTAConfig() with M trials "
+                        "each (default 0: default tilings only)")
+    p.add_argument("--top-k", type=_positive, default=3, metavar="K", help="configurations to tune (default 3)")
+    p.add_argument("--strategy", choices=("xgb", "random"), default="xgb",
+                   help="how configurations are chosen: the XGBoost model (default) or at random")
+    p.add_argument("--budget", type=float, default=1.0, metavar="SHARE",
+                   help="the share of each resource of the part the accelerator may use (default 1.0)")
+    p.add_argument("--batch-size", type=_positive, default=8, metavar="B", help="configurations per round (default 8)")
+    p.add_argument("--dask", metavar="ADDRESS|local:N", help="evaluate on a dask.distributed cluster")
+    p.add_argument("--parallel", type=_positive, metavar="N", help="local worker processes (default: CPUs)")
+    p.add_argument("--timeout", type=float, default=120.0, metavar="S",
+                   help="seconds a task's build or run may take before it is killed (default 120)")
+    p.add_argument("--log", type=Path, metavar="FILE", help="search log (JSON lines) to resume from and append to")
+    p.add_argument("--plot", type=Path, metavar="PNG", help="plot latency against resources (needs matplotlib)")
+    p.add_argument("--out", type=Path, metavar="DIR", help="write best_config.json, pareto.csv/json/png and "
+                                                          "best_tuning.log here")
+    p.add_argument("--cpu-part", action="store_true",
+                   help="also build the best and the default network and profile the CPU part of an inference")
+    _seed_option(p, "the search")
+    _json_option(p)
+    p.set_defaults(func=cmd_dse)
+
+
+def cmd_dse(args: argparse.Namespace) -> int:
+    from vtakit import dse  # noqa: PLC0415 -- the search (xgboost, the graph compiler) loads only when used
+
+    if args.schedule_trials < 0:
+        raise VtakitError(f"--schedule-trials must be >= 0, got {args.schedule_trials}")
+    result = dse.search(str(args.model), args.part, trials=args.trials, schedule_trials=args.schedule_trials,
+                        top_k=args.top_k, strategy=args.strategy, seed=args.seed, batch_size=args.batch_size,
+                        calibration=None if args.calibration is None else str(args.calibration), budget=args.budget,
+                        log=args.log, dask=args.dask, n_parallel=args.parallel, timeout=args.timeout,
+                        measure_cpu=args.cpu_part)
+    if args.plot is not None:
+        result.plot(args.plot)
+    if args.out is not None:
+        written = result.write(args.out)
+        print(f"vtakit: wrote {', '.join(p.name for p in written)} to {args.out}/", file=sys.stderr)
+    for note in result.notes:
+        print(f"vtakit: note: {note}", file=sys.stderr)
+    print(json.dumps(result.to_dict(), indent=2) if args.json else result.table())
+    return 0
+
+
 # ---------------------------------------------------------------------------- entry point
 _VERBS: list[Callable[[argparse._SubParsersAction], None]] = [
     _add_demo, _add_info, _add_disasm, _add_run_program, _add_random_program, _add_bench, _add_verilog, _add_synth,
-    _add_compile, _add_run, _add_tune, _add_tune_report,
+    _add_compile, _add_run, _add_tune, _add_tune_report, _add_dse,
 ]
 
 

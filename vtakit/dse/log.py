@@ -104,6 +104,7 @@ class SearchLog:
         if self.path is None:
             return
         if self._writer is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
             self._writer = RecordWriter(self.path)
         self._writer.write(_Line(json.dumps({**self.header, **body}, separators=(",", ":"))))
 

@@ -107,7 +107,7 @@ class Fit:
         r = getattr(self.estimate, kind)
         cap = r.available * self.budget[kind]
         budget = "" if self.budget[kind] == 1.0 else f", budget {100 * self.budget[kind]:g}% = {cap:g}"
-        return f"{kind.upper()} {r.used:g} of {r.available}{budget} ({100 * r.used / cap:.0f}% of what is allowed)"
+        return f"{kind.upper()} {round(r.used, 1):g} of {r.available}{budget} ({100 * r.used / cap:.0f}% of what is allowed)"
 
     def resources(self) -> dict[str, dict[str, float]]:
         return {k: {"used": round(getattr(self.estimate, k).used, 1), "available": getattr(self.estimate, k).available,
