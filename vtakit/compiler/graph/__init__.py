@@ -18,3 +18,4 @@ from vtakit.compiler.graph import vta  # noqa: E402,F401  (registers the acceler
 
 __all__ = ["from_onnx", "Graph", "Node", "TensorType", "evaluate", "Pattern", "get_op", "register_op",
            "registered_ops", "build", "extract_tasks", "optimize", "NetModule", "Profile", "InputInfo", "load", "onnx_backend", "passes", "zoo", "quantize"]
+from vtakit.compiler.graph import cuda_target  # noqa: E402,F401  (registers the GPU target "cuda")

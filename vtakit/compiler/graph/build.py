@@ -385,7 +385,8 @@ def _assemble(g: Graph, tgt: GraphTarget, compiled: list[tuple[Node, CompiledKer
     stats.arena_bytes, stats.lower_bound_bytes, stats.dram_bytes = memory.arena_bytes, memory.lower_bound, dram_bytes
     plan = Plan(values, tuple(g.inputs), tuple(g.outputs), tuple(steps), memory.arena_bytes, dram_bytes,
                 config.to_dict() if tgt.accelerator and config is not None else None)
-    return NetModule(plan, functions, constants, target=tgt.name, kernel_objects=codes, stats=stats)
+    module = tgt.module or NetModule
+    return module(plan, functions, constants, target=tgt.name, kernel_objects=codes, stats=stats)
 
 
 def _plan_dram(steps: list[Step], sizes: dict[str, int], const_names: set[str], config: Any

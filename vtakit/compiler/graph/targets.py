@@ -56,6 +56,8 @@ class GraphTarget:
     step_target: Callable[[Node], str] | None = None
     note: Callable[[Node], str] | None = None
     accelerator: bool = False  # steps of other targets than the CPU read and write accelerator DRAM
+    # the NetModule class the build returns (None: NetModule); GPU modules add emulation
+    module: Callable[..., Any] | None = None
 
 
 _TARGETS: dict[str, GraphTarget] = {}

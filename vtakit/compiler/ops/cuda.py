@@ -33,7 +33,7 @@ from vtakit.compiler import ir, te
 from vtakit.compiler.arith.analyzer import linear_coefficients
 from vtakit.compiler.lower.thread_extent import MAX_THREADS_PER_BLOCK, THREAD_LIMITS
 from vtakit.compiler.ops.common import static_shape
-from vtakit.compiler.ops.stages import (compute_producers, divisor, find_anchor, inner_stages, input_tagged,
+from vtakit.compiler.ops.stages import (divisor, find_anchor, inner_stages,
                                         is_injective, outputs_of, producers, size_of)
 from vtakit.compiler.te.schedule import Schedule, Stage
 from vtakit.compiler.te.tensor import ComputeOp, Tensor
@@ -116,11 +116,14 @@ def schedule_injective(outs: Tensor | Sequence[Tensor], target: str | None = Non
 
 def _anchor(s: Schedule, outs: list[Tensor], tags: tuple[str, ...]) -> tuple[Tensor, Tensor]:
     """(output stage the kernel is bound on, the anchor reduction computed per thread into registers);
-    epilogue stages inlined into the output stage."""
+    epilogue stages inlined into the output stage, the operands' element-wise stages into the anchor."""
     last = outs[0]
     main, between = find_anchor(last, tags)
     for t in {id(t): t for t in between}.values():
         s[t].compute_inline()
+    for t in inner_stages(outs):   # the operands' own element-wise stages (padding, reshaped weights)
+        if t is not main and is_injective(t) and all(t is not b for b in between):
+            s[t].compute_inline()
     if main is last:
         return last, s.cache_write(main, "local")
     s[main].set_scope("local")
@@ -398,8 +401,6 @@ def schedule_conv2d_nchw(outs: Tensor | Sequence[Tensor], tiles: ConvTiles | Non
     outs = outputs_of(outs)
     s = te.create_schedule([o.op for o in outs])
     last, conv = _anchor(s, outs, ("conv2d_nchw",))
-    for padded in [p for p in compute_producers(conv) if p.op.tag == "pad"]:
-        s[padded].compute_inline()
     spec = _conv_spec(conv)
     if spec is None:
         _per_thread(s, last, conv)
@@ -448,10 +449,7 @@ def schedule_depthwise_conv2d_nchw(outs: Tensor | Sequence[Tensor], target: str 
     outs = outputs_of(outs)
     s = te.create_schedule([o.op for o in outs])
     last, conv = _anchor(s, outs, ("depthwise_conv2d_nchw",))
-    padded = input_tagged(conv, "pad")
-    data = padded if padded is not None else _loads(conv)[0].producer
-    if padded is not None:
-        s[padded].compute_inline()
+    data = _loads(conv)[0].producer
     _, _, out_h, out_w = static_shape(last)
     rows, cols = divisor(out_h, 16), divisor(out_w, 16)
     data_shared = s.cache_read(data, "shared", [conv])
@@ -478,8 +476,6 @@ def schedule_pool(outs: Tensor | Sequence[Tensor], target: str | None = None) ->
     outs = outputs_of(outs)
     s = te.create_schedule([o.op for o in outs])
     last, pool = _anchor(s, outs, ("pool2d",))
-    for padded in [p for p in compute_producers(pool) if p.op.tag == "pad"]:
-        s[padded].compute_inline()
     _per_thread(s, last, pool)
     return s
 
