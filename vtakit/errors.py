@@ -99,7 +99,8 @@ class DSEError(TuningError):
 class DeviceError(VtakitError):
     """The FPGA driver (vtakit.runtime.fpga) cannot do as asked: the accelerator is busy or did not
     finish in time, an instruction address lies outside the DMA buffer or is misaligned, the
-    register window is not a vtakit shell, or the board adapter's ``pynq`` is missing."""
+    register window is not a vtakit shell, or the board adapter's ``pynq`` is missing; or a cuda module
+    is called where no CUDA driver or GPU exists (``mod.emulate`` runs it on the CPU instead)."""
 
 
 class EmulationError(SimError):
