@@ -19,8 +19,9 @@ thread model:
   threads differing only in its thread index (in index order), as the interpreter does;
 - between two barriers, two threads of a block that touch the same shared element, one of them
   writing, raise :class:`~vtakit.errors.SharedMemoryRaceError`; two threads of one launch that
-  write the same global element with no barrier between them (always, across blocks) raise
-  :class:`~vtakit.errors.GlobalMemoryRaceError`;
+  write different values to the same global element with no barrier between them (always, across
+  blocks) raise :class:`~vtakit.errors.GlobalMemoryRaceError`. Threads storing the same value (every
+  thread of a reduction writing its result) give the same memory in any order, so they pass;
 - an access outside any buffer (global, shared or local) raises
   :class:`~vtakit.errors.MemoryAccessError` naming the buffer, index, size, kernel, block and thread.
 
@@ -132,7 +133,7 @@ class KernelEmulator(Interpreter):
         self._tid = self._bid = self._epoch = 0
         self._block_shared: dict[ir.Var, np.ndarray] = {}
         self._trackers: dict[ir.Var, _SharedTracker] = {}
-        self._global_writes: dict[ir.Var, dict[int, tuple[int, int, int]]] = {}
+        self._global_writes: dict[ir.Var, dict[int, tuple[int, int, int, Any]]] = {}
         self.lockstep = kernel.body in self._syncing
         if self.lockstep:
             self._thread_gen = self.gstmt(kernel.body)
@@ -152,12 +153,12 @@ class KernelEmulator(Interpreter):
             self._trackers[buf.data] = _SharedTracker(size)
         return arr
 
-    def access_hook(self, buf: ir.Buffer, write: bool) -> Callable[[Any], None] | None:
+    def access_hook(self, buf: ir.Buffer, write: bool) -> Callable[[Any, Any], None] | None:
         if not self.check_races:
             return None
         data, name = buf.data, buf.name
         if data in self._shared:
-            def shared(i: Any) -> None:
+            def shared(i: Any, _value: Any) -> None:
                 tracker, tid, epoch = self._trackers[data], self._tid, self._epoch
                 for e in (i.tolist() if isinstance(i, np.ndarray) else (i,)):
                     hit = tracker.access(e, tid, write, epoch)
@@ -168,14 +169,19 @@ class KernelEmulator(Interpreter):
         if data in self._private or not write:
             return None
 
-        def global_write(i: Any) -> None:
+        def global_write(i: Any, value: Any) -> None:
             writes = self._global_writes.setdefault(data, {})
-            mine = (self._bid, self._tid, self._epoch)
-            for e in (i.tolist() if isinstance(i, np.ndarray) else (i,)):
+            bid, tid, epoch = self._bid, self._tid, self._epoch
+            if isinstance(i, np.ndarray):
+                pairs = zip(i.tolist(), np.broadcast_to(value, i.shape).tolist())
+            else:
+                pairs = ((i, value),)
+            for e, v in pairs:
                 prev = writes.get(e)
-                if prev is not None and prev[:2] != mine[:2] and (prev[0] != mine[0] or prev[2] == mine[2]):
-                    raise self._global_race(name, e, prev)
-                writes[e] = mine
+                if (prev is not None and (prev[0], prev[1]) != (bid, tid) and (prev[0] != bid or prev[2] == epoch)
+                        and not _same(prev[3], v)):
+                    raise self._global_race(name, e, prev, v)
+                writes[e] = (bid, tid, epoch, v)
 
         return global_write
 
@@ -282,12 +288,12 @@ class KernelEmulator(Interpreter):
             f"{'writes' if write else 'reads'} {name}[{e}], which {g.thread(other)} "
             f"{'wrote' if other_wrote else 'read'} with no barrier between (a missing __syncthreads?)")
 
-    def _global_race(self, name: str, e: int, prev: tuple[int, int, int]) -> GlobalMemoryRaceError:
+    def _global_race(self, name: str, e: int, prev: tuple[int, int, int, Any], value: Any) -> GlobalMemoryRaceError:
         g = self.geometry
         return GlobalMemoryRaceError(
             f"global-memory race in kernel {self.kernel.name}: {g.block_name(self._bid)} {g.thread(self._tid)} "
-            f"writes {name}[{e}], which {g.block_name(prev[0])} {g.thread(prev[1])} wrote in the same launch "
-            "with nothing ordering the two writes")
+            f"writes {value} to {name}[{e}], which {g.block_name(prev[0])} {g.thread(prev[1])} set to {prev[3]} "
+            "in the same launch with nothing ordering the two writes")
 
 
 class Emulator:
@@ -336,6 +342,11 @@ def _mark_syncing(s: ir.Stmt, out: set[ir.Stmt]) -> bool:
     if found:
         out.add(s)
     return found
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Whether two stored values are the same (NaN equals NaN: the bits a thread stores)."""
+    return bool(a == b) or (a != a and b != b)
 
 
 def _geometry(kernel: DeviceKernel) -> _Geometry:

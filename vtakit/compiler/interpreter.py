@@ -133,9 +133,10 @@ class Interpreter:
         """The storage an ``Allocate`` of ``buf`` (``size`` elements) binds: fresh and poisoned."""
         return poison(buf.dtype, size)
 
-    def access_hook(self, buf: ir.Buffer, write: bool) -> Callable[[Any], None] | None:
+    def access_hook(self, buf: ir.Buffer, write: bool) -> Callable[[Any, Any], None] | None:
         """A function called with the flat index (an int or an index array) of every in-bounds
-        load (``write`` false) or store of ``buf``, or None to call nothing."""
+        load (``write`` false) or store of ``buf`` and, for a store, the value stored (None for a
+        load); or None to call nothing."""
         return None
 
     # ------------------------------------------------------------------ expressions
@@ -382,12 +383,12 @@ class Interpreter:
                 if i.size and (i.min() < 0 or i.max() >= arr.size):
                     raise MemoryAccessError(f"out-of-bounds read of {name}{i.tolist()} (size {arr.size})")
                 if track is not None:
-                    track(i)
+                    track(i, None)
                 return arr[i]
             if not 0 <= i < arr.size:
                 raise MemoryAccessError(f"out-of-bounds read of {name}[{i}] (size {arr.size})")
             if track is not None:
-                track(i)
+                track(i, None)
             v = arr[i]
             return int(v) if as_int else v
 
@@ -523,7 +524,7 @@ class Interpreter:
             elif not 0 <= i < arr.size:
                 raise MemoryAccessError(f"out-of-bounds write of {name}[{i}] (size {arr.size})")
             if track is not None:
-                track(i)
+                track(i, v)
             arr[i] = v
 
         return store

@@ -4,13 +4,16 @@ write-write races) is reported with the kernel, buffer, element and threads invo
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import numpy as np
 import pytest
 
+import vtakit
 from vtakit.compiler import ir, te
-from vtakit.compiler.backend.nvptx.program import DeviceKernel, DeviceProgram, barrier
+from vtakit.compiler.backend.nvptx import split_host_device
+from vtakit.compiler.backend.nvptx.program import DeviceKernel, DeviceProgram, barrier, is_barrier
 from vtakit.compiler.gpu_emulator import Emulator, emulate
 from vtakit.compiler.ir_builder import IRBuilder
 from vtakit.errors import (CompileError, DivergentBarrierError, GlobalMemoryRaceError, MemoryAccessError,
@@ -274,13 +277,17 @@ def test_global_write_write_races() -> None:
     # every thread of one block writes Out[0]
     prog = _program("ww", (out,), out.vstore(0, tv["threadIdx.x"]), tv, (1, 1, 1), (4, 1, 1))
     with pytest.raises(GlobalMemoryRaceError, match=re.escape(
-            "blockIdx=(0, 0, 0) threadIdx=(1, 0, 0) writes Out[0], which blockIdx=(0, 0, 0) threadIdx=(0, 0, 0) "
-            "wrote")):
+            "blockIdx=(0, 0, 0) threadIdx=(1, 0, 0) writes 1 to Out[0], which blockIdx=(0, 0, 0) threadIdx=(0, 0, 0) "
+            "set to 0")):
         emulate(prog, [np.zeros(1, np.int32)])
+    # the same value from every thread leaves the same memory whatever the order: no race
+    res = np.zeros(1, np.int32)
+    emulate(_program("same", (out,), out.vstore(0, 9), tv, (2, 1, 1), (4, 1, 1)), [res])
+    assert res[0] == 9
     # thread 0 of every block writes Out[0]: blocks are never ordered
     body = ir.IfThenElse(tv["threadIdx.x"] == 0, out.vstore(0, tv["blockIdx.x"]))
     prog = _program("wwb", (out,), body, tv, (3, 1, 1), (4, 1, 1))
-    with pytest.raises(GlobalMemoryRaceError, match=re.escape("blockIdx=(1, 0, 0) threadIdx=(0, 0, 0) writes Out[0]")):
+    with pytest.raises(GlobalMemoryRaceError, match=re.escape("blockIdx=(1, 0, 0) threadIdx=(0, 0, 0) writes 1 to Out[0]")):
         emulate(prog, [np.zeros(1, np.int32)])
     # within a block, a barrier orders the two writes
     tx = tv["threadIdx.x"]
@@ -329,3 +336,123 @@ def test_all_reduce_left_in_a_kernel_combines_each_row() -> None:
     got = np.zeros((rows, cols), np.int32)
     emulate(_program("ar", (a, out), ib.get(), tv, (1, 1, 1), (cols, rows, 1)), [src, got])
     np.testing.assert_array_equal(got, np.repeat(src[:, :-1].sum(axis=1, keepdims=True), cols, axis=1))
+
+
+# ---------------------------------------------------------------------------- built schedules
+def _shared_gemm_schedule(n: int) -> tuple[te.Schedule, list[te.Tensor]]:
+    """TVM's GPU GEMM shape: 16x16 blocks of C, 8x8 threads of 2x2 each, k in slabs of 8 fetched
+    cooperatively into shared memory."""
+    a = te.placeholder((n, n), "int32", name="A")
+    b = te.placeholder((n, n), "int32", name="B")
+    k = te.reduce_axis((0, n), name="k")
+    c = te.compute((n, n), lambda i, j: te.sum(a[i, k] * b[k, j], axis=k), name="C")
+    s = te.create_schedule(c.op)
+    a_sh, b_sh = s.cache_read(a, "shared", [c]), s.cache_read(b, "shared", [c])
+    c_loc = s.cache_write(c, "local")
+    by, yi = s[c].split(c.op.axis[0], factor=16)
+    bx, xi = s[c].split(c.op.axis[1], factor=16)
+    ty, yii = s[c].split(yi, nparts=8)
+    tx, xii = s[c].split(xi, nparts=8)
+    s[c].reorder(by, bx, ty, tx, yii, xii)
+    for axis, tag in ((by, "blockIdx.y"), (bx, "blockIdx.x"), (ty, "threadIdx.y"), (tx, "threadIdx.x")):
+        s[c].bind(axis, te.thread_axis(tag))
+    s[c_loc].compute_at(s[c], tx)
+    ko, ki = s[c_loc].split(c_loc.op.reduce_axis[0], factor=8)
+    s[c_loc].reorder(ko, ki, *c_loc.op.axis)
+    for stage in (a_sh, b_sh):
+        s[stage].compute_at(s[c_loc], ko)
+        fused = s[stage].fuse(*s[stage].op.axis)
+        fy, rest = s[stage].split(fused, nparts=8)
+        fx, _ = s[stage].split(rest, nparts=8)
+        s[stage].bind(fy, te.thread_axis("threadIdx.y"))
+        s[stage].bind(fx, te.thread_axis("threadIdx.x"))
+    return s, [a, b, c]
+
+
+class _StripBarriers(ir.IRMutator):
+    """Replaces the ``which``-th barrier of a kernel body (in body order; None: every one) by a no-op."""
+
+    def __init__(self, which: int | None) -> None:
+        self.which, self.seen = which, 0
+
+    def visit_Evaluate(self, node: ir.Evaluate) -> ir.Stmt:
+        if not is_barrier(node):
+            return node
+        self.seen += 1
+        return ir.Evaluate(ir.const(0)) if self.which in (None, self.seen - 1) else node
+
+
+def _without_barrier(program: DeviceProgram, which: int | None) -> DeviceProgram:
+    kernels = [dataclasses.replace(k, body=_StripBarriers(which).visit(k.body)) for k in program.kernels]
+    return dataclasses.replace(program, kernels=kernels)
+
+
+def _gemm_operands(n: int) -> list[np.ndarray]:
+    rng = np.random.default_rng(5)
+    return [rng.integers(-50, 50, (n, n), dtype=np.int32), rng.integers(-50, 50, (n, n), dtype=np.int32),
+            np.zeros((n, n), np.int32)]
+
+
+def test_built_shared_memory_gemm_equals_numpy() -> None:
+    s, args = _shared_gemm_schedule(32)
+    mod = vtakit.build(s, args, target="cuda")
+    assert sum(is_barrier(n) for k in mod.program.kernels for n in _walk(k.body)) == 2
+    a, b, c = _gemm_operands(32)
+    mod.emulate(a, b, c)
+    np.testing.assert_array_equal(c, a @ b)
+
+
+@pytest.mark.parametrize("which", [0, 1])
+def test_built_gemm_with_a_barrier_stripped_is_a_race(which: int) -> None:
+    """ThreadSync puts one barrier before the fetch (the previous slab's readers are done) and one
+    after it (the slab is complete): without either, threads of a block race on it."""
+    s, args = _shared_gemm_schedule(32)
+    program = _without_barrier(vtakit.build(s, args, target="cuda").program, which)
+    with pytest.raises(SharedMemoryRaceError, match=r"kernel main_kernel0, blockIdx=\(0, 0, 0\): .* [AB]\.shared\["):
+        emulate(program, _gemm_operands(32))
+
+
+def test_built_kernel_launched_with_too_many_threads_reads_out_of_bounds() -> None:
+    x = te.placeholder((64,), "float32", name="x")
+    y = te.compute((64,), lambda i: x[i] * 2, name="y")
+    s = te.create_schedule(y.op)
+    bx, tx = s[y].split(y.op.axis[0], factor=32)
+    s[y].bind(bx, te.thread_axis("blockIdx.x"))
+    s[y].bind(tx, te.thread_axis("threadIdx.x"))
+    program = vtakit.build(s, [x, y], target="cuda").program
+    (kernel,) = program.kernels
+    wide = dataclasses.replace(program, kernels=[dataclasses.replace(kernel, block=(64, 1, 1))])
+    src, out = np.arange(64, dtype=np.float32), np.zeros(64, np.float32)
+    emulate(program, [src, out])
+    np.testing.assert_array_equal(out, src * 2)
+    # block 1 overlaps block 0's upper half (rewriting the same values there: no race), and its own
+    # upper half reads beyond x
+    with pytest.raises(MemoryAccessError, match=re.escape("out-of-bounds read of x[64] (size 64) in kernel "
+                                                          "main_kernel0, blockIdx=(1, 0, 0), threadIdx=(32, 0, 0)")):
+        emulate(wide, [src, out])
+
+
+def test_cross_thread_reduction_lowered_and_native_agree_with_numpy() -> None:
+    """A reduction bound to threadIdx.x: the backend's shared-memory tree (with its barriers) and the
+    all-reduce the emulator runs natively (the program before LowerThreadAllreduce) both equal numpy."""
+    x = te.placeholder((5, 64), "int32", name="x")
+    k = te.reduce_axis((0, 64), name="k")
+    y = te.compute((5,), lambda i: te.sum(x[i, k], axis=k), name="y")
+    s = te.create_schedule(y.op)
+    s[y].bind(y.op.axis[0], te.thread_axis("blockIdx.x"))
+    s[y].bind(k, te.thread_axis("threadIdx.x"))
+    src = np.random.default_rng(6).integers(-1000, 1000, (5, 64), dtype=np.int32)
+    mod = vtakit.build(s, [x, y], target="cuda")
+    lowered, native = np.zeros(5, np.int32), np.zeros(5, np.int32)
+    mod.emulate(src, lowered)
+    unlowered = split_host_device(vtakit.lower(s, [x, y]))
+    assert any(isinstance(n, ir.AllReduce) for k_ in unlowered.kernels for n in _walk(k_.body))
+    emulate(unlowered, [src, native])
+    np.testing.assert_array_equal(lowered, src.sum(axis=1))
+    np.testing.assert_array_equal(native, src.sum(axis=1))
+
+
+def _walk(body: ir.Stmt) -> list:
+    out: list = []
+    ir.walk(body, out.append)
+    return out
