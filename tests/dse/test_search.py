@@ -1,0 +1,161 @@
+"""The search: API shape on a small search, resume after a kill, reproducibility, bad input."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+
+import pytest
+
+from vtakit import dse
+from vtakit.dse import config_key
+from vtakit.dse.log import SearchLog
+from vtakit.errors import ConfigError, DSEError
+from vtakit.hw.config import VTAConfig
+from vtakit.hw.estimate import estimate
+
+
+
+def _eval_lines(log: Path) -> list[dict]:
+    lines = []
+    for line in log.read_text().splitlines():
+        try:
+            raw = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if raw.get("kind") == "eval":
+            lines.append(raw)
+    return lines
+
+
+def _front(result) -> list[str]:
+    return [e.key for e in result.pareto]
+
+
+def test_api_shape(small_search, small_options, tmp_path):
+    result, log = small_search
+    opts = small_options
+    assert isinstance(result, dse.DSEResult)
+    assert len(result.evaluations) == opts["trials"]
+    assert isinstance(result.best, VTAConfig)
+    assert result.pareto and result.best_evaluation in result.pareto
+    for e in result.pareto:
+        assert e.ok and e.fits and e.latency_s > 0 and 0 < e.largest_fraction <= 1
+        assert e.cycles >= e.ideal_cycles > 0 and e.fmax_mhz == 100.0
+    lat = [e.latency_s for e in result.pareto]
+    frac = [e.largest_fraction for e in result.pareto]
+    assert lat == sorted(lat) and frac == sorted(frac, reverse=True)   # a front: faster costs more
+    table = result.table()
+    assert "Pareto front: digits on xc7z020" in table and result.best.model in table
+    d = result.to_dict()
+    for key in ("best", "best_cycles", "default_cycles", "speedup", "resources", "pareto", "evaluations"):
+        assert key in d
+    assert VTAConfig.from_dict(d["best"]) == result.best
+    assert d["speedup"] == pytest.approx(d["default_cycles"] / d["best_cycles"])
+    assert d["resources"]["fits"] and set(d["resources"]) >= {"lut", "ff", "dsp", "bram"}
+    assert d["evaluations"] == opts["trials"] and len(d["pareto"]) == len(result.pareto)
+    assert result.reference.config.replace(clock_mhz=100.0, dram_latency=32) == VTAConfig()
+    pytest.importorskip("matplotlib")
+    result.plot(tmp_path / "p.png")
+    assert (tmp_path / "p.png").stat().st_size > 1000
+
+
+def test_every_evaluated_config_validates_fits_and_is_logged_once(small_search, small_options):
+    result, log = small_search
+    opts = small_options
+    lines = _eval_lines(log)
+    keys = [json.dumps(r["config"], sort_keys=True) for r in lines]
+    assert len(keys) == len(set(keys)) == opts["trials"] + 1          # + the reference
+    for raw in lines:
+        config = VTAConfig.from_dict(raw["config"])                     # validates
+        if raw["round"] >= 0:
+            assert estimate(config, "xc7z020").fits and raw["status"] == "ok"
+    rounds = sorted(r["round"] for r in lines if r["round"] >= 0)
+    assert rounds == [0] * 4 + [1] * 4
+
+
+def test_same_seed_and_log_give_the_same_front(small_search, small_options, tmp_path):
+    result, log = small_search
+    opts = small_options
+    copy = tmp_path / "copy.jsonl"
+    copy.write_bytes(log.read_bytes())
+    again = dse.search("digits", "xc7z020", log=copy, **opts)
+    assert _front(again) == _front(result) and again.best == result.best
+    assert copy.read_bytes() == log.read_bytes()                       # nothing evaluated again
+
+
+def test_a_killed_search_resumes_with_nothing_lost_or_repeated(small_search, small_options, tmp_path):
+    result, log = small_search
+    opts = small_options
+    lines = log.read_bytes().split(b"\n")
+    killed = tmp_path / "killed.jsonl"
+    kept = lines[:6]                                                   # the reference + 5 evaluations
+    killed.write_bytes(b"\n".join(kept) + b"\n" + lines[6][: len(lines[6]) // 2])   # killed mid-line
+    with pytest.warns(UserWarning, match="skipped its last line"):
+        resumed = dse.search("digits", "xc7z020", log=killed, **opts)
+    evals = _eval_lines(killed)
+    keys = [json.dumps(r["config"], sort_keys=True) for r in evals]
+    assert len(keys) == len(set(keys)) == opts["trials"] + 1          # only the 3 missing were evaluated
+    assert {e.key for e in resumed.evaluations} == {e.key for e in result.evaluations}
+    assert _front(resumed) == _front(result)
+
+
+def test_a_log_of_another_part_is_ignored_with_a_note(small_search, tmp_path):
+    _, log = small_search
+    other = tmp_path / "other.jsonl"
+    other.write_text(log.read_text().replace('"part":"xc7z020"', '"part":"ecp5-85k"'))
+    space = dse.DesignSpace("xc7z020")
+    contents = SearchLog(other, "digits", "xc7z020", space.budget).load()
+    assert not contents.evaluations and "ignored 9 record(s) of another network, part or budget" in contents.notes[0]
+
+
+def test_random_strategy_and_the_model_propose_differently(small_search, small_options):
+    result, _ = small_search
+    opts = small_options
+    net = dse.load_network("digits")
+    space = dse.DesignSpace("xc7z020", net.batch)
+    xgb = dse.Searcher(net, space, strategy="xgb", seed=opts["seed"])
+    rnd = dse.Searcher(net, space, strategy="random", seed=opts["seed"])
+    first = [e for e in result.evaluations if e.round == 0]
+    round0 = {e.key for e in first}                                     # round 0 is random for both
+    assert {config_key(c) for c in xgb.propose(0, 4)} == {config_key(c) for c in rnd.propose(0, 4)} == round0
+    xgb.history = rnd.history = first
+    a, b = xgb.propose(1, 4), rnd.propose(1, 4)
+    assert len(a) == len(b) == 4 and a != b
+    again = dse.Searcher(net, space, strategy="xgb", seed=opts["seed"])
+    again.history = first
+    assert again.propose(1, 4) == a                                    # deterministic
+
+
+@pytest.mark.parametrize("network, match", [
+    ("resnet19", r"unknown network 'resnet19'.*expected one of \['resnet18', 'digits'\]"),
+    ("missing.onnx", r"unknown network 'missing.onnx' \(no such file\)"),
+    (42, r"unknown network 42"),
+])
+def test_unknown_network(network, match):
+    with pytest.raises(DSEError, match=match):
+        dse.search(network, "xc7z020", trials=1)
+
+
+def test_bad_arguments():
+    with pytest.raises(ConfigError, match=r"unknown FPGA part 'zynq'"):
+        dse.search("digits", "zynq", trials=1)
+    with pytest.raises(DSEError, match=r"trials must be an int >= 1, got 0"):
+        dse.search("digits", "xc7z020", trials=0)
+    with pytest.raises(DSEError, match=r"unknown strategy 'grid'"):
+        dse.search("digits", "xc7z020", strategy="grid")
+    with pytest.raises(DSEError, match=r"binding resource is DSP"):
+        dse.search("digits", "xc7z020", budget={"dsp": 0.01})
+
+
+def test_pareto_front_is_the_non_dominated_set():
+    def ev(lat: int, frac: float, tag: int) -> dse.Evaluation:
+        config = VTAConfig.small(cmd_queue_depth=tag)
+        return dse.Evaluation(config, "ok", fmax_mhz=1.0, largest_fraction=frac,
+                              tasks=(dse.TaskCycles("vta.dense", (1, 1, 1), 1, lat, 1),))
+    points = [ev(10, 0.9, 1), ev(20, 0.5, 2), ev(20, 0.6, 3), ev(30, 0.5, 4), ev(40, 0.1, 5), ev(15, 0.95, 6)]
+    front = dse.pareto_front(points)
+    assert [(e.cycles, e.largest_fraction) for e in front] == [(10, 0.9), (20, 0.5), (40, 0.1)]
+    failed = dse.Evaluation(VTAConfig.small(cmd_queue_depth=7), "error", "boom")
+    assert dse.pareto_front([failed]) == [] and failed.latency_s == float("inf")

@@ -1,0 +1,106 @@
+"""The design space: valid, fitting proposals; the part's clock, bus and batch bounds; budgets."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from vtakit.dse import DesignSpace, config_key, fmax_mhz
+from vtakit.dse.fmax import ECP5_CALIBRATION, FIXED_CLOCK_MHZ, dram_latency_cycles
+from vtakit.errors import ConfigError, DSEError
+from vtakit.hw.config import VTAConfig
+from vtakit.hw.estimate import estimate
+
+
+@pytest.mark.parametrize("part", ["xc7z020", "ecp5-85k", "ecp5-25k"])
+def test_every_proposal_validates_and_fits(part):
+    space = DesignSpace(part, max_batch=1)
+    configs = space.sample(np.random.default_rng(7), 40)
+    configs += space.neighbours(configs[0])
+    assert len(configs) >= 40
+    keys = set()
+    for c in configs:
+        again = VTAConfig.from_dict(c.to_dict())          # validates: encodable, known keys
+        assert again == c
+        est = estimate(c, part)
+        assert est.fits, (c.model, est.to_dict())
+        assert c.batch == 1
+        assert c.clock_mhz == fmax_mhz(c, part)
+        assert c.dram_latency == dram_latency_cycles(c.clock_mhz)
+        keys.add(c.model + str(c.to_dict()))
+    assert len(keys) == len(configs)                     # distinct
+
+
+def test_the_xc7z020_bounds_the_bus_and_fixes_the_clock():
+    space = DesignSpace("xc7z020", max_batch=4)
+    knobs = {k.name: k.values for k in space.knobs}
+    assert max(knobs["bus_width"]) == 64
+    assert knobs["log_batch"] == (0, 1, 2)                # BATCH never exceeds the network's batch
+    configs = space.sample(np.random.default_rng(1), 30)
+    assert all(c.bus_width <= 64 and c.clock_mhz == FIXED_CLOCK_MHZ and c.dram_latency == 32 for c in configs)
+    assert any(c.batch > 1 for c in configs)
+
+
+def test_sampling_is_deterministic_and_excludes():
+    space = DesignSpace("xc7z020")
+    a = space.sample(np.random.default_rng(5), 10)
+    assert a == space.sample(np.random.default_rng(5), 10)
+    b = space.sample(np.random.default_rng(5), 10, exclude={config_key(a[0])})
+    assert a[0] not in b and len(b) == 10
+
+
+def test_space_varies_block_buffer_bus_and_feature_keys():
+    names = {k.name for k in DesignSpace("ecp5-85k").knobs}
+    assert {"log_block_in", "log_block_out", "log_batch", "log_inp_depth", "log_wgt_depth", "log_acc_depth",
+            "log_uop_depth", "bus_width", "dram_outstanding", "token_queue_depth", "cmd_queue_depth",
+            "alu_mul"} <= names
+    optional = {f for f in ("alu_requant", "gemm_dsp_packing", "acc_read_ports") if hasattr(VTAConfig(), f)}
+    assert optional <= names
+
+
+def test_ecp5_clock_model_reproduces_its_calibration_and_slows_with_the_tree():
+    for point in ECP5_CALIBRATION:
+        config = VTAConfig.small(log_block_in=point.log_block_in)
+        assert fmax_mhz(config, "ecp5-85k") == pytest.approx(point.fmax_mhz, abs=0.1)
+    assert fmax_mhz(VTAConfig(), "ecp5-85k") < fmax_mhz(VTAConfig.small(), "ecp5-85k")
+    ref = DesignSpace("ecp5-85k").reference()
+    assert ref.clock_mhz == fmax_mhz(ref, "ecp5-85k") and ref.dram_latency == dram_latency_cycles(ref.clock_mhz)
+    assert dram_latency_cycles(100.0) == 32 and dram_latency_cycles(40.0) == 13
+
+
+def test_reference_is_vta_default_on_the_part_even_if_it_does_not_fit():
+    space = DesignSpace("xc7z020")
+    ref = space.reference()
+    assert ref.replace(clock_mhz=100.0, dram_latency=32) == VTAConfig()
+    fit = space.fit(ref)
+    assert fit.binding in ("lut", "ff", "dsp", "bram")
+    assert fit.describe().startswith(fit.binding.upper())
+
+
+def test_a_budget_nothing_fits_names_the_binding_resource():
+    for part, kind in (("xc7z020", "dsp"), ("ecp5-25k", "bram"), ("xc7z020", "lut")):
+        space = DesignSpace(part, budget={kind: 0.01})
+        fit = space.fit(space.smallest())
+        assert fit.binding == kind and not fit.fits
+        with pytest.raises(DSEError, match=rf"binding resource is {kind.upper()}") as info:
+            space.check_nonempty()
+        assert fit.describe(kind) in str(info.value) and "budget 1%" in str(info.value)
+    DesignSpace("xc7z020", budget=0.5).check_nonempty()   # the smallest configuration fits half the part
+
+
+@pytest.mark.parametrize("budget, match", [
+    (0.0, r"budget for LUT must be a share of the part in \(0, 1\], got 0.0"),
+    (1.5, r"got 1.5"),
+    ({"luts": 0.5}, r"unknown resource kind\(s\) \['luts'\]"),
+    ({"dsp": "half"}, r"budget for DSP .* got 'half'"),
+])
+def test_bad_budgets_are_errors(budget, match):
+    with pytest.raises(DSEError, match=match):
+        DesignSpace("xc7z020", budget=budget)
+
+
+def test_unknown_part_and_bad_batch():
+    with pytest.raises(ConfigError, match=r"unknown FPGA part 'xc7z999'.*xc7z020"):
+        DesignSpace("xc7z999")
+    with pytest.raises(DSEError, match=r"batch must be a positive int, got 0"):
+        DesignSpace("xc7z020", max_batch=0)
