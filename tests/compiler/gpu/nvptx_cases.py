@@ -79,3 +79,17 @@ def row_sum(rows: int, cols: int, factor: int, dtype: str = "int32", rfactor: bo
     s[B].bind(xi, te.thread_axis("threadIdx.y"))
     s[B].set_store_predicate(tx.var.equal(0))
     return s, [A, B]
+
+
+def two_kernels(n: int = 64):
+    """``S[i] = sum_k 2 X[i, k]`` with the doubled matrix a root stage of its own: two kernels and
+    a workspace between them."""
+    X = te.placeholder((n, n), "float32", name="X")
+    E = te.compute((n, n), lambda i, j: X[i, j] * 2, name="E")
+    k = te.reduce_axis((0, n), "k")
+    S = te.compute((n,), lambda i: te.sum(E[i, k], axis=k), name="S")
+    s = te.create_schedule(S.op)
+    for stage, (outer, inner) in ((E, E.op.axis), (S, s[S].split(S.op.axis[0], factor=32))):
+        s[stage].bind(outer, te.thread_axis("blockIdx.x"))
+        s[stage].bind(inner, te.thread_axis("threadIdx.x"))
+    return s, [X, S]

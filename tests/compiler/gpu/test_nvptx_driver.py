@@ -11,12 +11,11 @@ import numpy as np
 import pytest
 
 import vtakit
-from vtakit import te
 from vtakit.compiler.backend.nvptx import DeviceProgram
 from vtakit.compiler.backend.nvptx import driver as driver_module
 from vtakit.compiler.gpu_emulator import emulate
 from vtakit.errors import DeviceError
-from tests.compiler.gpu.nvptx_cases import shared_gemm
+from tests.compiler.gpu.nvptx_cases import shared_gemm, two_kernels
 
 
 class FakeLibCuda:
@@ -130,17 +129,8 @@ def test_a_call_copies_in_launches_and_copies_the_outputs_back(fake_gpu):
 
 def test_workspaces_are_allocated_for_multi_kernel_programs(fake_gpu):
     n = 64
-    X = te.placeholder((n, n), "float32", name="X")
-    E = te.compute((n, n), lambda i, j: X[i, j] * 2, name="E")
-    k = te.reduce_axis((0, n), "k")
-    S = te.compute((n,), lambda i: te.sum(E[i, k], axis=k), name="S")
-    s = te.create_schedule(S.op)
-    s[E].bind(E.op.axis[0], te.thread_axis("blockIdx.x"))
-    s[E].bind(E.op.axis[1], te.thread_axis("threadIdx.x"))
-    so, si = s[S].split(S.op.axis[0], factor=32)
-    s[S].bind(so, te.thread_axis("blockIdx.x"))
-    s[S].bind(si, te.thread_axis("threadIdx.x"))
-    mod = vtakit.build(s, [X, S], target="cuda")
+    s, args = two_kernels(n)
+    mod = vtakit.build(s, args, target="cuda")
     lib = fake_gpu(mod)
     x = np.random.default_rng(0).integers(-4, 4, (n, n)).astype("float32")
     out = np.zeros(n, "float32")

@@ -9,7 +9,7 @@ from vtakit import te
 from vtakit.compiler import ir
 from vtakit.compiler.backend.nvptx import split_host_device
 from vtakit.errors import CompileError
-from tests.compiler.gpu.nvptx_cases import shared_gemm
+from tests.compiler.gpu.nvptx_cases import shared_gemm, two_kernels
 
 
 def _bound(s, stage, outer, inner):
@@ -38,15 +38,8 @@ def test_gemm_is_one_kernel_with_shared_memory_hoisted():
 
 
 def test_two_stages_are_two_kernels_and_the_intermediate_a_workspace():
-    n = 64
-    X = te.placeholder((n, n), "float32", name="X")
-    E = te.compute((n, n), lambda i, j: X[i, j] * 2, name="E")
-    k = te.reduce_axis((0, n), "k")
-    S = te.compute((n,), lambda i: te.sum(E[i, k], axis=k), name="S")
-    s = te.create_schedule(S.op)
-    _bound(s, E, *E.op.axis)
-    _bound(s, S, *s[S].split(S.op.axis[0], factor=32))
-    program = split_host_device(vtakit.lower(s, [X, S]))
+    s, args = two_kernels(64)
+    program = split_host_device(vtakit.lower(s, args))
     assert [(k.grid, k.block) for k in program.kernels] == [((64, 1, 1), (64, 1, 1)), ((2, 1, 1), (32, 1, 1))]
     assert [b.name for b in program.workspaces] == ["E"]
     assert [[b.name for b in k.params] for k in program.kernels] == [["X", "E"], ["S", "E"]]
