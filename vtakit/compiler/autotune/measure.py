@@ -37,7 +37,9 @@ import numpy as np
 from vtakit.compiler.autotune.space import ConfigEntity
 from vtakit.compiler.autotune.task import Task
 from vtakit.compiler.build import build
-from vtakit.errors import TuningError
+from vtakit.compiler.backend.nvptx.driver import cuda_driver
+from vtakit.compiler.backend.nvptx.timer import time_kernels
+from vtakit.errors import DeviceError, TuningError
 from vtakit.runtime.device import Device
 
 __all__ = ["MeasureErrorNo", "MeasureInput", "MeasureResult", "LocalBuilder", "LocalRunner", "MeasureOption",
@@ -128,7 +130,28 @@ class LocalRunner:
         inputs, expected = task.reference(self.seed)
         if task.target == "vta":
             return self._run_vta(task, module, inputs, expected, started)
+        if task.target == "cuda":
+            return self._run_cuda(module, inputs, expected, started)
         return self._run_cpu(task, module, inputs, expected, started)
+
+    def _run_cuda(self, module: Any, inputs: list[np.ndarray], expected: np.ndarray, started: Any) -> tuple[float, ...]:
+        """A GPU trial: the output checked, then ``repeat`` x ``number`` runs timed with the operands on
+        the GPU. Without a GPU the trial is a RUNTIME_DEVICE record saying so."""
+        try:
+            cuda_driver()
+        except DeviceError as exc:
+            raise _TrialError(MeasureErrorNo.RUNTIME_DEVICE, f"cuda trials are measured on a GPU: {exc}") from exc
+        if started:
+            started()
+        args = [*inputs, np.zeros_like(expected)]
+        try:
+            timing = time_kernels(module, args, self.number, self.repeat)
+        except Exception as exc:
+            raise _TrialError(MeasureErrorNo.RUNTIME_DEVICE, exc) from exc
+        if not np.allclose(args[-1], expected, rtol=1e-3, atol=1e-3):
+            err = float(np.max(np.abs(args[-1] - expected)))
+            raise _TrialError(MeasureErrorNo.WRONG_ANSWER, f"output differs from numpy by up to {err:.3g}")
+        return tuple(float(t) for t in timing)
 
     def _run_vta(self, task: Task, module: Any, inputs: list[np.ndarray], expected: np.ndarray,
                  started: Any) -> tuple[float, ...]:

@@ -13,7 +13,7 @@ from vtakit.errors import TuningError
 __all__ = ["TaskSummary", "summarize", "best_so_far", "plot_curves", "COST_UNITS"]
 
 #: What a cost is, per target.
-COST_UNITS = {"vta": "cycles", "llvm": "s"}
+COST_UNITS = {"vta": "cycles", "llvm": "s", "cuda": "s"}
 
 
 @dataclass

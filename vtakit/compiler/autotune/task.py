@@ -28,7 +28,8 @@ __all__ = ["Template", "template", "get_template", "registered_templates", "Task
            "parse_workload", "extract_tasks", "split_trials", "MIN_TRIALS_PER_TASK", "TARGETS"]
 
 #: Targets a template may be written for (the prefix of its name) and how each is measured.
-TARGETS = {"vta": "cycles on the cycle model", "llvm": "wall time on the host CPU"}
+TARGETS = {"vta": "cycles on the cycle model", "llvm": "wall time on the host CPU",
+           "cuda": "wall time on a CUDA GPU (trials need one)"}
 
 Reference = Callable[..., tuple[list[np.ndarray], np.ndarray]]
 
