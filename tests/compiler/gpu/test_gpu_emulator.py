@@ -297,6 +297,40 @@ def test_global_write_write_races() -> None:
     assert res[0] == 7
 
 
+def _vector_kernel(shift: int, sync: bool) -> DeviceProgram:
+    """Each of 4 threads stores a 4-lane vector into shared memory, then (after a barrier, if
+    ``sync``) reads its neighbour's ``shift`` slots along and stores it as a vector to global memory."""
+    out = ir.Buffer("Out", (16,), "int32")
+    tv = _threads("threadIdx.x")
+    tx = tv["threadIdx.x"]
+    ib = IRBuilder()
+    sh = ib.allocate("int32", (16,), "S", scope="shared")
+    ib.emit(sh.vstore(ir.Ramp(tx * 4, ir.const(1), 4), ir.Ramp(tx * 10, ir.const(1), 4)))
+    if sync:
+        ib.emit(barrier())
+    ib.emit(out.vstore(ir.Ramp(tx * 4, ir.const(1), 4), sh[ir.Ramp(((tx + shift) % 4) * 4, ir.const(1), 4)]))
+    return _program("vec", (out,), ib.get(), tv, (1, 1, 1), (4, 1, 1))
+
+
+def test_vector_accesses_are_checked_lane_by_lane() -> None:
+    res = np.zeros(16, np.int32)
+    emulate(_vector_kernel(1, sync=True), [res])
+    np.testing.assert_array_equal(res, [10 * ((t + 1) % 4) + lane for t in range(4) for lane in range(4)])
+    # without the barrier thread 0 reads lanes 4..7 before thread 1 writes them
+    with pytest.raises(SharedMemoryRaceError, match=re.escape(
+            "threadIdx=(1, 0, 0) writes S[4], which threadIdx=(0, 0, 0) read")):
+        emulate(_vector_kernel(1, sync=False), [res])
+    emulate(_vector_kernel(0, sync=False), [res])  # each thread reads its own lanes: no barrier needed
+    np.testing.assert_array_equal(res, [10 * t + lane for t in range(4) for lane in range(4)])
+    # overlapping vector stores to global memory: lane 0 of thread 1 is lane 2 of thread 0
+    out = ir.Buffer("Out", (16,), "int32")
+    tx = ir.Var("tx", "int32")
+    body = out.vstore(ir.Ramp(tx * 2, ir.const(1), 4), ir.Broadcast(tx, 4))
+    with pytest.raises(GlobalMemoryRaceError, match=re.escape(
+            "threadIdx=(1, 0, 0) writes 1 to Out[2], which blockIdx=(0, 0, 0) threadIdx=(0, 0, 0) set to 0")):
+        emulate(_program("vw", (out,), body, {"threadIdx.x": tx}, (1, 1, 1), (4, 1, 1)), [res])
+
+
 def test_workspaces_live_between_kernels_and_start_poisoned() -> None:
     n = 16
     a, c = ir.Buffer("A", (n,), "float32"), ir.Buffer("C", (n,), "float32")
