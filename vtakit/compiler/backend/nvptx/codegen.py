@@ -4,7 +4,8 @@ The CPU code generator (:class:`vtakit.compiler.backend.llvm_codegen.CodeGen`) d
 expressions, statements, vectors and loops; this subclass overrides what differs on a GPU, as
 TVM's codegen_nvptx overrides codegen_llvm:
 
-- kernel parameters are global memory, ``ptr addrspace(1)`` (one ``noalias`` pointer per buffer);
+- kernel parameters are global memory, ``ptr addrspace(1)`` (one ``noalias`` pointer per buffer,
+  assumed 16-byte aligned, so that neighbouring accesses merge into vector loads and stores);
   the kernels are marked with ``nvvm.annotations`` (``kernel`` and ``maxntid{x,y,z}``, the block
   size), which LLVM turns into PTX ``.entry`` functions with ``.maxntid``;
 - thread and block indices are ``llvm.nvvm.read.ptx.sreg.{tid,ctaid}.{x,y,z}``;
@@ -30,17 +31,18 @@ from typing import Callable
 from llvmlite import ir as lir
 
 from vtakit.compiler import ir
-from vtakit.compiler.backend.llvm_codegen import CodeGen, _const, _storage_type
+from vtakit.compiler.backend.llvm_codegen import MATH_INTRINSICS, CodeGen, _const, _storage_type
 from vtakit.compiler.backend.nvptx.program import THREAD_TAGS, DeviceKernel, DeviceProgram, is_barrier
 from vtakit.compiler.backend.nvptx.split import SHARED_ALIGN, allocation_bytes
 from vtakit.compiler.backend.nvptx.target import TRIPLE
 from vtakit.errors import CompileError
 
-__all__ = ["generate_nvptx", "kernel_symbol", "MATH_EXPANSIONS", "NATIVE_MATH"]
+__all__ = ["generate_nvptx", "kernel_symbol", "MATH_EXPANSIONS", "NATIVE_MATH", "GLOBAL_ALIGN"]
 
 _I32, _F32 = lir.IntType(32), lir.FloatType()
 _VOID = lir.VoidType()
 _GLOBAL, _SHARED = 1, 3
+GLOBAL_ALIGN = 16  # the alignment the kernels assume of every global buffer (the driver gives 256)
 _SREG = {"threadIdx": "tid", "blockIdx": "ctaid"}
 NATIVE_MATH = ("sqrt", "fabs", "fma", "floor", "ceil", "trunc", "roundeven", "nearbyint", "copysign", "ctpop")
 
@@ -163,6 +165,7 @@ class _NVPTXCodeGen(CodeGen):
         self.frame = self._new_frame(fn)
         for buf, arg in zip(kernel.params, fn.args):
             arg.add_attribute("noalias")
+            arg.attributes.align = GLOBAL_ALIGN  # cuMemAlloc aligns to 256 bytes: vector loads may merge
             arg.name = buf.name
             self.frame.env[buf.data] = arg
             self.frame.noalias.add(buf.data)
@@ -234,20 +237,17 @@ class _NVPTXCodeGen(CodeGen):
         return super().expr(e)
 
     def _expr_Call(self, e: ir.Call) -> lir.Value:
-        if e.op in ("erf", "log1p", "expm1"):  # libm calls on the CPU
-            return self._expand(e.op, [self.expr(a) for a in e.args], e)
-        if e.op in ("atan2", "fmod") and ir.is_float(e.dtype):
-            if e.op == "fmod":
-                a, b = self._match(self.expr(e.args[0]), self.expr(e.args[1]))
-                return self.b.frem(a, b)
-            raise CompileError(f"the cuda backend has no {e.op!r} (libdevice is not linked): {e}")
-        if e.op in self.externs or e.op == "tvm_access_ptr" or e.op == "if_then_else":
-            return super()._expr_Call(e)
-        try:
-            return super()._expr_Call(e)
-        except CompileError as exc:
-            raise CompileError(str(exc).replace("the CPU backend", "the cuda backend")
-                               .replace(" or a function registered with register_extern", "")) from None
+        op = e.op
+        if op in ("erf", "log1p", "expm1"):  # libm calls on the CPU
+            return self._expand(op, [self.expr(a) for a in e.args], e)
+        if op == "fmod" and ir.is_float(e.dtype):
+            a, b = self._match(self.expr(e.args[0]), self.expr(e.args[1]))
+            return self.b.frem(a, b)
+        if op not in MATH_INTRINSICS and op != "tvm_access_ptr" or op == "atan2":
+            known = sorted({*MATH_INTRINSICS} - {"atan2"})
+            raise CompileError(f"the cuda backend has no intrinsic {op!r} (libdevice is not linked) in {e}; "
+                               f"expected one of {', '.join(known)}")
+        return super()._expr_Call(e)
 
     def _llvm_math(self, name: str, args: list[lir.Value]) -> lir.Value:
         if name in NATIVE_MATH:
