@@ -14,7 +14,7 @@ import vtakit
 from vtakit.compiler.backend.nvptx import DeviceProgram
 from vtakit.compiler.backend.nvptx import driver as driver_module
 from vtakit.compiler.gpu_emulator import emulate
-from vtakit.errors import DeviceError
+from vtakit.errors import ArgumentError, DeviceError
 from tests.compiler.gpu.nvptx_cases import shared_gemm, two_kernels
 
 
@@ -171,3 +171,16 @@ def test_the_driver_library_is_found_by_name(monkeypatch):
     with pytest.raises(DeviceError, match="no CUDA driver library"):
         driver_module._load_library()
     assert tried[:2] == ["libcuda.so.1", "libcuda.so"]
+
+
+def test_time_evaluator_times_the_kernels_with_resident_operands(fake_gpu):
+    s, args = shared_gemm(16, 32, 8, "int32")
+    mod = vtakit.build(s, args, target="cuda")
+    lib = fake_gpu(mod)
+    a, b, c = np.ones((16, 32), "int32"), np.ones((32, 16), "int32"), np.zeros((16, 16), "int32")
+    timing = mod.time_evaluator(number=2, repeat=3)(a, b, c)
+    assert len(timing.results) == 3 and all(t > 0 for t in timing.results)
+    assert len(lib.launches) == 1 + 2 * 3  # a warm-up run, then the timed ones
+    np.testing.assert_array_equal(c, np.full((16, 16), 32))
+    with pytest.raises(ArgumentError, match="takes 3 arguments"):
+        mod.time_evaluator()(a, b)

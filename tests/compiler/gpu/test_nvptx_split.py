@@ -105,3 +105,13 @@ def test_a_host_loop_around_kernels_is_an_error():
     loop = ir.For(i, ir.const(0, "int32"), ir.const(2, "int32"), ir.ForKind.SERIAL, kernel)
     with pytest.raises(CompileError, match="the host cannot loop or branch around kernel launches"):
         split_host_device(_kernel_func(loop, out))
+
+
+def test_symbolic_parameter_shapes_are_an_error():
+    n = te.var("n")
+    A = te.placeholder((n,), "float32", name="A")
+    B = te.compute((n,), lambda i: A[i] + 1, name="B")
+    s = te.create_schedule(B.op)
+    _bound(s, B, *s[B].split(B.op.axis[0], factor=64))
+    with pytest.raises(CompileError, match="parameter 'A' has shape .'n',.; the cuda target supports constant shapes"):
+        vtakit.build(s, [A, B], target="cuda")

@@ -15,14 +15,14 @@ import hashlib
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import llvmlite.binding as llvm
 import numpy as np
 
 from vtakit.compiler import ir
 from vtakit.compiler.backend import llvm_runtime as rt
-from vtakit.compiler.backend.llvm import fingerprint
+from vtakit.compiler.backend.llvm import TimingResult, fingerprint
 from vtakit.compiler.backend.nvptx.codegen import generate_nvptx, kernel_symbol
 from vtakit.compiler.backend.nvptx.pipeline import device_program
 from vtakit.compiler.backend.nvptx.program import DeviceProgram
@@ -111,6 +111,17 @@ class CUDAModule:
             for buf in buffers:
                 if buf.data in pointers:
                     driver.free(pointers[buf.data])
+
+    def time_evaluator(self, number: int = 10, repeat: int = 3) -> Callable[..., TimingResult]:
+        """A function that times the kernels on the GPU, as TVM's ``time_evaluator``: the operands are
+        copied in once, then ``repeat`` times ``number`` back-to-back runs (a DeviceError without a GPU)."""
+        from vtakit.compiler.backend.nvptx.timer import time_kernels  # noqa: PLC0415 (only where a GPU runs it)
+
+        def evaluate(*arrays: np.ndarray) -> TimingResult:
+            self._check(arrays)
+            return TimingResult(tuple(time_kernels(self, arrays, number, repeat)))
+
+        return evaluate
 
     def emulate(self, *arrays: np.ndarray) -> None:
         """Run the kernels on the CPU with GPU semantics (every block and thread, shared memory per
