@@ -426,8 +426,9 @@ def _input_shape(text: str) -> tuple[str, tuple[int, ...]]:
 
 
 def _network_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--target", default="llvm", help="what to compile for: llvm (this CPU, the default) or vta "
-                        "(the accelerator; needs an int8 model or --calibration)")
+    parser.add_argument("--target", default="llvm", help="what to compile for: llvm (this CPU, the default), vta "
+                        "(the accelerator; needs an int8 model or --calibration) or cuda (GPU kernels as PTX, "
+                        "checked by ptxas)")
     parser.add_argument("--calibration", type=Path, metavar="CALIB.npz",
                         help="quantise the float model to int8 first, calibrating on these samples (an .npz keyed "
                         "by input name, the leading axis counting samples)")
@@ -486,11 +487,24 @@ def cmd_compile(args: argparse.Namespace) -> int:
                "compile_seconds": round(stats.seconds, 3), "arena_bytes": stats.arena_bytes,
                "inputs": [{"name": i.name, "shape": list(i.shape), "dtype": i.dtype} for i in module.input_info],
                "outputs": module.output_names}
+    if module.target == "cuda":
+        summary["ptxas"] = _check_ptx(module)
     if args.json:
         print(json.dumps(summary))
     else:
         _print_table([(k.replace("_", " "), v) for k, v in summary.items()])
     return 0
+
+
+def _check_ptx(module: Any, arch: str = "sm_80") -> dict[str, Any]:
+    """ptxas's verdict on every kernel of a cuda module (a rejected kernel is an error; no ptxas: skipped)."""
+    from vtakit.compiler.backend.nvptx.ptxas import ptxas_path  # noqa: PLC0415 (GPU backend: cuda only)
+
+    if ptxas_path() is None:
+        return {"arch": arch, "checked": False, "reason": "ptxas is not installed"}
+    kernels = [k for report in module.ptxas(arch) for k in report.kernels]
+    return {"arch": arch, "checked": True, "kernels": len(kernels), "max_registers": max(k.registers for k in kernels),
+            "spill_bytes": sum(k.spill_stores + k.spill_loads for k in kernels)}
 
 
 def _add_run(verbs: argparse._SubParsersAction) -> None:

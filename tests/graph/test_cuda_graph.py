@@ -17,7 +17,7 @@ from vtakit import graph as vg
 from vtakit.compiler.backend.nvptx import ptxas_check
 from vtakit.compiler.graph.cuda_module import CudaNetModule
 from vtakit.compiler.graph.zoo import ModelBuilder, resnet18
-from vtakit.errors import DeviceError, GraphError
+from vtakit.errors import ArgumentError, DeviceError, GraphError
 
 LIGHT_DIR = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
 LIGHT = ["bvlc_alexnet", "zfnet512", "squeezenet", "shufflenet", "resnet50", "inception_v1"]
@@ -111,3 +111,27 @@ def test_light_models_build_for_cuda(name):
     model = onnx.load(os.path.join(LIGHT_DIR, f"light_{name}.onnx"))
     module = vg.build(vg.from_onnx(model), target="cuda")
     assert _ptxas_every_kernel(module) >= len(module.gpu_kernels) > 0
+
+
+def test_cli_compile_for_cuda_writes_a_package_of_checked_ptx(tmp_path, capsys):
+    import json
+
+    from vtakit.cli import main
+    from vtakit.compiler.graph.package import read_package
+    from vtakit.runtime.gpu_code import GPUKernelCode
+
+    model = tmp_path / "cnn.onnx"
+    onnx.save(small_cnn(), model)
+    out = tmp_path / "cnn.vtapkg"
+    assert main(["compile", str(model), "--target", "cuda", "-o", str(out), "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["target"] == "cuda" and summary["ptxas"]["checked"] and summary["ptxas"]["spill_bytes"] == 0
+    package = read_package(out)
+    assert package.target == "cuda" and all(isinstance(k, GPUKernelCode) for k in package.kernels)
+    assert summary["ptxas"]["kernels"] == sum(len(k.kernels) for k in package.kernels)
+    for code in package.kernels:   # the saved PTX, not the module's: ptxas accepts each program
+        report = ptxas_check(code.ptx, code.arch)
+        assert sorted(k.name for k in report.kernels) == sorted(k.name for k in code.kernels)
+    loaded = vg.load(out)
+    with pytest.raises(ArgumentError, match="keeps their PTX only; build the network again"):
+        loaded.run({"data": np.zeros((1, 3, 12, 12), np.float32)})

@@ -14,6 +14,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from vtakit.compiler.backend.nvptx.driver import cuda_driver
+from vtakit.compiler.backend.nvptx.ptxas import PtxasReport, ptxas_check
 from vtakit.compiler.graph.module import NetModule
 from vtakit.errors import DeviceError, GraphError
 from vtakit.runtime.graph_executor import GraphExecutor
@@ -32,6 +33,11 @@ class CudaNetModule(NetModule):
     def ptx(self) -> list[str]:
         """The PTX of each unique kernel program, in plan order."""
         return [k.get_source("ptx") for k in self._kernels]
+
+    def ptxas(self, arch: str = "sm_80") -> list[PtxasReport]:
+        """ptxas's report for each kernel program's PTX assembled for ``arch`` (a CompileError with its
+        message if it rejects one, or where ptxas is not installed)."""
+        return [ptxas_check(ptx, arch) for ptx in self.ptx()]
 
     def emulate(self, inputs: Mapping[str, Any] | Sequence[Any]) -> list[np.ndarray]:
         """The outputs for ``inputs`` (as for :meth:`run`), every kernel emulated with GPU semantics."""

@@ -15,7 +15,6 @@ emulates otherwise, and exposes each kernel's PTX.
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
 from typing import Any
 
 from vtakit.compiler.build import build as build_schedule
@@ -25,8 +24,9 @@ from vtakit.compiler.graph.kernel_cache import KernelCache, Workload, workload_o
 from vtakit.compiler.graph.lowering import group_tensors
 from vtakit.compiler.graph.targets import CompiledKernel, GraphTarget, register_graph_target
 from vtakit.compiler.ops import cuda
+from vtakit.runtime.gpu_code import GPUKernelCode, GPUKernelLaunch
 
-__all__ = ["CUDA_PASSES", "CUDA_TARGET", "CudaKernelCode", "compile_group"]
+__all__ = ["CUDA_PASSES", "CUDA_TARGET", "ARCH", "kernel_code", "compile_group"]
 
 CUDA_PASSES = ("InferType", "FoldConstant", "FoldBatchNorm", "DeadCodeElimination", "InferType", "FuseOps")
 #: the architecture network kernels are generated for (PTX runs on it and every later GPU)
@@ -36,22 +36,10 @@ _BUILT: dict[str, Any] = {}
 _LOCK = threading.Lock()
 
 
-@dataclass(frozen=True)
-class CudaKernelCode:
-    """What a saved module keeps of a GPU kernel program: its PTX and each kernel's launch geometry."""
-
-    ptx: str
-    kernels: tuple[dict[str, Any], ...]
-    arch: str = ARCH
-
-    def to_json(self) -> dict[str, Any]:
-        return {"arch": self.arch, "kernels": [dict(k) for k in self.kernels]}
-
-    @classmethod
-    def of(cls, module: Any) -> "CudaKernelCode":
-        return cls(module.get_source("ptx"), tuple(
-            {"name": k.name, "grid": list(k.grid), "block": list(k.block), "shared_bytes": int(k.shared_bytes)}
-            for k in module.kernels))
+def kernel_code(module: Any) -> GPUKernelCode:
+    """What a saved module keeps of the kernel program ``module`` (a CUDAModule): PTX and launches."""
+    return GPUKernelCode(module.get_source("ptx"), module.target.arch, tuple(
+        GPUKernelLaunch(k.name, tuple(k.grid), tuple(k.block), int(k.shared_bytes)) for k in module.kernels))
 
 
 def _workload(graph: Graph, node: Node, external: set[str]) -> tuple[Workload, tuple[str, ...], tuple[str, ...]]:
@@ -76,7 +64,7 @@ def _compile(graph: Graph, node: Node, external: set[str], cache: KernelCache, n
         module = compile_group(placeholders, tensors, name)
         with _LOCK:
             module = _BUILT.setdefault(key, module)
-    return CompiledKernel(tuple(ins), tuple(outs), workload, key, module, CudaKernelCode.of(module))
+    return CompiledKernel(tuple(ins), tuple(outs), workload, key, module, kernel_code(module))
 
 
 CUDA_TARGET = GraphTarget("cuda", CUDA_PASSES, _workload, _compile, module=CudaNetModule)

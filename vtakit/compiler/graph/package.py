@@ -13,8 +13,11 @@ File format, version 2: a zip archive holding
   accelerator program template (:meth:`vtakit.runtime.template.ProgramTemplate.to_json` for the
   plan's configuration), or ``{"kind": "layout", "layout_kernel": ..., "params": ...}`` for a named
   CPU layout kernel (:class:`vtakit.runtime.layout_kernels.LayoutKernel`, the pack and unpack
-  steps at accelerator borders); ``constants`` lists the constant names in order;
-- ``kernels/<i>.o``: CPU kernel *i*'s relocatable object code;
+  steps at accelerator borders), or ``{"kind": "cuda", "arch": ..., "kernels": [{"name", "grid",
+  "block", "shared_bytes"}, ...]}`` for a GPU kernel program (:class:`vtakit.runtime.gpu_code.GPUKernelCode`,
+  its PTX in ``kernels/<i>.ptx``; a loaded one can be read and checked but not run);
+  ``constants`` lists the constant names in order;
+- ``kernels/<i>.o``: CPU kernel *i*'s relocatable object code; ``kernels/<i>.ptx``: GPU program *i*'s PTX;
 - ``constants.npz``: constant *j* stored as ``c<j>`` (numpy, no pickles).
 
 Version 1 (CPU kernels only, no ``kind``) is read too.
@@ -43,6 +46,7 @@ from vtakit.atomic import atomic_write
 from vtakit.compiler.backend.llvm_object import KernelObject, target_id
 from vtakit.errors import ArgumentError, ConfigError, GraphError, ISAError, ProgramError
 from vtakit.hw.config import VTAConfig
+from vtakit.runtime.gpu_code import GPUKernelCode
 from vtakit.runtime.graph_executor import Plan
 from vtakit.runtime.layout_kernels import LayoutKernel
 from vtakit.runtime.template import ProgramTemplate
@@ -61,7 +65,7 @@ class Package:
 
     target: str
     plan: Plan
-    kernels: list[KernelObject | ProgramTemplate | LayoutKernel]
+    kernels: list[KernelObject | ProgramTemplate | LayoutKernel | GPUKernelCode]
     constants: dict[str, np.ndarray]
 
 
@@ -78,13 +82,14 @@ def write_package(path: str | os.PathLike, package: Package) -> None:
     """Write ``package`` to ``path`` (atomically)."""
     path = Path(path)
     kernels = package.kernels
-    if not all(isinstance(k, (KernelObject, ProgramTemplate, LayoutKernel)) for k in kernels):
+    if not all(isinstance(k, (KernelObject, ProgramTemplate, LayoutKernel, GPUKernelCode)) for k in kernels):
         raise GraphError("this module's kernels have no object code to save (was it built for a CPU target?)")
     objects = [k for k in kernels if isinstance(k, KernelObject)]
     config = _plan_config(package.plan, "cannot save the module") \
         if any(isinstance(k, ProgramTemplate) for k in kernels) else None
     entries = [{"kind": "object", **k.to_json()} if isinstance(k, KernelObject)
                else {"kind": "layout", **k.to_json()} if isinstance(k, LayoutKernel)
+               else {"kind": "cuda", **k.to_json()} if isinstance(k, GPUKernelCode)
                else {"kind": "vta", "template": k.to_json(config)} for k in kernels]
     names = sorted(package.constants)
     meta = {"format": FORMAT_NAME, "version": FORMAT_VERSION, "target": package.target,
@@ -97,10 +102,12 @@ def write_package(path: str | os.PathLike, package: Package) -> None:
         for i, k in enumerate(kernels):
             if isinstance(k, KernelObject):
                 z.writestr(f"kernels/{i}.o", k.code)
+            elif isinstance(k, GPUKernelCode):
+                z.writestr(f"kernels/{i}.ptx", k.ptx)
         z.writestr("constants.npz", buffer.getvalue())
 
 
-_KINDS = ("object", "vta", "layout")
+_KINDS = ("object", "vta", "layout", "cuda")
 
 
 def _kind(entry: Any) -> str:
@@ -128,7 +135,8 @@ def _read(path: Path) -> tuple[dict[str, Any], list[bytes], dict[str, np.ndarray
                 kinds = [_kind(k) for k in meta["kernels"]]
             except GraphError as exc:
                 raise GraphError(f"{str(path)!r} is damaged: {exc}") from None
-            codes = [z.read(f"kernels/{i}.o") if kind == "object" else b"" for i, kind in enumerate(kinds)]
+            codes = [z.read(f"kernels/{i}.o") if kind == "object" else z.read(f"kernels/{i}.ptx") if kind == "cuda"
+                     else b"" for i, kind in enumerate(kinds)]
             with np.load(io.BytesIO(z.read("constants.npz")), allow_pickle=False) as npz:
                 constants = {name: npz[f"c{j}"] for j, name in enumerate(meta["constants"])}
     except GraphError:
@@ -152,7 +160,7 @@ def read_package(path: str | os.PathLike) -> Package:
     except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
         raise GraphError(f"{str(path)!r} is damaged: its plan: {type(exc).__name__}: {exc}") from None
     config = None
-    kernels: list[KernelObject | ProgramTemplate | LayoutKernel] = []
+    kernels: list[KernelObject | ProgramTemplate | LayoutKernel | GPUKernelCode] = []
     for i, (entry, code) in enumerate(zip(meta["kernels"], codes)):
         try:
             kind = _kind(entry)
@@ -161,6 +169,9 @@ def read_package(path: str | os.PathLike) -> Package:
                 continue
             if kind == "layout":
                 kernels.append(LayoutKernel.from_json(entry))
+                continue
+            if kind == "cuda":
+                kernels.append(GPUKernelCode.from_json(entry, code.decode()))
                 continue
             if config is None:
                 config = _plan_config(plan, f"{str(path)!r} is damaged")
