@@ -75,7 +75,7 @@ def test_alu_veto_is_needed():
     expect = wrap8(ref(a.astype(np.int64), b.astype(np.int64)))
     np.testing.assert_array_equal(got, expect)
     with pytest.MonkeyPatch.context() as m:
-        m.setattr(module, "in_place_accepts", lambda alu_mul: (lambda store, producer: True))
+        m.setattr(module, "in_place_accepts", lambda alu_mul, requant=False: (lambda store, producer: True))
         (a, b), got = run(*alu_schedule(f, n_inputs=2))
     assert not np.array_equal(got, expect)
 

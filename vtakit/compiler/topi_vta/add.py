@@ -13,7 +13,8 @@ DRAM -> ACC_8BIT loads, sign-extended, on the compute queue), then ALU instructi
 of 16 signed bits: an addend beyond them takes up to :data:`MAX_ADDEND_IMMS` ADDs), SHR ``shift``,
 MAX ``lo``, MIN ``hi``, and the store of the low bytes. ALU operations that are identities
 (a zero lshift, addend or shift) are left out. Round to nearest by folding
-``rounding_addend(shift)`` into ``addend``.
+``rounding_addend(shift)`` into ``addend``. With ALU_REQUANT, when the addend is 0 or that rounding
+constant and the shift lies in [0, 31], ADD ``b`` through MIN ``hi`` are one REQUANT tensor.
 
 ``add_packed(env, shape, ...)`` declares it for the unpacked NCHW ``shape``; ``schedule_add_packed``
 tiles it with :class:`AddKnobs` (output tiles of ``tile_c`` channel blocks x ``tile_h`` rows x
@@ -31,12 +32,12 @@ from typing import Sequence
 from vtakit.compiler import te
 from vtakit.compiler.te import Schedule, Tensor
 from vtakit.compiler.topi_vta.common import bind_cthreads
-from vtakit.compiler.topi_vta.epilogue import check_requant
+from vtakit.compiler.topi_vta.epilogue import check_requant, fuses
 from vtakit.compiler.topi_vta.tiling import divisors
 from vtakit.compiler.vta.env import VTAEnv
 from vtakit.errors import CompileError
 from vtakit.hw.config import ITER_BITS
-from vtakit.runtime.packing import SHIFT_RANGE, blocks
+from vtakit.runtime.packing import SHIFT_RANGE, blocks, rounding_addend
 
 __all__ = ["AddKnobs", "add_packed", "schedule_add_packed", "choose_add_tiles", "add", "add_blocks", "add_alu_stages",
            "MAX_ADDEND_IMMS"]
@@ -123,6 +124,13 @@ def add_packed(env: VTAEnv, shape: Sequence[int], lshift_a: int = 0, lshift_b: i
     if lshift_b:
         tb = stages["b_shl"] = te.compute(pshape, lambda *i: b_acc(*i) << lshift_b, name="b_shl")
     ta_, tb_ = ta, tb
+    if env.config.alu_requant and fuses(shift) and addend in (0, rounding_addend(shift)):
+        def fused(*i):   # the sum, the rounding addend, the shift and the clip: one REQUANT tensor
+            t = ta_(*i) + tb_(*i) + addend if addend else ta_(*i) + tb_(*i)
+            return te.min(te.max(t >> shift if shift else t, clip[0]), clip[1])
+
+        res = stages["clip"] = te.compute(pshape, fused, name="clip")
+        return [a, b, te.compute(pshape, lambda *i: res(*i).astype(env.inp_dtype), name="out")], stages
     res = stages["sum"] = te.compute(pshape, lambda *i: ta_(*i) + tb_(*i), name="sum")
     for k, part in enumerate(_split_imm(addend)):
         res = stages[f"addend{k}"] = te.compute(pshape, lambda *i, p=res, c=part: p(*i) + c, name=f"addend{k}")

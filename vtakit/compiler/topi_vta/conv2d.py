@@ -90,7 +90,7 @@ def conv2d_packed(env: VTAEnv, wl: Conv2dWorkload, shift: int = 8, clip: tuple[i
     addend = te.placeholder((cob, b, bo), env.acc_dtype, name="addend") if with_addend else None
     mult = op_multiplier(multiplier, (cob, b, bo), env.acc_dtype)
     out, epilogue = declare_requant(env, conv, shift, clip, addend, lambda n, o, y, x, nb, ot: (o, nb, ot),
-                                    mult, pre_shift=pre_shift)
+                                    mult, pre_shift=pre_shift, fuse=None if residual is None else False)
     stages = {"conv": conv, **epilogue}
     if data_pad is not data:
         stages["data_pad"] = data_pad
@@ -124,11 +124,13 @@ def _fuse_residual(env: VTAEnv, oshape: tuple, stages: dict[str, Tensor], residu
         r = stages["residual_shl"] = te.compute(oshape, lambda *i: r0(*i) << lshift, name="residual_shl")
     r1 = r
     t = stages["residual_add"] = te.compute(oshape, lambda *i: prev(*i) + r1(*i), name="residual_add")
-    if rshift:
+    fused = env.config.alu_requant   # the shift and the clip in one stage: one REQUANT
+    if rshift and not fused:
         t0 = t
         t = stages["residual_shr"] = te.compute(oshape, lambda *i: t0(*i) >> rshift, name="residual_shr")
-    t1 = t
-    clip = stages["clip"] = te.compute(oshape, lambda *i: te.min(te.max(t1(*i), lo), hi), name="clip")
+    t1, last = t, rshift if fused else 0
+    clip = stages["clip"] = te.compute(oshape, lambda *i: te.min(te.max(t1(*i) >> last if last else t1(*i), lo), hi),
+                                       name="clip")
     out = te.compute(oshape, lambda *i: clip(*i).astype(env.inp_dtype), name="out")
     return res, out
 
@@ -199,7 +201,7 @@ def conv2d(env: VTAEnv, wl: Conv2dWorkload, knobs: Conv2dKnobs | None = None, vt
     """Declaration (``kwargs``: those of :func:`conv2d_packed`) and default schedule:
     ``(s, [data, kernel, (addend,) (multiplier,) out])``."""
     knobs = knobs or default_conv2d_knobs(env, wl, vthreads, kwargs.get("residual") is not None, epilogue_resources(
-        kwargs.get("multiplier"), env.config.alu_mul, kwargs.get("shift", 8)))
+        kwargs.get("multiplier"), env.config.alu_mul, kwargs.get("shift", 8), env.config.alu_requant))
     knobs.check(wl, env)
     tensors, stages = conv2d_packed(env, wl, **kwargs)
     return schedule_conv2d_packed(env, tensors, stages, knobs), tensors

@@ -84,6 +84,6 @@ def dense(env: VTAEnv, m: int, n: int, k: int, knobs: DenseKnobs | None = None, 
     ``(s, [data, weight, (addend,) (multiplier,) out])``."""
     tensors, stages = dense_packed(env, m, n, k, **kwargs)
     knobs = knobs or choose_dense_tiles(env, m, n, k, vthreads, epilogue_resources(
-        kwargs.get("multiplier"), env.config.alu_mul, kwargs.get("shift", 8)))
+        kwargs.get("multiplier"), env.config.alu_mul, kwargs.get("shift", 8), env.config.alu_requant))
     knobs.check(*dense_blocks(env, m, n, k))
     return schedule_dense_packed(env, tensors, stages, knobs), tensors

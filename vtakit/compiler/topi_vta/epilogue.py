@@ -34,6 +34,17 @@ Multiplier forms (``multiplier`` of :func:`declare_requant`, from an op's argume
   needs its own accumulator tile) -- rounding multipliers to fewer set bits (the quantisers'
   ``multiplier_bits``) makes it cheaper.
 
+Fused requantisation (configurations with ALU_REQUANT; ``fuse`` of :func:`declare_requant`): the
+shift, the rounding and the clip that end the epilogue are one stage, ``requant``, which ALU
+injection turns into one REQUANT micro-op loop (:mod:`vtakit.compiler.vta.alu`)::
+
+    out = int8(clip((acc + addend) >> shift))                # no multiplier: REQUANT tensor (imm without addend)
+    out = int8(clip((t + 2**(shift-1)) >> shift))            # after a multiplier: REQUANT imm with rounding
+
+for shifts in [0, 31] (a left shift keeps the stages above). The clip beyond REQUANT's
+``[0 or -128, 127]`` adds a MAX or MIN. Same bits as the stages above: REQUANT wraps its sum to
+32 bits as the separate ADDs do.
+
 Rounding: the ALU's immediates are 16-bit signed, so for ``shift <= 15`` it is ``ADD 2**(shift-1)``
 (round_add) then ``SHR shift``; for larger shifts, with ``j = shift - 15``, it is exactly::
 
@@ -60,7 +71,7 @@ from vtakit.runtime.packing import (MULTIPLIER_RANGE, SHIFT_ADD_MAX_TERMS, SHIFT
 
 __all__ = ["declare_requant", "schedule_requant", "cache_requant_operands", "requant_stages", "check_requant",
            "op_multiplier", "multiplier_form", "epilogue_resources", "multiplier_terms", "shift_add_form",
-           "form_terms", "MULTIPLIER_FORMS", "ROUND_IMM_SHIFT", "MANY_TERMS"]
+           "form_terms", "fuses", "epilogue_ops", "MULTIPLIER_FORMS", "ROUND_IMM_SHIFT", "MANY_TERMS", "REQUANT_SHIFTS"]
 
 #: the largest shift whose rounding constant 2**(shift-1) is one ADD immediate
 ROUND_IMM_SHIFT = 15
@@ -68,7 +79,9 @@ ROUND_IMM_SHIFT = 15
 MULTIPLIER_FORMS = ("tensor", "shift_add")
 #: a shift-and-add with more terms than this gets a note on its step (ALU_MUL or fewer set bits is faster)
 MANY_TERMS = SHIFT_ADD_TERMS
-_ALU_STAGES = ("addend_add", "shr", "mul", "round_pre", "round_add", "round_wrap", "round_shr", "clip")
+_ALU_STAGES = ("addend_add", "shr", "mul", "round_pre", "round_add", "round_wrap", "round_shr", "clip", "requant")
+#: REQUANT's shift range (5 bits, right shifts only)
+REQUANT_SHIFTS = (0, 31)
 
 
 def _is_int(v: object) -> bool:
@@ -131,15 +144,16 @@ def multiplier_form(multiplier: object, alu_mul: bool) -> tuple[None | str | int
     return (int(m[0]) if uniform else shift_add_form(shift_add_terms(m))), None
 
 
-def epilogue_resources(multiplier: None | str | int, alu_mul: bool, shift: int) -> tuple[int, int, int]:
+def epilogue_resources(multiplier: None | str | int, alu_mul: bool, shift: int,
+                       requant: bool = False) -> tuple[int, int, int]:
     """What the epilogue with op argument ``multiplier`` needs beyond a shift-only one, for the tiler
     (:func:`~vtakit.compiler.topi_vta.tiling.choose_conv2d_tiles`' ``epilogue``): ``(accumulator
     tiles, per-channel operand rows, ALU instructions)``. A shift-and-add sum of K terms re-reads
     ``t`` and so computes into a tile of its own: 2 * K instructions and, per channel, K rows of SHR
-    amounts."""
+    amounts. ``requant`` (ALU_REQUANT): the rounding is part of the final REQUANT."""
     if multiplier is None:
         return 0, 0, 0
-    rounding = 4 if shift > ROUND_IMM_SHIFT else 2
+    rounding = 0 if requant and fuses(shift) else 4 if shift > ROUND_IMM_SHIFT else 2
     if multiplier == "tensor":
         return 0, 1, 1 + rounding
     terms = form_terms(multiplier)
@@ -149,6 +163,16 @@ def epilogue_resources(multiplier: None | str | int, alu_mul: bool, shift: int) 
     if alu_mul or bits <= 1:
         return 0, 0, 1 + rounding
     return 1, 0, 2 * bits + rounding
+
+
+def fuses(shift: int) -> bool:
+    """Whether a final shift by ``shift`` fits REQUANT (right shifts of 0 to 31)."""
+    return REQUANT_SHIFTS[0] <= shift <= REQUANT_SHIFTS[1]
+
+
+def epilogue_ops(requant: bool) -> int:
+    """ALU instructions of the plain epilogue (bias, shift, max, min), or 1 with ALU_REQUANT."""
+    return 1 if requant else 4
 
 
 def check_requant(env: VTAEnv, shift: int, clip: tuple[int, int], multiplier: object = None,
@@ -232,16 +256,27 @@ def _horner_imm(prev: Tensor, multiplier: int) -> Callable[..., object]:
 def declare_requant(env: VTAEnv, acc: Tensor, shift: int, clip: tuple[int, int], addend: Tensor | None,
                     addend_index: Callable[..., tuple], multiplier: Tensor | int | None = None,
                     multiplier_index: Callable[..., tuple] | None = None,
-                    pre_shift: int = 0) -> tuple[Tensor, dict[str, Tensor]]:
+                    pre_shift: int = 0, fuse: bool | None = None) -> tuple[Tensor, dict[str, Tensor]]:
     """The int8 output of ``acc`` and the named epilogue stages (in ALU order; see the module).
 
     ``addend_index(*out_index)`` says which ``addend`` element an output element adds (no ADD stage
     when ``addend`` is None); ``multiplier`` is None, an int32 tensor read at
     ``multiplier_index(*out_index)`` (``addend_index`` when not given; a ``"shift_add"`` tensor of
     :func:`op_multiplier` is read at that index with the term inserted after the first axis) or an
-    int immediate (see the module for the forms each configuration runs)."""
+    int immediate (see the module for the forms each configuration runs). ``fuse``: end in one
+    ``requant`` stage (default: when the configuration has ALU_REQUANT; False keeps the ``clip``
+    stage apart, for a residual add inserted before it)."""
     check_requant(env, shift, clip, multiplier, pre_shift)
+    fuse = (env.config.alu_requant if fuse is None else fuse) and fuses(shift)
+    lo, hi = clip
     stages: dict[str, Tensor] = {}
+    if fuse and multiplier is None:   # clip((acc + addend) >> shift): one REQUANT
+        def value(*i):
+            t = acc(*i) if addend is None else acc(*i) + addend(*addend_index(*i))
+            return te.min(te.max(t >> shift if shift else t, lo), hi)
+
+        res = stages["requant"] = te.compute(acc.shape, value, name="requant")
+        return te.compute(acc.shape, lambda *i: res(*i).astype(env.inp_dtype), name="out"), stages
     res = acc
     if addend is not None:
         res = stages["addend_add"] = te.compute(acc.shape, lambda *i: acc(*i) + addend(*addend_index(*i)),
@@ -273,6 +308,12 @@ def declare_requant(env: VTAEnv, acc: Tensor, shift: int, clip: tuple[int, int],
                 res = stages["mul"] = te.compute(acc.shape, lambda *i: prev(*i) * multiplier, name="mul")
             else:
                 res = stages["mul"] = te.compute(acc.shape, _horner_imm(prev, multiplier), name="mul")
+        if fuse:                        # clip((t + 2**(shift-1)) >> shift): one REQUANT with rounding
+            prev, rnd = res, rounding_addend(shift)
+            res = stages["requant"] = te.compute(
+                acc.shape, lambda *i: te.min(te.max((prev(*i) + rnd) >> shift if shift else prev(*i), lo), hi),
+                name="requant")
+            return te.compute(acc.shape, lambda *i: res(*i).astype(env.inp_dtype), name="out"), stages
         if shift > ROUND_IMM_SHIFT:
             j = shift - ROUND_IMM_SHIFT
             res = stages["round_pre"] = _shift_stage(res, j, "round_pre")

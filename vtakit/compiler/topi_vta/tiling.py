@@ -21,7 +21,7 @@ __all__ = ["choose_conv2d_tiles", "choose_dense_tiles", "divisors"]
 
 _DMA_LATENCY = 40       # cycles per DMA instruction beyond its beats (request + DRAM latency)
 _INSN_OVERHEAD = 5      # cycles per compute instruction (F in docs/timing.md)
-_EPILOGUE_OPS = 4       # shift, bias, max, min
+_EPILOGUE_OPS = 4       # shift, bias, max, min (one REQUANT with ALU_REQUANT)
 _LOAD_MARGIN = 1.5      # overlapped loads must leave slack: threads and fetch share the DRAM port
 
 
@@ -34,7 +34,8 @@ def _cost(env: VTAEnv, threads: int, n_tiles: int, n_k: int, gemm: int, load_byt
           acc_entries: int, store_bytes: int, extra_ops: int = 0, acc_load_bytes: int = 0) -> float:
     bus = env.config.bus_bytes
     load = load_bytes / bus + _DMA_LATENCY * dma_insns
-    epilogue = (_EPILOGUE_OPS + extra_ops + 1) * (acc_entries + _INSN_OVERHEAD)
+    ops = 1 if env.config.alu_requant else _EPILOGUE_OPS
+    epilogue = (ops + extra_ops + 1) * (acc_entries + _INSN_OVERHEAD)
     if acc_load_bytes:      # a fused residual: an ACC_8BIT load on the compute module, per tile
         epilogue += acc_load_bytes / bus + _DMA_LATENCY
     store = store_bytes / bus + _DMA_LATENCY

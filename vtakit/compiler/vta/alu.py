@@ -14,7 +14,12 @@ Two steps (VTA's AnnotateALUCoProcScope + InjectALUIntrin):
    immediate or another accumulator tensor (which may broadcast along whole entries). So
    ``min(max(x >> 8, 0), 127)`` is three instructions. A right shift by an accumulator tensor is
    SHR tensor (per-lane amounts, the low 6 bits signed: negative shifts left). The simplifier's
-   ``c0 - x * c`` (how it writes ``x * -c``) is MUL by ``-c`` then ADD ``c0``. Each operation becomes a micro-op loop
+   ``c0 - x * c`` (how it writes ``x * -c``) is MUL by ``-c`` then ADD ``c0``. With ALU_REQUANT a
+   requantisation ``min(max((x [+ t] [+ 2**(s-1)]) >> s, lo), hi)`` (``t`` an accumulator tensor,
+   ``0 <= s <= 31``, ``-128 <= lo <= hi <= 127``) is one REQUANT (tensor with ``t``, else immediate;
+   rounding bit for the ``2**(s-1)``; ReLU bit for ``lo >= 0``), followed by MAX ``lo`` / MIN ``hi``
+   only when the clip is narrower than ``[0 or -128, 127]`` (and only where that is no more
+   instructions than the plain chain). Each operation becomes a micro-op loop
    (``vta.uop_push`` mode 1) in its own ``coproc_uop_scope`` on the compute queue; the loops that
    walk one accumulator entry disappear, the others are folded later by FoldUopLoop.
 """
@@ -29,7 +34,7 @@ from vtakit.compiler.vta.env import ACC_SCOPE, ALU, PUSH_ALU, PUSH_GEMM, QID_COM
 from vtakit.compiler.vta.intrin import uop_push
 from vtakit.compiler.vta.nest import access_ptr, affine, perfect_nest, split_entry
 from vtakit.errors import CompileError
-from vtakit.hw.isa import AluOp
+from vtakit.hw.isa import AluOp, requant_imm
 
 __all__ = ["inject_alu_intrin", "in_place_accepts", "alu_chain", "AluStep"]
 
@@ -43,6 +48,7 @@ class AluStep:
 
     op: AluOp
     operand: ir.BufferLoad | int       # a tensor operand or an immediate
+    control: int = 0                   # the immediate field of a tensor step (REQUANT's control bits)
 
 
 def _const(e: ir.PrimExpr) -> int | None:
@@ -55,9 +61,10 @@ def _same_index(a: ir.BufferLoad, dst: ir.BufferStore) -> bool:
     return isinstance(d, ir.IntImm) and d.value == 0
 
 
-def alu_chain(value: ir.PrimExpr, store: ir.BufferStore, where: str, alu_mul: bool) -> tuple[ir.BufferLoad,
-                                                                                             list[AluStep]]:
-    """``value`` as a base accumulator load followed by ALU steps."""
+def alu_chain(value: ir.PrimExpr, store: ir.BufferStore, where: str, alu_mul: bool,
+              requant: bool = False) -> tuple[ir.BufferLoad, list[AluStep]]:
+    """``value`` as a base accumulator load followed by ALU steps (``requant``: the configuration has
+    ALU_REQUANT, so requantisations become REQUANT steps)."""
     e = value
     while isinstance(e, ir.Cast) and e.dtype == e.value.dtype:
         e = e.value
@@ -65,11 +72,15 @@ def alu_chain(value: ir.PrimExpr, store: ir.BufferStore, where: str, alu_mul: bo
         raise CompileError(f"{where}: the ALU computes int32; the cast {e} must happen in the store to DRAM")
     if isinstance(e, ir.BufferLoad):
         return e, []
+    if requant:
+        fused = _requant_chain(e, store, where, alu_mul)
+        if fused is not None:
+            return fused
     if isinstance(e, ir.Call) and e.op in ("shift_right", "shift_left"):
         amount = _const(e.args[1])
         if amount is None and e.op == "shift_right" and isinstance(_strip(e.args[1]), ir.BufferLoad):
             operand = _check_operand(_strip(e.args[1]), where)   # per-lane amounts: SHR tensor (low 6 bits)
-            base, steps = alu_chain(e.args[0], store, where, alu_mul)
+            base, steps = alu_chain(e.args[0], store, where, alu_mul, requant)
             return base, steps + [AluStep(AluOp.SHR, operand)]
         if amount is None:
             raise CompileError(f"{where}: shift amounts must be constants or (right shifts) accumulator "
@@ -78,7 +89,7 @@ def alu_chain(value: ir.PrimExpr, store: ir.BufferStore, where: str, alu_mul: bo
         if not SHIFT_RANGE[0] <= amount <= SHIFT_RANGE[1]:
             raise CompileError(f"{where}: shift by {amount} (right) is outside the ALU's range "
                                f"[{SHIFT_RANGE[0]}, {SHIFT_RANGE[1]}]")
-        base, steps = alu_chain(e.args[0], store, where, alu_mul)
+        base, steps = alu_chain(e.args[0], store, where, alu_mul, requant)
         return base, steps + [AluStep(AluOp.SHR, amount)]
     kinds = {ir.Add: AluOp.ADD, ir.Max: AluOp.MAX, ir.Min: AluOp.MIN, ir.Mul: AluOp.MUL, ir.Sub: AluOp.ADD}
     op = kinds.get(type(e))
@@ -97,7 +108,7 @@ def alu_chain(value: ir.PrimExpr, store: ir.BufferStore, where: str, alu_mul: bo
         for imm in (factor, c0):
             if not IMM_RANGE[0] <= imm <= IMM_RANGE[1]:
                 raise CompileError(f"{where}: immediate {imm} does not fit the ALU's 16-bit signed field")
-        base, steps = alu_chain(neg, store, where, alu_mul)
+        base, steps = alu_chain(neg, store, where, alu_mul, requant)
         return base, steps + [AluStep(AluOp.MUL, factor)] + ([AluStep(AluOp.ADD, c0)] if c0 else [])
     cb = _const(b)
     ca = _const(a) if not isinstance(e, ir.Sub) else None
@@ -109,13 +120,13 @@ def alu_chain(value: ir.PrimExpr, store: ir.BufferStore, where: str, alu_mul: bo
         imm, rest = (cb, a) if cb is not None else (ca, b)
         if not IMM_RANGE[0] <= imm <= IMM_RANGE[1]:
             raise CompileError(f"{where}: immediate {imm} does not fit the ALU's 16-bit signed field")
-        base, steps = alu_chain(rest, store, where, alu_mul)
+        base, steps = alu_chain(rest, store, where, alu_mul, requant)
         return base, steps + [AluStep(op, imm)]
     loads = [x for x in (a, b) if isinstance(_strip(x), ir.BufferLoad)]
     if not loads and isinstance(e, (ir.Max, ir.Min)):
         common = _common_addend(a, b)     # min(x + c, y + c) -> min(x, y) + c (the simplifier distributes)
         if common is not None:
-            return alu_chain(ir.Add(type(e)(common[0], common[1]), common[2]), store, where, alu_mul)
+            return alu_chain(ir.Add(type(e)(common[0], common[1]), common[2]), store, where, alu_mul, requant)
     if not loads:
         raise CompileError(f"{where}: {e} combines two computed values; the ALU needs one operand to be a tensor")
     if len(loads) == 2:
@@ -125,8 +136,66 @@ def alu_chain(value: ir.PrimExpr, store: ir.BufferStore, where: str, alu_mul: bo
         operand = loads[0]
         rest = b if operand is a else a
     operand = _check_operand(_strip(operand), where)
-    base, steps = alu_chain(rest, store, where, alu_mul)
+    base, steps = alu_chain(rest, store, where, alu_mul, requant)
     return base, steps + [AluStep(op, operand)]
+
+
+def _clip_of(e: ir.PrimExpr) -> tuple[ir.PrimExpr, int, int] | None:
+    """``(x, lo, hi)`` when ``e`` is ``min(max(x, lo), hi)`` or ``max(min(x, hi), lo)`` with constant
+    int8 bounds ``lo <= hi``, else None."""
+    outer = _strip(e)
+    if not isinstance(outer, (ir.Min, ir.Max)):
+        return None
+    inner_kind = ir.Max if isinstance(outer, ir.Min) else ir.Min
+    c_out, inner = _const(outer.b), _strip(outer.a)
+    if c_out is None:
+        c_out, inner = _const(outer.a), _strip(outer.b)
+    if c_out is None or not isinstance(inner, inner_kind):
+        return None
+    c_in, x = _const(inner.b), inner.a
+    if c_in is None:
+        c_in, x = _const(inner.a), inner.b
+    if c_in is None:
+        return None
+    lo, hi = (c_in, c_out) if isinstance(outer, ir.Min) else (c_out, c_in)
+    return (x, lo, hi) if -128 <= lo <= hi <= 127 else None
+
+
+def _requant_chain(e: ir.PrimExpr, store: ir.BufferStore, where: str,
+                   alu_mul: bool) -> tuple[ir.BufferLoad, list[AluStep]] | None:
+    """``e`` as a chain ending in one REQUANT (see the module), or None when ``e`` is no such clip or
+    the fused chain would not be shorter than the plain one."""
+    clip = _clip_of(e)
+    if clip is None:
+        return None
+    x, lo, hi = clip
+    shift, t = 0, _strip(x)
+    if isinstance(t, ir.Call) and t.op == "shift_right":
+        shift = _const(t.args[1])
+        if shift is None or not 0 <= shift <= 31:
+            return None
+        t = _strip(t.args[0])
+    rounding = False
+    if shift and isinstance(t, ir.Add) and _const(t.b) == 1 << (shift - 1):
+        rounding, t = True, _strip(t.a)
+    operand = None
+    if isinstance(t, ir.Add) and _const(t.a) is None and _const(t.b) is None:
+        loads = [y for y in (t.a, t.b) if isinstance(_strip(y), ir.BufferLoad)
+                 and _strip(y).buffer.scope == ACC_SCOPE]
+        if loads:
+            pick = loads[-1] if len(loads) == 2 and _same_index(_strip(loads[0]), store) else loads[0]
+            operand = _strip(pick)
+            t = t.b if pick is t.a else t.a
+    relu = lo >= 0
+    extra = [AluStep(AluOp.MAX, lo)] if lo not in (-128, 0) else []
+    extra += [AluStep(AluOp.MIN, hi)] if hi != 127 else []
+    plain = 2 + (shift != 0) + rounding + (operand is not None)      # the chain it replaces
+    if 1 + len(extra) > plain:
+        return None
+    control = requant_imm(shift, relu, rounding)
+    base, steps = alu_chain(t, store, where, alu_mul, True)
+    step = AluStep(AluOp.REQUANT, operand, control) if operand is not None else AluStep(AluOp.REQUANT, control)
+    return base, steps + [step] + extra
 
 
 def _check_operand(operand: ir.BufferLoad, where: str) -> ir.BufferLoad:
@@ -151,7 +220,7 @@ def _strip(e: ir.PrimExpr) -> ir.PrimExpr:
 
 
 # ---------------------------------------------------------------------------- 1. in place
-def in_place_accepts(alu_mul: bool):
+def in_place_accepts(alu_mul: bool, requant: bool = False):
     """The ALU's veto for :mod:`~vtakit.compiler.lower.storage_reuse`: an element-wise stage may
     write into its producer's accumulator storage only when the producer is the base of the
     stage's instruction chain and no later step of the chain reads it (in ``min(a + b, a)`` the
@@ -159,7 +228,7 @@ def in_place_accepts(alu_mul: bool):
 
     def accept(store: ir.BufferStore, producer: ir.Buffer) -> bool:
         try:
-            base, steps = alu_chain(store.value, store, f"alu stage {store.buffer.name}", alu_mul)
+            base, steps = alu_chain(store.value, store, f"alu stage {store.buffer.name}", alu_mul, requant)
         except CompileError:
             return False                    # not an ALU stage; the injector reports it
         return base.buffer.data is producer.data and not any(
@@ -182,7 +251,7 @@ class _ALUInjector(ir.IRMutator):
         if dst.scope != ACC_SCOPE:
             raise CompileError(f"{where}: the ALU works in {ACC_SCOPE}, but {dst.name} is in scope {dst.scope}; "
                                "set_scope the stage to the accumulator")
-        base, steps = alu_chain(store.value, store, where, self.env.config.alu_mul)
+        base, steps = alu_chain(store.value, store, where, self.env.config.alu_mul, self.env.config.alu_requant)
         copy = base.buffer.data is not dst.data or not _same_index(base, store)
         if copy:                      # not in place: dst = 0 (a GEMM reset), dst += base, then the chain
             if base.buffer.scope != ACC_SCOPE:
@@ -202,7 +271,7 @@ class _ALUInjector(ir.IRMutator):
         for step in steps:
             if isinstance(step.operand, ir.BufferLoad):
                 src_ptr = access_ptr(step.operand.buffer, ir.substitute(step.operand.indices[0], zero), lanes, 1)
-                push = uop_push(1, 0, dst_ptr, src_ptr, 0, int(step.op), 0, 0)
+                push = uop_push(1, 0, dst_ptr, src_ptr, 0, int(step.op), 0, step.control)
             else:
                 push = uop_push(1, 0, dst_ptr, dst_ptr, 0, int(step.op), 1, step.operand)
             stmts.append(self._wrap(loops, outer, ir.Evaluate(push), PUSH_ALU))

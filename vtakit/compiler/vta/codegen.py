@@ -269,7 +269,8 @@ class _CodeGen(Interpreter):
             loops.append((1, 0, 0, 0))
         (eo, do, so, wo), (ei, di, si, wi) = loops
         return _KernelCall(mode, tuple(self.kernel), eo, ei, (do, di), (so, si), (wo, wi), bool(reset),
-                           AluOp(alu_op) if mode else None, imm if use_imm else None)
+                           AluOp(alu_op) if mode else None,
+                           imm if use_imm or (mode and alu_op == AluOp.REQUANT) else None, bool(use_imm))
 
     def _emit_kernel(self, c: _KernelCall) -> None:
         try:
@@ -278,7 +279,7 @@ class _CodeGen(Interpreter):
                                   src_factor=c.src_factor, wgt_factor=c.wgt_factor, reset=c.reset)
             else:
                 self.builder.alu(c.alu_op, c.uops, iter_out=c.iter_out, iter_in=c.iter_in, dst_factor=c.dst_factor,
-                                 src_factor=c.src_factor, imm=c.imm)
+                                 src_factor=c.src_factor, imm=c.imm, use_imm=c.use_imm)
         except ProgramError as exc:
             raise CompileError(f"{self.func.name}: {exc}") from exc
 
@@ -296,7 +297,8 @@ class _KernelCall:
     wgt_factor: tuple[int, int]
     reset: bool
     alu_op: AluOp | None
-    imm: int | None
+    imm: int | None                    # the immediate field (an operand, or REQUANT's control bits)
+    use_imm: bool = False
 
 
 _UNBUILT = object()

@@ -54,7 +54,7 @@ def partition_tails(func: ir.PrimFunc) -> ir.PrimFunc:
 def build_config(config: VTAConfig | VTAEnv | None = None) -> PassContext:
     """The PassContext that lowers schedules for the accelerator of ``config``."""
     env = config if isinstance(config, VTAEnv) else get_env(config)
-    reuse = storage_reuse_pass(env.memory_scopes, in_place_accepts(env.config.alu_mul))
+    reuse = storage_reuse_pass(env.memory_scopes, in_place_accepts(env.config.alu_mul, env.config.alu_requant))
     passes = [(1, partition_tails), (1, inject_dma_intrin(env)), (1, reuse), (1, inject_alu_intrin(env)),
               (1, lift_coproc_scopes), (1, inject_coproc_sync), (2, fold_uop_loops)]
     return PassContext(config={"tir.add_lower_pass": passes}, memory_scopes=dict(env.memory_scopes))

@@ -206,7 +206,8 @@ def _knobs(spec: LayerSpec, ctx: VTABuildContext, use_log: bool = True) -> tuple
             return (conv2d_knobs(cfg) if spec.kind == "conv2d" else dense_knobs(cfg)), True
     from vtakit.compiler.topi_vta.epilogue import epilogue_resources  # noqa: PLC0415
 
-    epilogue = epilogue_resources(spec.multiplier, ctx.config.alu_mul, spec.shift)   # shift-and-add: a second tile
+    epilogue = epilogue_resources(spec.multiplier, ctx.config.alu_mul, spec.shift,   # shift-and-add: a second tile
+                                  ctx.config.alu_requant)
     if spec.kind == "conv2d":
         return choose_conv2d_tiles(ctx.env, Conv2dWorkload.from_key(spec.args), VTHREADS,
                                    spec.residual is not None, epilogue), False
