@@ -11,9 +11,11 @@ from vtakit.compiler.backend.nvptx import ptxas_path
 needs_ptxas = pytest.mark.skipif(ptxas_path() is None, reason="ptxas (the CUDA toolkit) is not installed")
 
 
-def shared_gemm(n: int = 32, k: int = 32, tile: int = 8, dtype: str = "float32", fetch_threads: int | None = None):
+def shared_gemm(n: int = 32, k: int = 32, tile: int = 8, dtype: str = "float32", fetch_threads: int | None = None,
+                double_buffer: bool = False):
     """TVM's GEMM tutorial: shared-memory tiles of A and B per k step, a local accumulator; the
-    tiles are fetched by ``fetch_threads`` (default ``tile``) threads along threadIdx.x."""
+    tiles are fetched by ``fetch_threads`` (default ``tile``) threads along threadIdx.x, and with
+    ``double_buffer`` the next A tile is fetched while the current one is used."""
     A = te.placeholder((n, k), dtype, name="A")
     B = te.placeholder((k, n), dtype, name="B")
     kk = te.reduce_axis((0, k), "k")
@@ -38,6 +40,8 @@ def shared_gemm(n: int = 32, k: int = 32, tile: int = 8, dtype: str = "float32",
         if fetch_threads is not None:
             fetch, _ = s[X].split(fetch, nparts=fetch_threads)
         s[X].bind(fetch, te.thread_axis("threadIdx.x"))
+    if double_buffer:
+        s[AA].double_buffer()
     return s, [A, B, C]
 
 

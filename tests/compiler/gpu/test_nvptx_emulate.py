@@ -27,9 +27,9 @@ def test_elementwise():
 
 
 @pytest.mark.parametrize("dtype", ["float32", "int32"])
-@pytest.mark.parametrize("fetch_threads", [None, 4])
-def test_shared_memory_gemm(dtype, fetch_threads):
-    s, args = shared_gemm(16, 32, 8, dtype, fetch_threads)
+@pytest.mark.parametrize("fetch_threads, double_buffer", [(None, False), (4, False), (None, True)])
+def test_shared_memory_gemm(dtype, fetch_threads, double_buffer):
+    s, args = shared_gemm(16, 32, 8, dtype, fetch_threads, double_buffer)
     mod = vtakit.build(s, args, target="cuda")
     a = RNG.integers(-20, 20, (16, 32)).astype(dtype)
     b = RNG.integers(-20, 20, (32, 16)).astype(dtype)

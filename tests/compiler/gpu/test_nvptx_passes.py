@@ -46,6 +46,13 @@ def test_gemm_gets_a_barrier_after_its_fetch_and_one_at_the_loop_back_edge():
     assert _events(kernel.body, "A.shared") == ["loop{", "sync", "store", "sync", "loop{", "load", "}", "}"]
 
 
+def test_a_double_buffered_fetch_needs_no_barrier_before_the_pipelined_loop():
+    s, args = shared_gemm(16, 64, 8, double_buffer=True)
+    (kernel,) = device_program(vtakit.lower(s, args)).kernels
+    # prologue fetch; per step: sync, fetch the next tile into the other half, sync, use this tile
+    assert _events(kernel.body, "A.shared") == ["store", "loop{", "sync", "store", "sync", "loop{", "load", "}", "}"]
+
+
 def test_no_barrier_without_shared_memory_hand_off():
     tx = ir.Var("threadIdx.x", "int32")
     sh = ir.Buffer("sh", (32,), "float32", "shared")

@@ -158,4 +158,22 @@ class _Sync:
                     break
                 entry = entry | out
             return ir.For(s.loop_var, s.min, s.extent, s.kind, body, s.thread_tag, dict(s.annotations)), entry
-        return self._with_header(s, (s.min, s.extent), pending, rebuild)
+        stmt, after = self._with_header(s, (s.min, s.extent), pending, rebuild)
+        return _without_front_barrier(stmt), after
+
+
+def _first(stmt: ir.Stmt) -> ir.Stmt:
+    while isinstance(stmt, (ir.SeqStmt, ir.Allocate, ir.AttrStmt)):
+        stmt = stmt.stmts[0] if isinstance(stmt, ir.SeqStmt) else stmt.body
+    return stmt
+
+
+def _without_front_barrier(stmt: ir.Stmt) -> ir.Stmt:
+    """``barrier; for ...: barrier; ...`` without the first barrier when the loop runs at least once
+    (a software-pipelined loop, whose body starts with the barrier its back edge needs)."""
+    if not (isinstance(stmt, ir.SeqStmt) and len(stmt.stmts) == 2 and is_barrier(stmt.stmts[0])):
+        return stmt
+    loop = stmt.stmts[1]
+    runs = isinstance(loop.extent, ir.IntImm) and loop.extent.value >= 1 and not ir.contains(loop.extent, ir.BufferLoad) \
+        and not ir.contains(loop.min, ir.BufferLoad)
+    return loop if runs and is_barrier(_first(loop.body)) else stmt
