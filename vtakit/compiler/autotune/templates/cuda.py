@@ -75,7 +75,7 @@ def _dense_template(cfg: Any, m: int, n: int, k: int, config: Any = None) -> tup
         t = cuda.dense_tiles(m, n, k)
         cfg.set_fallback(tile_y=[-1, t.rows.vthreads, t.rows.threads, t.rows.inner],
                          tile_x=[-1, t.cols.vthreads, t.cols.threads, t.cols.inner],
-                         tile_k=[-1, t.k_block], unroll_k=1)
+                         tile_k=[-1, t.k_block], unroll_k=int(t.unroll))
     data = te.placeholder((m, k), "float32", name="data")
     weight = te.placeholder((n, k), "float32", name="weight")
     out = nn.dense(data, weight)
