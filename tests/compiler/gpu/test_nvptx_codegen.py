@@ -193,3 +193,22 @@ def test_float16_storage_and_arithmetic():
     g = np.zeros(n, "float16")
     mod.emulate(h, g)
     np.testing.assert_array_equal(g, h * h + h)
+
+
+@needs_ptxas
+def test_a_local_array_lives_in_local_memory():
+    n, m = 128, 200
+    A = te.placeholder((n, m), "float32", name="A")
+    B = te.compute((n, m), lambda i, j: A[i, m - 1 - j] * 2, name="B")
+    s = te.create_schedule(B.op)
+    AL = s.cache_read(A, "local", [B])
+    bx, tx = s[B].split(B.op.axis[0], factor=64)
+    s[B].bind(bx, te.thread_axis("blockIdx.x"))
+    s[B].bind(tx, te.thread_axis("threadIdx.x"))
+    s[AL].compute_at(s[B], tx)
+    mod = vtakit.build(s, [A, B], target="cuda")
+    assert "st.local" in mod.get_source("ptx")  # a 200-element array indexed in reverse: not registers
+    assert mod.ptxas().kernels[0].stack_bytes >= 200 * 4
+    a, b = np.random.default_rng(1).random((n, m), dtype="float32"), np.zeros((n, m), "float32")
+    mod.emulate(a, b)
+    np.testing.assert_array_equal(b, a[:, ::-1] * 2)
