@@ -22,6 +22,9 @@ thread model:
   write different values to the same global element with no barrier between them (always, across
   blocks) raise :class:`~vtakit.errors.GlobalMemoryRaceError`. Threads storing the same value (every
   thread of a reduction writing its result) give the same memory in any order, so they pass;
+- a shared element read before any thread of the block wrote it raises
+  :class:`~vtakit.errors.MemoryAccessError` at the next barrier (unless a write by another thread
+  in the same interval makes it a race first);
 - an access outside any buffer (global, shared or local) raises
   :class:`~vtakit.errors.MemoryAccessError` naming the buffer, index, size, kernel, block and thread.
 
@@ -81,11 +84,14 @@ class _SharedTracker:
     in that epoch, a second thread once two have read it (no write yet), and whether it was written.
     """
 
-    def __init__(self, size: int) -> None:
+    def __init__(self, name: str, size: int) -> None:
+        self.name = name
         self.epoch = [-1] * size
         self.first = [_NONE] * size
         self.second = [_NONE] * size
         self.written = [False] * size
+        self.stored = [False] * size  # written at all in this block
+        self.unset_reads: dict[int, int] = {}  # element -> thread: read in this epoch before any write
 
     def access(self, e: int, tid: int, write: bool, epoch: int) -> tuple[int, bool] | None:
         """Record an access of element ``e``; on a race return the other thread and whether it wrote."""
@@ -150,7 +156,7 @@ class KernelEmulator(Interpreter):
         arr = self._block_shared.get(buf.data)
         if arr is None:
             arr = self._block_shared[buf.data] = poison(buf.dtype, size)
-            self._trackers[buf.data] = _SharedTracker(size)
+            self._trackers[buf.data] = _SharedTracker(buf.name, size)
         return arr
 
     def access_hook(self, buf: ir.Buffer, write: bool) -> Callable[[Any, Any], None] | None:
@@ -161,6 +167,11 @@ class KernelEmulator(Interpreter):
             def shared(i: Any, _value: Any) -> None:
                 tracker, tid, epoch = self._trackers[data], self._tid, self._epoch
                 for e in (i.tolist() if isinstance(i, np.ndarray) else (i,)):
+                    if write:
+                        tracker.stored[e] = True
+                    elif not tracker.stored[e]:
+                        # an error at the next barrier, unless another thread's write makes it a race first
+                        tracker.unset_reads.setdefault(e, tid)
                     hit = tracker.access(e, tid, write, epoch)
                     if hit is not None:
                         raise self._shared_race(name, e, write, *hit)
@@ -208,6 +219,7 @@ class KernelEmulator(Interpreter):
                     self._run_lockstep(base)
                 else:
                     self._run_threads(base)
+                self._check_unset_reads()
             except (MemoryAccessError, CompileError) as err:
                 raise type(err)(f"{err} in kernel {self.kernel.name}, {self.geometry.block_name(bid)}, "
                                 f"{self.geometry.thread(self._tid)}") from err
@@ -237,10 +249,19 @@ class KernelEmulator(Interpreter):
             for tid, a in enumerate(arrivals):
                 if a is None or a.node is not first.node:
                     raise self._divergent(waiting, first, tid, a)
+            self._check_unset_reads()
             self._epoch += 1
             values = [None] * len(threads) if isinstance(first, _BarrierArrival) else self._all_reduce(first.node,
                                                                                                       arrivals)
             arrivals = [self._resume(tid, g, v) for tid, (g, v) in enumerate(zip(threads, values))]
+
+    def _check_unset_reads(self) -> None:
+        """At a barrier or the end of a block: a shared element read before any thread wrote it."""
+        for tracker in self._trackers.values():
+            if tracker.unset_reads:
+                e, self._tid = min(tracker.unset_reads.items())
+                raise MemoryAccessError(f"read of uninitialised shared memory {tracker.name}[{e}] (no thread of the "
+                                        "block wrote it before)")
 
     def _resume(self, tid: int, thread: Iterator[Any], value: Any) -> Any:
         self._tid = tid
@@ -321,8 +342,8 @@ class Emulator:
 
 def emulate(program: DeviceProgram, arrays: Sequence[np.ndarray], *, check_races: bool = True) -> None:
     """Run ``program``'s kernels on ``arrays`` (one per parameter) with GPU semantics; outputs are
-    written in place. ``check_races=False`` skips race detection (faster, and for kernels whose
-    races are intended)."""
+    written in place. ``check_races=False`` skips the race and uninitialised-read checks (faster,
+    and for kernels whose races are intended); bounds and barriers are always checked."""
     Emulator(program, check_races=check_races)(*arrays)
 
 

@@ -271,6 +271,27 @@ def test_out_of_bounds_shared_and_local_accesses() -> None:
             emulate(prog, [np.zeros(4, np.int32)])
 
 
+def test_read_of_shared_memory_no_thread_wrote() -> None:
+    # a fetch guarded for 3 of the 4 threads: thread 3 reads a slot nobody filled
+    out = ir.Buffer("Out", (4,), "float32")
+    tv = _threads("threadIdx.x")
+    tx = tv["threadIdx.x"]
+    ib = IRBuilder()
+    sh = ib.allocate("float32", (4,), "S", scope="shared")
+    with ib.if_scope(tx < 3):
+        ib.emit(sh.vstore(tx, ir.Cast("float32", tx)))
+    ib.emit(barrier())
+    ib.emit(out.vstore(tx, sh[tx]))
+    prog = _program("unset", (out,), ib.get(), tv, (1, 1, 1), (4, 1, 1))
+    res = np.zeros(4, np.float32)
+    with pytest.raises(MemoryAccessError, match=re.escape(
+            "read of uninitialised shared memory S[3] (no thread of the block wrote it before) in kernel "
+            "unset_kernel0, blockIdx=(0, 0, 0), threadIdx=(3, 0, 0)")):
+        emulate(prog, [res])
+    emulate(prog, [res], check_races=False)  # unchecked, the slot holds the poison pattern
+    assert res[:3].tolist() == [0, 1, 2] and np.isnan(res[3])
+
+
 def test_global_write_write_races() -> None:
     out = ir.Buffer("Out", (1,), "int32")
     tv = _threads("blockIdx.x", "threadIdx.x")
