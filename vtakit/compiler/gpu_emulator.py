@@ -1,7 +1,8 @@
 """GPU emulator: runs the kernels of a :class:`DeviceProgram` on the CPU with a GPU's thread model.
 
-No machine here has a GPU, so the kernels the NVPTX backend generates are checked by running the
-same lowered loop IR here, with the semantics a GPU gives it and none that it does not. It is the
+Most machines that build and test vtakit have no GPU, so the kernels the NVPTX backend generates
+are checked by running the same lowered loop IR on the CPU, with the semantics a GPU gives it and
+none that it does not. It is the
 reference interpreter (:mod:`vtakit.compiler.interpreter`, whose expression and statement closures
 it reuses unchanged, so numerics are the same: dtype wrap-around, float32 stays float32) plus the
 thread model:
@@ -47,8 +48,7 @@ from vtakit.progress import progress
 
 __all__ = ["Emulator", "KernelEmulator", "emulate"]
 
-_NONE = -1     # no thread has touched the element in this epoch
-_READERS = -2  # two or more threads have read it (and none written)
+_NONE = -1  # no thread (a second reader not seen yet)
 
 
 @dataclass(frozen=True)
