@@ -80,6 +80,17 @@ def test_small_cnn_kernels_pass_ptxas_for_sm80_and_sm90(cnn):
     assert _ptxas_every_kernel(module, ("sm_80", "sm_90")) >= module.num_kernels
 
 
+def test_int8_quantised_cnn_on_cuda_equals_the_cpu_build():
+    rng = np.random.default_rng(5)
+    q = vg.quantize(vg.from_onnx(small_cnn()), {"data": rng.standard_normal((4, 1, 3, 12, 12)).astype(np.float32)})
+    module = vg.build(q, target="cuda")
+    assert any(op.startswith("qnn.conv2d") for op in module.stats.fused_ops)
+    x = rng.standard_normal((1, 3, 12, 12)).astype(np.float32)
+    (got,) = module.emulate({"data": x})
+    (want,) = vg.build(q, target="llvm").run({"data": x})
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
 def test_run_without_a_gpu_points_to_emulation(cnn):
     _, module = cnn
     x = np.zeros((1, 3, 12, 12), np.float32)
