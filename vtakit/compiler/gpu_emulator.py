@@ -49,6 +49,7 @@ from vtakit.progress import progress
 __all__ = ["Emulator", "KernelEmulator", "emulate"]
 
 _NONE = -1  # no thread (a second reader not seen yet)
+_BLOCK_SYNC_SCOPES = ("shared", "shared.dyn")  # __syncthreads(); a "global" sync would span the grid
 
 
 @dataclass(frozen=True)
@@ -133,6 +134,11 @@ class KernelEmulator(Interpreter):
         self._shared = {a.buffer.data for a in allocated if a.buffer.scope.startswith("shared")}
         self._private = {a.buffer.data for a in allocated} - self._shared
         self._barriers = [n for n in _nodes(kernel.body) if is_barrier(n)]
+        for node in self._barriers:
+            scope = node.value.args[0] if node.value.args else None
+            if scope not in _BLOCK_SYNC_SCOPES:
+                raise CompileError(f"kernel {kernel.name}: tvm_storage_sync({scope!r}) is not a block barrier; the "
+                                   f"emulator runs barriers of scope {' or '.join(map(repr, _BLOCK_SYNC_SCOPES))}")
         self._syncing: set[ir.Stmt] = set()
         _mark_syncing(kernel.body, self._syncing)
         # the state of the running launch

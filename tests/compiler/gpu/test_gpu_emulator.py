@@ -174,6 +174,16 @@ def test_threads_at_different_barriers_are_divergent() -> None:
         emulate(prog, [np.zeros(8, np.int32)])
 
 
+def test_grid_wide_sync_is_not_a_block_barrier() -> None:
+    a = ir.Buffer("A", (4,), "int32")
+    tx = ir.Var("tx", "int32")
+    body = ir.seq(ir.Evaluate(ir.Call.make("void", "tvm_storage_sync", ["global"])), a.vstore(tx, tx))
+    with pytest.raises(CompileError, match=re.escape(
+            "kernel g_kernel0: tvm_storage_sync('global') is not a block barrier; the emulator runs barriers of "
+            "scope 'shared' or 'shared.dyn'")):
+        emulate(_program("g", (a,), body, {"threadIdx.x": tx}, (1, 1, 1), (4, 1, 1)), [np.zeros(4, np.int32)])
+
+
 def test_barrier_under_block_uniform_condition_is_fine() -> None:
     # every thread of a block takes the same branch: the barrier is not divergent
     a = ir.Buffer("A", (2, 8), "int32")
