@@ -1,8 +1,9 @@
 """The co-design search loop: :func:`search` (docs/dse.md).
 
 The search runs in rounds. Each round proposes a deterministic batch of valid, fitting
-configurations (:class:`~vtakit.dse.space.DesignSpace`): at random in round 0 and for the
-``random`` strategy, else the candidates the latency model (:class:`~vtakit.dse.model.LatencyModel`,
+configurations (:class:`~vtakit.dse.space.DesignSpace`): in round 0, ``VTAConfig()`` on the part
+when it fits (so the search is never worse than VTA's default) and the rest at random; at random
+for the ``random`` strategy; else the candidates the latency model (:class:`~vtakit.dse.model.LatencyModel`,
 trained on every earlier round's results, sorted by configuration) rates fastest, with one random
 pick per batch. Every configuration of a batch is one job on the tuner's executor (local worker
 processes, or dask.distributed): :func:`~vtakit.dse.evaluate.evaluate_job` measures the network's
@@ -128,8 +129,10 @@ class Searcher:
                                    LocalRunner(timeout=self.timeout), executor)
             pool = stack.enter_context(option.open_executor())
             option = MeasureOption(option.builder, option.runner, pool)
-            reference = self._reference(pool, logged.evaluations)
-            self._rounds(pool, trials, logged.evaluations)
+            known = dict(logged.evaluations)   # every evaluation of the log and of this run, by config key
+            reference = self._reference(pool, known)
+            known[reference.key] = reference
+            self._rounds(pool, trials, known)
             mine = {e.key for e in self.history} | {reference.key}
             extra = [e for k, e in logged.evaluations.items() if k not in mine]
             if extra:
@@ -164,6 +167,7 @@ class Searcher:
                 todo = [c for c in batch if config_key(c) not in reused]
                 bar.advance(len(reused))
                 fresh = self._collect(pool, todo, r, bar=bar) if todo else []
+                logged.update((e.key, e) for e in fresh)
                 results = sorted([*reused.values(), *fresh], key=lambda e: e.key)
                 self.history.extend(results)
                 best = min((e.latency_s for e in self.history), default=float("inf"))
@@ -207,6 +211,10 @@ class Searcher:
         rng = np.random.default_rng([self.seed, round_])
         seen = {e.key for e in self.history}
         measured = [e for e in self.history if e.ok]
+        if round_ == 0:   # VTA's default first when it fits (the search is then never worse), then at random
+            ref = self.space.reference()
+            first = [ref] if self.space.fit(ref).fits and config_key(ref) not in seen and n > 0 else []
+            return first + self.space.sample(rng, n - len(first), seen | {config_key(c) for c in first})
         if self.strategy == "random" or len(measured) < 2:
             return self.space.sample(rng, n, seen)
         self.model.fit(np.stack([self.space.features(e.config) for e in self.history]),

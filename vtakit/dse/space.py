@@ -31,7 +31,7 @@ from vtakit.hw.config import VTAConfig
 from vtakit.hw.estimate import ResourceEstimate, estimate
 from vtakit.hw.parts import KINDS, Part, get_part
 
-__all__ = ["Knob", "KNOBS", "OPTIONAL_KNOBS", "BUS_LIMITS", "DEFAULT_BUS_LIMIT", "Fit", "DesignSpace", "config_key"]
+__all__ = ["Knob", "KNOBS", "OPTIONAL_KNOBS", "AREA_KEYS", "BUS_LIMITS", "DEFAULT_BUS_LIMIT", "Fit", "DesignSpace", "config_key"]
 
 
 @dataclass(frozen=True)
@@ -65,6 +65,8 @@ OPTIONAL_KNOBS: tuple[Knob, ...] = (
     Knob("gemm_dsp_packing", (True, False)),     # two int8 products per DSP48E1
     Knob("acc_read_ports", (1, 2)),              # one ACC copy, or two for single-cycle ALU micro-ops
 )
+#: The keys that choose how the RTL is built (area against speed), smallest-area value first.
+AREA_KEYS = ("gemm_dsp_packing", "acc_read_ports")
 #: The widest bus (bits) each part offers the core; xc7z020: one 64-bit HP port.
 BUS_LIMITS = {"xc7z020": 64}
 #: The bus limit of parts not in :data:`BUS_LIMITS` (ECP5: soft DRAM controllers, 128 bits assumed).
