@@ -62,8 +62,8 @@ def test_elementwise_chain_broadcast():
 
 
 def test_elementwise_int_exact_with_tail_block():
-    """300 elements: no divisor of 256 near it, so the last block is guarded."""
-    x = te.placeholder((300,), "int32", name="x")
+    """331 elements (a prime): no divisor near 256 threads, so the last block is guarded."""
+    x = te.placeholder((331,), "int32", name="x")
     y = ops.clip(ops.subtract(x, ops.multiply(x, x)), -100, 100)
     (a,) = _arrays([x], 1)
     check(cuda.schedule_injective(y), [x, y], [a], np.clip(a - a * a, -100, 100))
@@ -207,6 +207,16 @@ def test_softmax_reduces_across_threads():
     assert len(mod.kernels) == 1
 
 
+@pytest.mark.parametrize("length", [7, 263])
+def test_softmax_rows_of_odd_length(length):
+    """7: fewer elements than a warp; 263 (a prime above 256 threads): 32 threads, the last slice guarded."""
+    x = te.placeholder((2, length), "float32", name="x")
+    y = ops.softmax(x)
+    (a,) = _arrays([x], 1)
+    e = np.exp(a - a.max(1, keepdims=True))
+    check(cuda.schedule(y), [x, y], [a], e / e.sum(1, keepdims=True), ptx_archs=("sm_80",))
+
+
 @pytest.mark.parametrize("rfactor", [True, False])
 def test_cross_thread_reduction_with_and_without_rfactor(rfactor):
     x = te.placeholder((5, 96), "int32", name="x")
@@ -246,3 +256,37 @@ def test_dense_schedules_fit_the_block_limits(shape):
     for kern in mod.kernels:
         assert kern.block[0] * kern.block[1] * kern.block[2] <= cuda.MAX_THREADS
         assert kern.shared_bytes <= cuda.SHARED_BUDGET
+
+
+def _conv(n, c, hw, o, k, stride, pad, groups=1, depthwise=False):
+    x = te.placeholder((n, c, hw, hw), "float32", name="x")
+    if depthwise:
+        w = te.placeholder((c, 1, k, k), "float32", name="w")
+        return [x, w], ops.depthwise_conv2d_nchw(x, w, stride, pad)
+    w = te.placeholder((o, c // groups, k, k), "float32", name="w")
+    return [x, w], ops.relu(ops.conv2d_nchw(x, w, stride, pad, 1, groups))
+
+
+@pytest.mark.parametrize("case", [
+    (1, 3, 227, 96, 11, 4, 0), (1, 2048, 7, 1000, 1, 1, 0), (2, 97, 31, 89, 5, 2, 2), (1, 512, 14, 512, 3, 1, 1),
+    (1, 64, 112, 64, 3, 1, 1, 64), (1, 32, 112, 0, 3, 2, 1, 1, True), (1, 13, 17, 26, 3, 1, 1, 13)])
+def test_conv_schedules_fit_the_block_limits(case):
+    """Large, prime and grouped shapes: every kernel within 1024 threads and 48 KiB, ptxas accepts it."""
+    args, out = _conv(*case)
+    mod = vtakit.build(cuda.schedule(out), [*args, out], target="cuda")
+    mod.ptxas()
+    for kern in mod.kernels:
+        assert kern.block[0] * kern.block[1] * kern.block[2] <= cuda.MAX_THREADS
+        assert kern.shared_bytes <= cuda.SHARED_BUDGET
+
+
+@pytest.mark.parametrize("shape", [(1, 1000), (64, 4099), (3, 1)])
+def test_softmax_and_pool_schedules_fit_the_block_limits(shape):
+    x = te.placeholder(shape, "float32", name="x")
+    y = ops.softmax(x)
+    mod = vtakit.build(cuda.schedule(y), [x, y], target="cuda")
+    assert all(k.block[0] * k.block[1] * k.block[2] <= cuda.MAX_THREADS for k in mod.kernels)
+    p = te.placeholder((1, 8, shape[1] % 97 + 3, 9), "float32", name="p")
+    q = ops.pool2d(p, 3, 1, 1, "avg")
+    mod = vtakit.build(cuda.schedule(q), [p, q], target="cuda")
+    assert all(k.block[0] * k.block[1] * k.block[2] <= cuda.MAX_THREADS for k in mod.kernels)
