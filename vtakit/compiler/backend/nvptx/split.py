@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from vtakit.compiler import ir
 from vtakit.compiler.backend.nvptx.program import THREAD_TAGS, DeviceKernel, DeviceProgram
+from vtakit.compiler.lower.verify_memory import allocation_bits
 from vtakit.errors import CompileError
 
 __all__ = ["split_host_device", "is_gpu_loop", "allocation_bytes", "SHARED_ALIGN"]
@@ -33,15 +34,9 @@ def is_gpu_loop(stmt: ir.Stmt) -> bool:
 
 
 def allocation_bytes(buf: ir.Buffer) -> int:
-    """The constant size of ``buf`` in bytes (a CompileError for a symbolic one)."""
-    size = 1
-    for extent in buf.shape:
-        if not isinstance(extent, ir.IntImm):
-            raise CompileError(f"buffer {buf.name!r} in scope {buf.scope!r} has the symbolic size "
-                               f"{tuple(str(e) for e in buf.shape)}; the cuda target needs constant sizes")
-        size *= extent.value
-    base = ir.element_of(buf.dtype)
-    return size * ir.lanes_of(buf.dtype) * (1 if base == "bool" else ir._bits(base) // 8)
+    """The constant size of ``buf`` in bytes, a bool taking one (a CompileError for a symbolic size)."""
+    bits = allocation_bits(buf)
+    return bits if ir.element_of(buf.dtype) == "bool" else bits // 8
 
 
 def split_host_device(func: ir.PrimFunc) -> DeviceProgram:
