@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 import vtakit
@@ -115,3 +116,16 @@ def test_symbolic_parameter_shapes_are_an_error():
     _bound(s, B, *s[B].split(B.op.axis[0], factor=64))
     with pytest.raises(CompileError, match="parameter 'A' has shape .'n',.; the cuda target supports constant shapes"):
         vtakit.build(s, [A, B], target="cuda")
+
+
+def test_a_64_bit_thread_loop_variable_becomes_a_cast_of_the_index():
+    out = ir.Buffer("out", (64,), "int64")
+    t = ir.Var("t", "int64")
+    loop = ir.For(t, ir.const(0, "int64"), ir.const(64, "int64"), ir.ForKind.THREAD_BINDING,
+                  ir.BufferStore(out, t * 3, (t,)), "threadIdx.x")
+    (kernel,) = split_host_device(_kernel_func(loop, out)).kernels
+    assert str(kernel.body).strip() == "out[int64(threadIdx.x)] = (int64(threadIdx.x) * int64(3))"
+    got = np.zeros(64, "int64")
+    mod = vtakit.build(_kernel_func(loop, out), target="cuda")
+    mod.emulate(got)
+    np.testing.assert_array_equal(got, np.arange(64) * 3)

@@ -150,7 +150,8 @@ class _Unbind(ir.IRMutator):
             else:
                 self.enclosing[tag] = outer
         var = self.thread_vars[tag]
-        index = var if node.min.value == 0 else var + node.min.value
+        index: ir.PrimExpr = var if node.loop_var.dtype == var.dtype else ir.Cast(node.loop_var.dtype, var)
+        index = index if node.min.value == 0 else index + node.min.value
         body = ir.substitute(body, {node.loop_var: index})
         limit = outer[1] if outer is not None else self.extents[tag]
         return body if extent == limit else ir.IfThenElse(var < extent, body)
