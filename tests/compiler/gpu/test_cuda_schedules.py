@@ -269,7 +269,8 @@ def _conv(n, c, hw, o, k, stride, pad, groups=1, depthwise=False):
 
 @pytest.mark.parametrize("case", [
     (1, 3, 227, 96, 11, 4, 0), (1, 2048, 7, 1000, 1, 1, 0), (2, 97, 31, 89, 5, 2, 2), (1, 512, 14, 512, 3, 1, 1),
-    (1, 64, 112, 64, 3, 1, 1, 64), (1, 32, 112, 0, 3, 2, 1, 1, True), (1, 13, 17, 26, 3, 1, 1, 13)])
+    (1, 64, 112, 64, 3, 1, 1, 64), (1, 32, 112, 0, 3, 2, 1, 1, True), (1, 13, 17, 26, 3, 1, 1, 13),
+    (1, 1, 70, 64, 65, 1, 0)])
 def test_conv_schedules_fit_the_block_limits(case):
     """Large, prime and grouped shapes: every kernel within 1024 threads and 48 KiB, ptxas accepts it."""
     args, out = _conv(*case)

@@ -99,7 +99,7 @@ def _elementwise(s: Schedule, t: Tensor) -> None:
     _thread_over(stage, axes, size_of(t))
 
 
-def schedule_injective(outs: Tensor | Sequence[Tensor], target: str | None = None) -> Schedule:
+def schedule_injective(outs: Tensor | Sequence[Tensor]) -> Schedule:
     """Element-wise and broadcast ops: producers inlined; each output's axes fused, split by
     :data:`DEFAULT_THREADS` and bound to blockIdx.x / threadIdx.x."""
     outs = outputs_of(outs)
@@ -201,8 +201,7 @@ def _dense_operands(dense: Tensor) -> list[Tensor]:
     return list(dict.fromkeys(dense.op.input_tensors))
 
 
-def schedule_dense(outs: Tensor | Sequence[Tensor], tiles: DenseTiles | None = None,
-                   target: str | None = None) -> Schedule:
+def schedule_dense(outs: Tensor | Sequence[Tensor], tiles: DenseTiles | None = None) -> Schedule:
     """Dense / matmul (bias and element-wise epilogues inlined). A batch of at least 8 rows is tiled
     (``tiles``, default :func:`dense_tiles`): shared-memory operand tiles, a register tile per thread
     interleaved over virtual threads. A smaller batch reduces each output across a block's threads."""
@@ -395,11 +394,10 @@ def _check_conv_tiles(tiles: ConvTiles, shape: _ConvShape, element_bytes: int) -
         raise ScheduleError(f"conv2d tiling: {used} bytes of shared memory per block, more than {SHARED_BUDGET}")
 
 
-def schedule_conv2d_nchw(outs: Tensor | Sequence[Tensor], tiles: ConvTiles | None = None,
-                         target: str | None = None) -> Schedule:
+def schedule_conv2d_nchw(outs: Tensor | Sequence[Tensor], tiles: ConvTiles | None = None) -> Schedule:
     """conv2d_nchw (strides, padding, dilation, groups; epilogues inlined). Ungrouped: tiled with
-    shared-memory input and weight tiles (``tiles``, default :func:`conv2d_tiles`); grouped: one
-    output per thread, reading global memory."""
+    shared-memory input and weight tiles (``tiles``, default :func:`conv2d_tiles`); grouped, or a
+    window so large that no default tile fits: one output per thread, reading global memory."""
     outs = outputs_of(outs)
     s = te.create_schedule([o.op for o in outs])
     last, conv = _anchor(s, outs, ("conv2d_nchw",))
@@ -409,8 +407,12 @@ def schedule_conv2d_nchw(outs: Tensor | Sequence[Tensor], tiles: ConvTiles | Non
         return s
     shape, data, kernel = spec
     element = max(_dtype_bytes(data.dtype), _dtype_bytes(kernel.dtype))
-    tiles = tiles or conv2d_tiles(shape.channels, shape.out_h, shape.out_w, shape.in_channels, shape.kernel,
-                                  shape.stride, shape.dilation, element)
+    if tiles is None:
+        tiles = conv2d_tiles(shape.channels, shape.out_h, shape.out_w, shape.in_channels, shape.kernel,
+                             shape.stride, shape.dilation, element)
+        if shape.shared_bytes(tiles, element) > SHARED_BUDGET:   # a huge kernel window: no tile fits
+            _per_thread(s, last, conv)
+            return s
     _check_conv_tiles(tiles, shape, element)
     _conv_tiled(s, last, conv, data, kernel, tiles)
     return s
@@ -445,7 +447,7 @@ def _conv_tiled(s: Schedule, last: Tensor, conv: Tensor, data: Tensor, kernel: T
 
 
 # ---------------------------------------------------------------------------- depthwise convolution
-def schedule_depthwise_conv2d_nchw(outs: Tensor | Sequence[Tensor], target: str | None = None) -> Schedule:
+def schedule_depthwise_conv2d_nchw(outs: Tensor | Sequence[Tensor]) -> Schedule:
     """depthwise_conv2d_nchw: a block per (image, channel, tile of up to 16 x 16 pixels), one output per
     thread; the block's input window (padding inlined) is staged in shared memory."""
     outs = outputs_of(outs)
@@ -472,7 +474,7 @@ def schedule_depthwise_conv2d_nchw(outs: Tensor | Sequence[Tensor], target: str 
 
 
 # ---------------------------------------------------------------------------- pooling
-def schedule_pool(outs: Tensor | Sequence[Tensor], target: str | None = None) -> Schedule:
+def schedule_pool(outs: Tensor | Sequence[Tensor]) -> Schedule:
     """pool2d (max, avg) and global_avg_pool2d: one output per thread, its window reduced in a register
     (padding inlined)."""
     outs = outputs_of(outs)
@@ -483,7 +485,7 @@ def schedule_pool(outs: Tensor | Sequence[Tensor], target: str | None = None) ->
 
 
 # ---------------------------------------------------------------------------- softmax
-def schedule_softmax(outs: Tensor | Sequence[Tensor], target: str | None = None) -> Schedule:
+def schedule_softmax(outs: Tensor | Sequence[Tensor]) -> Schedule:
     """softmax: a block per row (every axis but the softmax axis); the row's max and sum are reduced
     across the block's threads into shared memory; exp is recomputed where it is read."""
     outs = outputs_of(outs)
@@ -538,7 +540,7 @@ def _softmax_stages(out: Tensor) -> tuple[Tensor, Tensor, Tensor] | None:
 
 
 # ---------------------------------------------------------------------------- other reductions
-def schedule_reduce(outs: Tensor | Sequence[Tensor], rfactor: bool = True, target: str | None = None) -> Schedule:
+def schedule_reduce(outs: Tensor | Sequence[Tensor], rfactor: bool = True) -> Schedule:
     """Reductions without a schedule of their own (sums and extrema over axes, batched matmul,
     normalisations that reduce several times): each reduction stage is a kernel of its own, element-wise
     stages are inlined, element-wise outputs are a kernel each. A reduction of at least
@@ -608,7 +610,9 @@ def schedule(outs: Tensor | Sequence[Tensor], target: str | None = None) -> Sche
     """The default GPU schedule for an operator's output (what the graph compiler calls per fused
     group): the schedule of the first tagged operator found walking back through element-wise
     stages, else the element-wise schedule; a group the operator's schedule cannot take (a
-    convolution whose output also feeds a second reduction, ...) gets :func:`schedule_reduce`."""
+    convolution whose output also feeds a second reduction, ...) gets :func:`schedule_reduce`.
+    ``target`` (a cuda target string) is taken for the same call as the CPU's
+    :func:`~vtakit.compiler.ops.cpu.schedule`; every architecture shares the block limits the tiles keep."""
     outs = outputs_of(outs)
     stack, seen = [outs[0]], set()
     while stack:
