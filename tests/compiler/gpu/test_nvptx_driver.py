@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import vtakit
-from vtakit.compiler.backend.nvptx import DeviceProgram
+from vtakit.compiler.backend.nvptx import CUDAArray, DeviceProgram, cuda_array
 from vtakit.compiler.backend.nvptx import driver as driver_module
 from vtakit.compiler.gpu_emulator import emulate
 from vtakit.errors import ArgumentError, DeviceError
@@ -184,3 +184,40 @@ def test_time_evaluator_times_the_kernels_with_resident_operands(fake_gpu):
     np.testing.assert_array_equal(c, np.full((16, 16), 32))
     with pytest.raises(ArgumentError, match="takes 3 arguments"):
         mod.time_evaluator()(a, b)
+
+
+def test_device_arrays_stay_on_the_gpu(fake_gpu):
+    s, args = shared_gemm(16, 32, 8, "int32")
+    mod = vtakit.build(s, args, target="cuda")
+    lib = fake_gpu(mod)
+    rng = np.random.default_rng(5)
+    a, b = rng.integers(-9, 9, (16, 32)).astype("int32"), rng.integers(-9, 9, (32, 16)).astype("int32")
+    da, db, dc = cuda_array(a), cuda_array(b), CUDAArray.empty((16, 16), "int32")
+    assert len(lib.memory) == 3
+    copies = []
+    lib.cuMemcpyHtoD_v2 = lambda *x, f=lib.cuMemcpyHtoD_v2: copies.append(1) or f(*x)
+    mod(da, db, dc)
+    assert copies == [] and len(lib.memory) == 3  # no copies, nothing allocated or freed by the call
+    np.testing.assert_array_equal(dc.numpy(), a @ b)
+    c = np.zeros((16, 16), "int32")
+    mod(da, b, c)  # numpy and device operands mixed
+    np.testing.assert_array_equal(c, a @ b)
+    dc.free()
+    assert len(lib.memory) == 2
+    with pytest.raises(DeviceError, match="was freed"):
+        mod(da, db, dc)
+    with pytest.raises(ArgumentError, match=r"copyfrom: expected a \(16, 32\) int32 numpy array, got \(16, 32\) int64"):
+        da.copyfrom(a.astype("int64"))
+    with pytest.raises(ArgumentError, match="must be a numpy array, got CUDAArray"):
+        mod.emulate(da, b, c)
+    with pytest.raises(ArgumentError, match="has shape .32, 16., expected .16, 32."):
+        mod(db, db, c)
+
+
+def test_device_arrays_need_a_gpu():
+    try:
+        array = cuda_array(np.ones(4, "float32"))
+    except DeviceError as exc:
+        assert "mod.emulate" in str(exc)
+    else:  # a machine with a GPU
+        np.testing.assert_array_equal(array.numpy(), np.ones(4, "float32"))

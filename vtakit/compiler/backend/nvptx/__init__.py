@@ -2,6 +2,7 @@
 as the CPU, checked by ptxas, run through the CUDA driver where a GPU exists and by the emulator
 (:mod:`vtakit.compiler.gpu_emulator`) everywhere."""
 
+from vtakit.compiler.backend.nvptx.array import CUDAArray, cuda_array
 from vtakit.compiler.backend.nvptx.module import CUDAModule, KernelInfo, build_cuda
 from vtakit.compiler.backend.nvptx.pipeline import device_program
 from vtakit.compiler.backend.nvptx.program import DeviceKernel, DeviceProgram
@@ -9,6 +10,6 @@ from vtakit.compiler.backend.nvptx.ptxas import KernelResources, PtxasReport, pt
 from vtakit.compiler.backend.nvptx.split import split_host_device
 from vtakit.compiler.backend.nvptx.target import CUDATarget, parse_target
 
-__all__ = ["CUDAModule", "KernelInfo", "build_cuda", "device_program", "DeviceKernel", "DeviceProgram",
+__all__ = ["CUDAArray", "cuda_array", "CUDAModule", "KernelInfo", "build_cuda", "device_program", "DeviceKernel", "DeviceProgram",
            "KernelResources", "PtxasReport", "ptxas_check", "ptxas_path", "split_host_device", "CUDATarget",
            "parse_target"]

@@ -5,7 +5,8 @@ and runs the GPU passes (:mod:`.pipeline`), generates NVPTX LLVM IR (:mod:`.code
 optimises and assembles it to PTX with LLVM's NVPTX back end. The module is called TVM-style
 with every argument, outputs included, as numpy arrays: where a GPU and its driver exist, the
 arrays are copied to the device, the kernels run in order and the arrays the kernels write are
-copied back; elsewhere the call raises :class:`~vtakit.errors.DeviceError` pointing to
+copied back (:class:`~vtakit.compiler.backend.nvptx.array.CUDAArray` operands stay on the device
+and are used in place); elsewhere the call raises :class:`~vtakit.errors.DeviceError` pointing to
 ``mod.emulate(*arrays)``, which runs the same kernels on the CPU with GPU semantics.
 """
 
@@ -23,6 +24,7 @@ import numpy as np
 from vtakit.compiler import ir
 from vtakit.compiler.backend import llvm_runtime as rt
 from vtakit.compiler.backend.llvm import TimingResult, fingerprint
+from vtakit.compiler.backend.nvptx.array import CUDAArray
 from vtakit.compiler.backend.nvptx.codegen import generate_nvptx, kernel_symbol
 from vtakit.compiler.backend.nvptx.pipeline import device_program
 from vtakit.compiler.backend.nvptx.program import DeviceProgram
@@ -88,29 +90,37 @@ class CUDAModule:
         return ptxas_check(self.ptx, arch or self.target.arch)
 
     # ------------------------------------------------------------ running
-    def __call__(self, *arrays: np.ndarray) -> None:
-        """Run the kernels on the GPU: copy ``arrays`` in, launch, copy the written ones back."""
-        self._check(arrays)
+    def __call__(self, *arrays: np.ndarray | CUDAArray) -> None:
+        """Run the kernels on the GPU. A numpy array is copied in (and back when the kernels write
+        it); a :class:`CUDAArray` is used where it is, with no copy."""
+        self._check(arrays, device_arrays=True)
         driver, functions = self._load()
         driver.make_current()
-        buffers = (*self.program.params, *self.program.workspaces)
         pointers: dict[ir.Var, int] = {}
+        owned: list[int] = []  # what this call allocates (and frees)
+
+        def allocate(buf: ir.Buffer, nbytes: int) -> int:
+            pointers[buf.data] = driver.alloc(nbytes)
+            owned.append(pointers[buf.data])
+            return pointers[buf.data]
+
         try:
             for buf, array in zip(self.program.params, arrays):
-                pointers[buf.data] = driver.alloc(array.nbytes)
-                driver.to_device(pointers[buf.data], array)
+                if isinstance(array, CUDAArray):
+                    pointers[buf.data] = array._live()
+                else:
+                    driver.to_device(allocate(buf, array.nbytes), array)
             for buf in self.program.workspaces:
-                pointers[buf.data] = driver.alloc(allocation_bytes(buf))
+                allocate(buf, allocation_bytes(buf))
             for kernel, function in zip(self.program.kernels, functions):
                 driver.launch(function, kernel.grid, kernel.block, [pointers[b.data] for b in kernel.params])
             driver.synchronize()
             for buf, array in zip(self.program.params, arrays):
-                if buf.data in self._written:
+                if buf.data in self._written and not isinstance(array, CUDAArray):
                     driver.to_host(array, pointers[buf.data])
         finally:
-            for buf in buffers:
-                if buf.data in pointers:
-                    driver.free(pointers[buf.data])
+            for pointer in owned:
+                driver.free(pointer)
 
     def time_evaluator(self, number: int = 10, repeat: int = 3) -> Callable[..., TimingResult]:
         """A function that times the kernels on the GPU, as TVM's ``time_evaluator``: the operands are
@@ -142,21 +152,26 @@ class CUDAModule:
                 self._loaded = (driver, [driver.function(module, k.name) for k in self.kernels])
             return self._loaded
 
-    def _check(self, arrays: Sequence[Any]) -> None:
+    def _check(self, arrays: Sequence[Any], device_arrays: bool = False) -> None:
         params = self.program.params
         if len(arrays) != len(params):
             raise ArgumentError(f"{self.name} takes {len(params)} arguments "
                                 f"({', '.join(b.name for b in params)}), got {len(arrays)}")
         for k, (buf, array) in enumerate(zip(params, arrays)):
             where = f"{self.name}: argument {k} ({buf.name!r})"
-            if not isinstance(array, np.ndarray):
-                raise ArgumentError(f"{where} must be a numpy array, got {type(array).__name__}")
+            if device_arrays and isinstance(array, CUDAArray):
+                array._live()
+            elif not isinstance(array, np.ndarray):
+                kinds = "a numpy array or a CUDAArray" if device_arrays else "a numpy array"
+                raise ArgumentError(f"{where} must be {kinds}, got {type(array).__name__}")
             want = np.dtype(bool if buf.dtype == "bool" else buf.dtype)
             shape = tuple(int(e.value) for e in buf.shape)
             if array.dtype != want:
                 raise ArgumentError(f"{where} has dtype {array.dtype}, expected {want}")
             if array.shape != shape:
                 raise ArgumentError(f"{where} has shape {array.shape}, expected {shape}")
+            if isinstance(array, CUDAArray):
+                continue
             if not array.flags.c_contiguous:
                 raise ArgumentError(f"{where} must be C-contiguous (use np.ascontiguousarray)")
             if buf.data in self._written and not array.flags.writeable:
