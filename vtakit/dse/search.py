@@ -248,10 +248,11 @@ class Searcher:
             tuning_logs[ev.key] = str(path)
             done = logged.get((ev.key, schedule_trials))
             if done is None:
-                done = self._tune(ev, schedule_trials, option, path, f"dse: tuning {k + 1}/{len(chosen)}")
-                ev.tuned = done
+                ev.tuned = self._tune(ev, schedule_trials, option, path, f"dse: tuning {k + 1}/{len(chosen)}")
                 self.log.append_tuned(ev, schedule_trials, str(path))
-            ev.tuned, ev.schedule_trials = done, schedule_trials
+            else:
+                ev.tuned = done
+            ev.schedule_trials = schedule_trials
 
     def _tune(self, ev: Evaluation, schedule_trials: int, option: MeasureOption, path: Path,
               title: str) -> tuple[TaskCycles, ...]:

@@ -31,7 +31,8 @@ from vtakit.hw.config import VTAConfig
 from vtakit.hw.estimate import ResourceEstimate, estimate
 from vtakit.hw.parts import KINDS, Part, get_part
 
-__all__ = ["Knob", "KNOBS", "OPTIONAL_KNOBS", "AREA_KEYS", "BUS_LIMITS", "DEFAULT_BUS_LIMIT", "Fit", "DesignSpace", "config_key"]
+__all__ = ["Knob", "KNOBS", "OPTIONAL_KNOBS", "AREA_KEYS", "BUS_LIMITS", "DEFAULT_BUS_LIMIT", "Fit", "DesignSpace",
+           "config_key"]
 
 
 @dataclass(frozen=True)
@@ -104,12 +105,13 @@ class Fit:
         return max(getattr(self.estimate, k).fraction for k in KINDS)
 
     def describe(self, kind: str | None = None) -> str:
-        """``"DSP 267 of 220 (121%)"`` for ``kind`` (default: the binding resource), with the budget."""
+        """``"DSP 267 of 220 (121% of what is allowed)"`` for ``kind`` (default: the binding resource), with the budget."""
         kind = kind or self.binding
         r = getattr(self.estimate, kind)
         cap = r.available * self.budget[kind]
         budget = "" if self.budget[kind] == 1.0 else f", budget {100 * self.budget[kind]:g}% = {cap:g}"
-        return f"{kind.upper()} {round(r.used, 1):g} of {r.available}{budget} ({100 * r.used / cap:.0f}% of what is allowed)"
+        share = f"{100 * r.used / cap:.0f}% of what is allowed"
+        return f"{kind.upper()} {round(r.used, 1):g} of {r.available}{budget} ({share})"
 
     def resources(self) -> dict[str, dict[str, float]]:
         return {k: {"used": round(getattr(self.estimate, k).used, 1), "available": getattr(self.estimate, k).available,
