@@ -129,3 +129,13 @@ def test_a_64_bit_thread_loop_variable_becomes_a_cast_of_the_index():
     mod = vtakit.build(_kernel_func(loop, out), target="cuda")
     mod.emulate(got)
     np.testing.assert_array_equal(got, np.arange(64) * 3)
+
+
+def test_a_local_stage_left_outside_the_kernels_is_an_error():
+    A = te.placeholder((64,), "float32", name="A")
+    B = te.compute((64,), lambda i: A[i] * 2, name="B")
+    s = te.create_schedule(B.op)
+    s.cache_write(B, "local")  # never attached inside the kernel
+    _bound(s, B, *s[B].split(B.op.axis[0], factor=32))
+    with pytest.raises(CompileError, match="buffer 'B.local' in scope 'local' is allocated outside every kernel"):
+        vtakit.build(s, [A, B], target="cuda")

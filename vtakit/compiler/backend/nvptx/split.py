@@ -60,6 +60,10 @@ class _Host:
             allocation_bytes(stmt.buffer)
             self.workspaces.append(stmt.buffer)
             self.visit(stmt.body)
+        elif isinstance(stmt, ir.Allocate):
+            raise CompileError(f"buffer {stmt.buffer.name!r} in scope {stmt.buffer.scope!r} is allocated outside every "
+                               f"kernel; a {stmt.buffer.scope} buffer lives in one block or thread: compute_at its stage "
+                               "inside the kernel that uses it (or leave it in global scope)")
         elif isinstance(stmt, ir.AttrStmt):
             self.visit(stmt.body)
         elif isinstance(stmt, ir.Evaluate) and isinstance(stmt.value, (ir.IntImm, ir.FloatImm)):
