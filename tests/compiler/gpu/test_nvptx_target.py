@@ -18,6 +18,7 @@ def test_target_strings(text, arch):
     assert parse_target(text) == CUDATarget(arch)
     assert parse_target(text).max_threads_per_block == 1024
     assert parse_target(text).max_shared_bytes == 49152
+    assert {parse_target(text): 1}[CUDATarget(arch)] == 1  # usable as a key
 
 
 @pytest.mark.parametrize("text, message", [

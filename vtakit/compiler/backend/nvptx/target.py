@@ -32,7 +32,7 @@ class CUDATarget:
     arch: str = "sm_80"
     max_threads_per_block: int = MAX_THREADS_PER_BLOCK
     max_shared_bytes: int = MAX_SHARED_BYTES
-    thread_limits: dict[str, int] = field(default_factory=lambda: dict(THREAD_LIMITS))
+    thread_limits: dict[str, int] = field(default_factory=lambda: dict(THREAD_LIMITS), hash=False)
 
     def __post_init__(self) -> None:
         if self.arch not in ARCHS:
