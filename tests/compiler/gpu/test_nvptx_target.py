@@ -7,9 +7,10 @@ import pytest
 import vtakit
 from vtakit.compiler import ir
 from vtakit.compiler.backend.nvptx import CUDATarget, parse_target
+from vtakit.compiler.backend.nvptx.target import ARCHS
 from vtakit.compiler.build import lowering_context
 from vtakit.errors import CompileError
-from tests.compiler.gpu.nvptx_cases import elementwise
+from tests.compiler.gpu.nvptx_cases import elementwise, needs_ptxas
 
 
 @pytest.mark.parametrize("text, arch", [("cuda", "sm_80"), ("nvptx", "sm_80"), ("cuda -arch=sm_90", "sm_90"),
@@ -58,3 +59,12 @@ def test_lowering_for_cuda_keeps_thread_loops_and_the_current_context():
         ctx = lowering_context("cuda")
     assert ctx.config == {"tir.disable_vectorize": True}
     assert set(ctx.memory_scopes) >= {"shared", "local"}
+
+
+@needs_ptxas
+@pytest.mark.parametrize("arch", ARCHS)
+def test_every_architecture_gets_ptx_that_ptxas_accepts(arch):
+    s, args = elementwise(256, 64)
+    mod = vtakit.build(s, args, target=f"cuda -arch={arch}")
+    assert f".target {arch}" in mod.get_source("ptx")
+    assert mod.ptxas().kernels[0].registers > 0
