@@ -133,8 +133,9 @@ class Evaluation:
     def to_record(self) -> dict[str, Any]:
         return {"config": self.config.to_dict(), "status": self.status, "message": self.message,
                 "binding": self.binding, "fits": self.fits, "resources": self.resources,
-                "largest_fraction": self.largest_fraction, "fmax_mhz": self.fmax_mhz, "tasks": [t.to_dict() for t in self.tasks], "seconds": self.seconds,
-                "round": self.round, "trials": list(self.trials)}
+                "largest_fraction": self.largest_fraction, "fmax_mhz": self.fmax_mhz,
+                "tasks": [t.to_dict() for t in self.tasks], "seconds": self.seconds, "round": self.round,
+                "trials": list(self.trials)}
 
     @classmethod
     def from_record(cls, raw: Mapping[str, Any]) -> "Evaluation":

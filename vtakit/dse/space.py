@@ -105,7 +105,8 @@ class Fit:
         return max(getattr(self.estimate, k).fraction for k in KINDS)
 
     def describe(self, kind: str | None = None) -> str:
-        """``"DSP 267 of 220 (121% of what is allowed)"`` for ``kind`` (default: the binding resource), with the budget."""
+        """``"DSP 267 of 220 (121% of what is allowed)"`` for ``kind`` (default: the binding resource),
+        with the budget when it is not the whole part."""
         kind = kind or self.binding
         r = getattr(self.estimate, kind)
         cap = r.available * self.budget[kind]
