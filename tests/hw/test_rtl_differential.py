@@ -52,12 +52,13 @@ def test_random_program_small(seed, rtl_cache_dir):
 
 
 #: Configurations whose DMA and queue paths differ from the small one: narrow and wide buses,
-#: batch 2, and every queue and the memory system at their tightest.
+#: batch 2, and every queue and the memory system at their tightest; and the optional ALU opcodes.
 EXOTIC = {
     "bus32": SMALL.replace(bus_width=32),
     "bus256": SMALL.replace(bus_width=256),
     "batch2": SMALL.replace(log_batch=1),
     "tight": SMALL.replace(dram_latency=1, dram_outstanding=1, cmd_queue_depth=1, token_queue_depth=1),
+    "requant_mul": SMALL.replace(alu_requant=True, alu_mul=True),   # every ALU opcode, REQUANT in both forms
     "default_bus512": DEFAULT.replace(bus_width=512, dram_outstanding=2),
 }
 
