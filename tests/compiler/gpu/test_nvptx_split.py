@@ -139,3 +139,12 @@ def test_a_local_stage_left_outside_the_kernels_is_an_error():
     _bound(s, B, *s[B].split(B.op.axis[0], factor=32))
     with pytest.raises(CompileError, match="buffer 'B.local' in scope 'local' is allocated outside every kernel"):
         vtakit.build(s, [A, B], target="cuda")
+
+
+def test_a_device_program_prints_its_kernels_in_launch_order():
+    s, args = two_kernels(64)
+    text = str(split_host_device(vtakit.lower(s, args)))
+    assert text.splitlines()[0] == "// device program main: 2 kernel(s), workspaces E[4096] float32"
+    assert text.index("// kernel main_kernel0: grid (64, 1, 1), block (64, 1, 1), 0 bytes shared") \
+        < text.index("// kernel main_kernel1: grid (2, 1, 1), block (32, 1, 1), 0 bytes shared")
+    assert "primfn main_kernel1(S: Buffer(float32, [64]), E: Buffer(float32, [4096]))" in text

@@ -61,6 +61,10 @@ class DeviceKernel:
         return ir.PrimFunc(self.name, self.params, self.body,
                            {"grid": self.grid, "block": self.block, "thread_vars": dict(self.thread_vars)})
 
+    def __str__(self) -> str:
+        return (f"// kernel {self.name}: grid {self.grid}, block {self.block}, {self.shared_bytes} bytes shared\n"
+                f"{self.as_primfunc()}")
+
 
 @dataclass
 class DeviceProgram:
@@ -70,3 +74,9 @@ class DeviceProgram:
     params: tuple[ir.Buffer, ...]
     kernels: list[DeviceKernel]
     workspaces: list[ir.Buffer] = field(default_factory=list)
+
+    def __str__(self) -> str:
+        """The kernels in launch order, each with its geometry, as loop IR."""
+        spaces = ", ".join(f"{b.name}[{', '.join(map(str, b.shape))}] {b.dtype}" for b in self.workspaces)
+        head = f"// device program {self.name}: {len(self.kernels)} kernel(s)" + (f", workspaces {spaces}" if spaces else "")
+        return "\n".join([head, *map(str, self.kernels)])
