@@ -91,10 +91,11 @@ def test_expansion_matches_numpy(name):
     np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, err_msg=name)
 
 
-def test_erf_is_accurate_relative_to_its_value_near_zero():
-    _engine, erf = _host_function("erf")
-    for x in (1e-6, 3e-4, 0.01, 0.2, 0.49):
-        assert erf(x) == pytest.approx(math.erf(x), rel=1e-6, abs=0)
+@pytest.mark.parametrize("name, reference", [("erf", math.erf), ("expm1", math.expm1)])
+def test_accurate_relative_to_the_value_near_zero(name, reference):
+    _engine, f = _host_function(name)
+    for x in (1e-6, -3e-4, 0.01, -0.2, 0.49):
+        assert f(x) == pytest.approx(reference(x), rel=1e-6, abs=0)
 
 
 def test_pow_of_positive_bases():

@@ -109,10 +109,7 @@ def _erf(g: "_NVPTXCodeGen", xs: list[lir.Value]) -> lir.Value:
     b, x = g.b, xs[0]
     ax = g._nvvm("llvm.fabs.f32", [x])
     x2 = b.fmul(x, x)
-    series = _const(_F32, _ERF_TAYLOR[-1])
-    for c in reversed(_ERF_TAYLOR[:-1]):
-        series = g._nvvm("llvm.fma.f32", [series, x2, _const(_F32, c)])
-    series = b.fmul(series, x)
+    series = b.fmul(_polynomial(g, x2, _ERF_TAYLOR), x)
     t = b.fdiv(_const(_F32, 1.0), b.fadd(_const(_F32, 1.0), b.fmul(ax, _const(_F32, 0.3275911))))
     poly = _const(_F32, 1.061405429)
     for c in (-1.453152027, 1.421413741, -0.284496736, 0.254829592):
@@ -123,6 +120,25 @@ def _erf(g: "_NVPTXCodeGen", xs: list[lir.Value]) -> lir.Value:
     return b.select(b.fcmp_ordered("<", ax, _const(_F32, 0.5)), series, tail)
 
 
+def _polynomial(g: "_NVPTXCodeGen", x: lir.Value, coefficients: tuple[float, ...]) -> lir.Value:
+    """sum_n coefficients[n] x^n by Horner's rule with FMAs."""
+    out = _const(_F32, coefficients[-1])
+    for c in reversed(coefficients[:-1]):
+        out = g._nvvm("llvm.fma.f32", [out, x, _const(_F32, c)])
+    return out
+
+
+def _expm1(g: "_NVPTXCodeGen", xs: list[lir.Value]) -> lir.Value:
+    """expm1: its Taylor series below |x| = 0.5 (exp(x) - 1 would cancel), exp(x) - 1 above."""
+    b, x = g.b, xs[0]
+    series = b.fmul(_polynomial(g, x, _EXPM1_TAYLOR), x)
+    direct = b.fsub(_exp2_of_product(g, x, _LOG2E), _const(_F32, 1.0))
+    small = b.fcmp_ordered("<", g._nvvm("llvm.fabs.f32", [x]), _const(_F32, 0.5))
+    return b.select(small, series, direct)
+
+
+# expm1(x) = x * sum_n x^n / (n + 1)!; nine terms reach float32 precision below 0.5
+_EXPM1_TAYLOR = tuple(1 / math.factorial(n + 1) for n in range(9))
 # erf(x) = x * sum_n c_n x^(2n), c_n = 2/sqrt(pi) (-1)^n / (n! (2n + 1)); seven terms reach float32 precision
 _ERF_TAYLOR = tuple(2 / math.sqrt(math.pi) * (-1) ** n / (math.factorial(n) * (2 * n + 1)) for n in range(7))
 
@@ -153,7 +169,7 @@ MATH_EXPANSIONS: dict[str, _Expansion] = {
     "cosh": _Expansion(1, _sinh_cosh(1.0)),
     "erf": _Expansion(1, _erf),
     "log1p": _Expansion(1, lambda g, xs: g.b.fmul(_log2(g, g.b.fadd(xs[0], _const(_F32, 1.0))), _const(_F32, _LN2))),
-    "expm1": _Expansion(1, lambda g, xs: g.b.fsub(_exp2_of_product(g, xs[0], _LOG2E), _const(_F32, 1.0))),
+    "expm1": _Expansion(1, _expm1),
 }
 
 
