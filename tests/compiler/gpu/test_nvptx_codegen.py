@@ -70,7 +70,7 @@ def test_calling_without_a_gpu_points_to_emulation():
     ((np.ones(256, "float32"),), "takes 2 arguments"),
     ((np.ones(256, "float64"), np.zeros(256, "float32")), "argument 0 .'A'. has dtype float64, expected float32"),
     ((np.ones(255, "float32"), np.zeros(256, "float32")), r"has shape \(255,\), expected \(256,\)"),
-    ((np.ones(256, "float32"), [0.0] * 256), "must be a numpy array, got list"),
+    ((np.ones(256, "float32"), [0.0] * 256), "must be a numpy array( or a CUDAArray)?, got list"),
     ((np.ones(512, "float32")[::2], np.zeros(256, "float32")), "must be C-contiguous"),
 ])
 def test_bad_arguments(args, message):
