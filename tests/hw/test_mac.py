@@ -13,7 +13,7 @@ from amaranth.sim import Simulator
 
 from vtakit.errors import ConfigError
 from vtakit.hw.config import VTAConfig
-from vtakit.hw.mac import gemm_products, product_pair
+from vtakit.hw.mac import lane_terms, product_pair
 from vtakit.hw.synth import yowasp_available
 
 INT8 = np.arange(-128, 128)
@@ -59,45 +59,57 @@ def test_product_pair_is_exact_for_every_x_and_every_weight_against_the_edges():
     assert len(weights) > 4000 and failures == []
 
 
-class _Products(wiring.Component):
+class _Lanes(wiring.Component):
+    """Each GEMM lane's dot product: the sum of its :func:`lane_terms`."""
+
     def __init__(self, config: VTAConfig):
         self._config = config
-        lanes = config.batch * config.block_out * config.block_in
-        super().__init__({"inp": In(config.inp_elem_bits), "wgt": In(config.wgt_elem_bits), "out": Out(16 * lanes)})
+        lanes = config.batch * config.block_out
+        super().__init__({"inp": In(config.inp_elem_bits), "wgt": In(config.wgt_elem_bits), "out": Out(32 * lanes)})
 
     def elaborate(self, platform):
         m = Module()
-        p = gemm_products(self._config, self.inp, self.wgt)
-        m.d.comb += self.out.eq(Cat(*(v.as_signed()[:16] for plane in p for row in plane for v in row)))
+        terms = lane_terms(self._config, self.inp, self.wgt)
+        sums = []
+        for plane in terms:
+            for lane in plane:
+                total = lane[0]
+                for term in lane[1:]:
+                    total = total + term
+                lane_sum = Signal(signed(32))
+                m.d.comb += lane_sum.eq(total)
+                sums.append(lane_sum)
+        m.d.comb += self.out.eq(Cat(*sums))
         return m
 
 
 @pytest.mark.parametrize("packing", [True, False])
 @pytest.mark.parametrize("shape", [dict(log_batch=1, log_block_in=2, log_block_out=2),
                                    dict(log_block_in=1, log_block_out=0),     # one (unpaired) output channel
-                                   dict(log_block_in=2, log_block_out=3)])
-def test_gemm_products_equal_numpy(packing, shape):
+                                   dict(log_block_in=4, log_block_out=3)])
+def test_lane_terms_sum_to_the_dot_products(packing, shape):
     config = VTAConfig.small(gemm_dsp_packing=packing, **shape)
     rng = np.random.default_rng(7)
-    dut = _Products(config)
+    dut = _Lanes(config)
     cases = [(np.full((config.batch, config.block_in), v), np.full((config.block_out, config.block_in), w))
              for v in (-128, 127) for w in (-128, 127)]
     cases += [(rng.integers(-128, 128, (config.batch, config.block_in)),
-               rng.integers(-128, 128, (config.block_out, config.block_in))) for _ in range(20)]
+               rng.integers(-128, 128, (config.block_out, config.block_in))) for _ in range(30)]
+    cases += [(rng.choice([-128, -1, 0, 1, 127], (config.batch, config.block_in)),
+               rng.choice([-128, -1, 0, 1, 127], (config.block_out, config.block_in))) for _ in range(30)]
     got = []
 
     async def bench(ctx):
         for inp, wgt in cases:
             ctx.set(dut.inp, sum((int(v) & 0xFF) << (8 * k) for k, v in enumerate(inp.ravel())))
             ctx.set(dut.wgt, sum((int(v) & 0xFF) << (8 * k) for k, v in enumerate(wgt.ravel())))
-            got.append(_words(ctx.get(dut.out), config.batch * config.block_out * config.block_in))
+            got.append(_words(ctx.get(dut.out), config.batch * config.block_out, 32))
 
     sim = Simulator(dut)
     sim.add_testbench(bench)
     sim.run()
-    for (inp, wgt), products in zip(cases, got):
-        expected = inp[:, None, :] * wgt[None, :, :]          # [b][o][i]
-        np.testing.assert_array_equal(products, expected.ravel())
+    for (inp, wgt), lanes in zip(cases, got):
+        np.testing.assert_array_equal(lanes, (inp @ wgt.T).ravel())      # [b][o]
 
 
 class _OnePair(wiring.Component):

@@ -7,9 +7,16 @@ program order. GEMM and ALU share one three-stage micro-op pipeline, one micro-o
     B  index: uop fields + loop offsets give the ACC / INP / WGT addresses; the SRAMs are read
     C  execute: the BATCH x BLOCK_IN x BLOCK_OUT GEMM or the vector ALU; ACC and OUT written
 
-Both ACC read ports are transparent to the ACC write port, so a micro-op reading the entry that
-the micro-op just before it writes (distance 1) sees the new value, and every greater distance
-reads the SRAM after the write: the strict micro-op order of docs/architecture.md §2 holds with no stalls.
+ACC's read ports are transparent to its write port, so a micro-op reading the entry that the
+micro-op just before it writes (distance 1) sees the new value, and every greater distance reads
+the SRAM after the write: the strict micro-op order of docs/architecture.md §2 holds with no stalls.
+
+A tensor ALU micro-op reads two ACC entries (dst and src) and writes one. With ACC_READ_PORTS 2,
+ACC has two read ports, which a two-port block RAM can only give by storing ACC twice. With
+ACC_READ_PORTS 1 (the default) ACC is stored once and such a micro-op takes two cycles, as in
+VTA's own designs: stage B becomes B1 (read src, keep dst's address) and B2 (read dst, keep src's
+data), and issue pauses in B1. GEMM and immediate ALU micro-ops read dst alone and keep one per
+cycle (docs/timing.md §4).
 """
 
 from __future__ import annotations
@@ -72,7 +79,8 @@ class ComputeModule(wiring.Component):
         uop_rd = uop_mem.read_port()
         acc_wr = acc_mem.write_port()
         acc_rd_dst = acc_mem.read_port(transparent_for=(acc_wr,))
-        acc_rd_src = acc_mem.read_port(transparent_for=(acc_wr,))
+        one_port = cfg.acc_read_ports == 1
+        acc_rd_src = acc_rd_dst if one_port else acc_mem.read_port(transparent_for=(acc_wr,))
 
         # ---------------------------------------------------------------- loads into uop / ACC
         kind = mem_i.memory_type
@@ -121,10 +129,15 @@ class ComputeModule(wiring.Component):
             ]
 
         v_b = Signal()
+        # two_read: a tensor ALU micro-op on a single ACC read port (stages B1 and B2, one issue per 2 cycles)
+        two_read = Signal()
+        m.d.comb += two_read.eq(is_alu_l & ~use_imm if one_port else 0)
+        issue = Signal()
+        m.d.comb += issue.eq(issuing & ~(two_read & v_b))
         dst_off_b, src_off_b, wgt_off_b = Signal.like(dst_ij), Signal.like(src_ij), Signal.like(wgt_ij)
         m.d.comb += [uop_rd.addr.eq(k)]
-        m.d.sync += v_b.eq(issuing)
-        with m.If(issuing):
+        m.d.sync += v_b.eq(issue)
+        with m.If(issue):
             m.d.sync += [dst_off_b.eq(dst_ij), src_off_b.eq(src_ij), wgt_off_b.eq(wgt_ij)]
             with m.If(k == gemm.uop_end - 1):
                 m.d.sync += k.eq(gemm.uop_bgn)
@@ -146,21 +159,30 @@ class ComputeModule(wiring.Component):
         dst_b = (uop.dst_idx + dst_off_b)[:cfg.log_acc_depth]
         src_b = (uop.src_idx + src_off_b)[:src_bits]
         wgt_b = (uop.wgt_idx + wgt_off_b)[:cfg.log_wgt_depth]
+        v_b2 = Signal()                      # B2 of a two_read micro-op (B1 was the cycle before)
+        dst_b2 = Signal(cfg.log_acc_depth)
+        src_data = Signal(cfg.acc_elem_bits)
+        m.d.sync += [v_b2.eq(v_b & two_read), dst_b2.eq(dst_b)]
         v_c = Signal()
         dst_c = Signal(cfg.log_acc_depth)
-        m.d.sync += [v_c.eq(v_b), dst_c.eq(dst_b)]
+        m.d.sync += [v_c.eq(Mux(two_read, v_b2, v_b)), dst_c.eq(Mux(two_read, dst_b2, dst_b))]
         m.d.comb += [
-            acc_rd_dst.addr.eq(dst_b), acc_rd_src.addr.eq(src_b),
+            acc_rd_dst.addr.eq(Mux(v_b2, dst_b2, Mux(two_read, src_b, dst_b))),
             self.inp_rd.addr.eq(src_b), self.wgt_rd.addr.eq(wgt_b),
             self.inp_rd.en.eq(1), self.wgt_rd.en.eq(1),
         ]
+        if one_port:
+            with m.If(v_b2):
+                m.d.sync += src_data.eq(acc_rd_dst.data)
+        else:
+            m.d.comb += [acc_rd_src.addr.eq(src_b), src_data.eq(acc_rd_src.data)]
 
         # stage C: execute and write back
         lanes = cfg.batch * cfg.block_out
         m.submodules.datapath = datapath = TensorDatapath(cfg)
         m.d.comb += [
             datapath.inp.eq(self.inp_rd.data), datapath.wgt.eq(self.wgt_rd.data),
-            datapath.acc_dst.eq(acc_rd_dst.data), datapath.acc_src.eq(acc_rd_src.data),
+            datapath.acc_dst.eq(acc_rd_dst.data), datapath.acc_src.eq(src_data),
             datapath.is_alu.eq(is_alu_l), datapath.reset.eq(reset), datapath.use_imm.eq(use_imm),
             datapath.alu_op.eq(alu_op), datapath.imm.eq(imm),
         ]
@@ -187,7 +209,7 @@ class ComputeModule(wiring.Component):
             with m.Case(isa.Opcode.LOAD):
                 m.d.comb += seq.finish.eq(dma.finish)
             with m.Case(isa.Opcode.GEMM, isa.Opcode.ALU):
-                m.d.comb += seq.finish.eq(~issuing & ~v_b)
+                m.d.comb += seq.finish.eq(~issuing & ~v_b & ~v_b2)
             with m.Default():
                 m.d.comb += seq.finish.eq(1)
         m.d.comb += self.finished.eq(self.retire.valid & (opcode == isa.Opcode.FINISH))

@@ -61,7 +61,7 @@ class VTAConfig:
     alu_requant: bool = False
     # Area keys (docs/fpga.md): how the RTL is built; the ISA and the results do not change.
     gemm_dsp_packing: bool = True
-    acc_read_ports: int = 2
+    acc_read_ports: int = 1
 
     def __post_init__(self) -> None:
         self._validate()

@@ -14,7 +14,7 @@ from amaranth.lib.wiring import In, Out
 
 from vtakit.hw import isa
 from vtakit.hw.config import VTAConfig
-from vtakit.hw.mac import gemm_products
+from vtakit.hw.mac import lane_terms
 
 __all__ = ["TensorDatapath", "gemm_datapath", "alu_datapath"]
 
@@ -28,9 +28,9 @@ def _tree_sum(terms):
 def gemm_datapath(config: VTAConfig, inp, wgt, acc):
     """acc[b][o] + sum_i inp[b][i] * wgt[o][i] for every lane, wrapped to 32 bits (a list of lanes).
 
-    The products come from :func:`vtakit.hw.mac.gemm_products` (two per DSP48E1 with GEMM_DSP_PACKING)."""
-    products = gemm_products(config, inp, wgt)
-    return [(acc.word_select(b * config.block_out + o, 32) + _tree_sum(products[b][o]))[:32]
+    The products come from :func:`vtakit.hw.mac.lane_terms` (two per DSP48E1 with GEMM_DSP_PACKING)."""
+    terms = lane_terms(config, inp, wgt)
+    return [(acc.word_select(b * config.block_out + o, 32) + _tree_sum(terms[b][o]))[:32]
             for b in range(config.batch) for o in range(config.block_out)]
 
 

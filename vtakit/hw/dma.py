@@ -14,6 +14,12 @@ Their timing is part of the contract in docs/timing.md and is kept deliberately 
 ``start`` is pulsed in the cycle before the first execution cycle with the instruction fields
 valid; ``finish`` is high in the engine's last active cycle (its last write, or its first cycle
 when there is nothing to do).
+
+Multiplies are kept out of the engines where the structure allows, so that DSP blocks go to the
+GEMM core (docs/fpga.md): row addresses accumulate the stride, completion is counted in rows and
+elements, and the pad counts are products by a 4- or 5-bit padding, built from shifts and adds.
+The one product left is ``x_size * y_size`` in the load's pad walker, which jumps over an unpadded
+data block in one step.
 """
 
 from __future__ import annotations
@@ -36,6 +42,15 @@ def mem_fields() -> dict:
     """The LOAD/STORE instruction fields an engine reads, as input ports."""
     return {"sram_base": In(16), "dram_base": In(32), "y_size": In(16), "x_size": In(16),
             "x_stride": In(16), "y_pad_0": In(4), "y_pad_1": In(4), "x_pad_0": In(4), "x_pad_1": In(4)}
+
+
+def _narrow_product(narrow, wide):
+    """``narrow * wide`` for a narrow unsigned ``narrow`` (a padding, 4-5 bits) as a sum of shifted
+    ``wide``: a few adders instead of a DSP block."""
+    terms = [Mux(narrow[k], wide << k, 0) for k in range(len(narrow))]
+    while len(terms) > 1:
+        terms = [terms[i] + terms[i + 1] if i + 1 < len(terms) else terms[i] for i in range(0, len(terms), 2)]
+    return terms[0]
 
 
 def _burst_beats(row_left, to_boundary):
@@ -131,8 +146,11 @@ class DmaLoad2D(wiring.Component):
         width = self.x_pad_0 + self.x_size + self.x_pad_1
         height = self.y_pad_0 + self.y_size + self.y_pad_1
         n_data = self.x_size * self.y_size
-        n_pads = Mux(self.x_size == 0, 0, height * width - n_data)
-        run0 = self.y_pad_0 * width + self.x_pad_0
+        top = _narrow_product(self.y_pad_0, width)            # entries of the top and bottom pad rows
+        bottom = _narrow_product(self.y_pad_1, width)
+        # H*W - X*Y, as (y_pad_0 + y_pad_1) * W + Y * (x_pad_0 + x_pad_1)
+        n_pads = Mux(self.x_size == 0, 0, top + bottom + _narrow_product(self.x_pad_0 + self.x_pad_1, self.y_size))
+        run0 = top + self.x_pad_0
 
         # Latched per-instruction values.
         active = Signal()
@@ -167,7 +185,7 @@ class DmaLoad2D(wiring.Component):
         # ---- data side: R beats, always accepted, assembled into elements.
         beat = Signal(range(1 << 10))
         beats_per_elem_m1 = Signal(10)
-        elems_left = Signal(_COUNT_BITS)
+        rows_left = Signal(16)       # data rows not yet complete
         x_left = Signal(16)
         d_addr = Signal(SRAM_ADDR_BITS)
         lane = Signal(max(log_bus, 1))
@@ -187,9 +205,9 @@ class DmaLoad2D(wiring.Component):
         with m.If(beat_in):
             m.d.sync += buf.word_select(beat, bus).eq(self.mem.r.payload.data)
             with m.If(data_we):
-                m.d.sync += [beat.eq(0), elems_left.eq(elems_left - 1)]
+                m.d.sync += beat.eq(0)
                 with m.If(x_left == 1):
-                    m.d.sync += [x_left.eq(x_size), d_addr.eq(d_addr + 1 + mid),
+                    m.d.sync += [x_left.eq(x_size), d_addr.eq(d_addr + 1 + mid), rows_left.eq(rows_left - 1),
                                  row_lane.eq(row_lane + stride_lanes), lane.eq(row_lane + stride_lanes)]
                 with m.Else():
                     m.d.sync += [x_left.eq(x_left - 1), d_addr.eq(d_addr + 1), lane.eq(lane + elem_bytes)]
@@ -204,12 +222,12 @@ class DmaLoad2D(wiring.Component):
                          stride_bytes.eq(self.x_stride << self.log_elem)]
             mid_now = self.x_pad_0 + self.x_pad_1
             jump_now = Mux(mid_now != 0, self.x_size, n_data)
-            last_now = self.x_pad_1 + self.y_pad_1 * width
+            last_now = self.x_pad_1 + bottom
             m.d.sync += [
                 active.eq(1), x_size.eq(self.x_size), mid.eq(mid_now),
                 data_jump.eq(jump_now), last_run.eq(last_now), pads_left.eq(n_pads),
                 beat.eq(0), beats_per_elem_m1.eq((Const(1, 1) << log_k) - 1), narrow_l.eq(narrow),
-                elems_left.eq(n_data), x_left.eq(self.x_size), d_addr.eq(self.sram_base + run0),
+                rows_left.eq(Mux(self.x_size == 0, 0, self.y_size)), x_left.eq(self.x_size), d_addr.eq(self.sram_base + run0),
                 lane.eq(base_bytes), row_lane.eq(base_bytes), stride_lanes.eq(stride_bytes),
                 elem_bytes.eq(Mux(narrow, Const(1, 1) << self.log_elem, 0)),
             ]
@@ -225,7 +243,8 @@ class DmaLoad2D(wiring.Component):
                        rows=Mux(self.x_size == 0, 0, self.y_size), row_beats=row_beats)
 
         finish = Signal()
-        m.d.comb += finish.eq(active & ((pads_left - pad_we) == 0) & ((elems_left - data_we) == 0))
+        data_done = (rows_left == 0) | ((rows_left == 1) & (x_left == 1) & data_we)
+        m.d.comb += finish.eq(active & ((pads_left - pad_we) == 0) & data_done)
         with m.If(finish):
             m.d.sync += active.eq(0)
         m.d.comb += self.finish.eq(finish)
@@ -287,7 +306,7 @@ class DmaStore2D(wiring.Component):
         w_row_beats = Signal(_COUNT_BITS)
         w_stride = Signal(ADDR_BITS)
         w_burst_left = Signal(range(MAX_BURST_BEATS + 1))
-        beats_left = Signal(_COUNT_BITS)
+        w_rows_left = Signal(16)
         beat = Signal(range(max(beats_per_elem, 2)))
         rd_addr = Signal(SRAM_ADDR_BITS)
         bursts_issued = Signal(_COUNT_BITS)
@@ -314,17 +333,17 @@ class DmaStore2D(wiring.Component):
         ]
         w_fire = self.mem.w.valid & self.mem.w.ready
         with m.If(w_fire):
-            m.d.sync += [w_burst_left.eq(cur_burst - 1), beats_left.eq(beats_left - 1)]
+            m.d.sync += w_burst_left.eq(cur_burst - 1)
             with m.If(w_rem == 1):
                 m.d.sync += [w_row_addr.eq(w_row_addr + w_stride), w_addr.eq(w_row_addr + w_stride),
-                             w_rem.eq(w_row_beats)]
+                             w_rem.eq(w_row_beats), w_rows_left.eq(w_rows_left - 1)]
             with m.Else():
                 m.d.sync += [w_addr.eq(w_addr + (1 << log_size)), w_rem.eq(w_rem - 1)]
             if beats_per_elem > 1:
                 m.d.sync += beat.eq(beat + 1)
             with m.If(beat == beats_per_elem - 1):
                 # Element done: read the next one (its data is there next cycle), or stop.
-                with m.If(beats_left == 1):
+                with m.If((w_rows_left == 1) & (w_rem == 1)):    # the last beat of the last row
                     m.d.sync += w_valid.eq(0)
                 with m.Else():
                     m.d.comb += self.rd_en.eq(1)
@@ -340,7 +359,6 @@ class DmaStore2D(wiring.Component):
 
         with m.If(self.start):
             rows = Mux(self.x_size == 0, 0, self.y_size)
-            total = self.x_size * self.y_size * beats_per_elem
             base_bytes = (self.dram_base << log_elem)[:ADDR_BITS]
             stride_bytes = (self.x_stride << log_elem)[:ADDR_BITS]
             row_beats = self.x_size * beats_per_elem
@@ -348,7 +366,7 @@ class DmaStore2D(wiring.Component):
             m.d.sync += [
                 active.eq(1), w_valid.eq(rows != 0), w_addr.eq(base_bytes), w_row_addr.eq(base_bytes),
                 w_rem.eq(row_beats), w_row_beats.eq(row_beats), w_stride.eq(stride_bytes),
-                w_burst_left.eq(0), beats_left.eq(Mux(rows == 0, 0, total)), beat.eq(0),
+                w_burst_left.eq(0), w_rows_left.eq(rows), beat.eq(0),
                 rd_addr.eq(self.sram_base), bursts_issued.eq(0), b_seen.eq(0),
             ]
             m.d.comb += [self.rd_en.eq(1), self.rd_addr.eq(self.sram_base)]

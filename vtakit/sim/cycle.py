@@ -72,7 +72,8 @@ from vtakit.sim.hb import MODULES, RaceDetector
 from vtakit.sim.machine import QUEUE_NAMES, Machine, describe
 from vtakit.sim.stats import RunStats
 
-__all__ = ["execute", "simulate", "CycleRun", "InsnTiming", "ENGINES", "FETCH_BURST", "FETCH_DEPTH"]
+__all__ = ["execute", "simulate", "CycleRun", "InsnTiming", "ENGINES", "FETCH_BURST", "FETCH_DEPTH",
+           "micro_op_cycles"]
 
 #: Instructions per fetch burst (bursts are aligned groups) and instruction-buffer entries (§2).
 FETCH_BURST = 4
@@ -212,6 +213,12 @@ class _Module:
 _ELEMENT_BYTES: dict[int, tuple[VTAConfig, list[int], int]] = {}
 
 
+def micro_op_cycles(insn: GemmInsn | AluInsn, config: VTAConfig) -> int:
+    """Cycles per micro-op of a GEMM or ALU instruction (§4): 2 for a tensor ALU micro-op (it reads
+    ACC twice) when ACC has one read port (ACC_READ_PORTS 1), else 1."""
+    return 2 if config.acc_read_ports == 1 and isinstance(insn, AluInsn) and not insn.use_imm else 1
+
+
 def _element_bytes(config: VTAConfig) -> tuple[list[int], int]:
     """DRAM bytes of one element of each memory type (indexed by MemId; §4) and of an OUT element.
 
@@ -327,7 +334,7 @@ class _Core:
         if isinstance(insn, (GemmInsn, AluInsn)):
             n = insn.iter_out * insn.iter_in * max(0, insn.uop_end - insn.uop_bgn)
             if n:
-                mod.finish = s + n + 1
+                mod.finish = s + n * micro_op_cycles(insn, self.config) + 1
         elif isinstance(insn, MemInsn) and insn.x_size:
             if insn.opcode == Opcode.STORE:
                 self._start_store(mod, insn, s)
@@ -800,11 +807,11 @@ class _Solver:
                     break
                 started[i] = cursor
                 insn = insns[i]
-                if isinstance(insn, _MICRO_CODED):  # GEMM, ALU: e = s + N + 1 (s for N = 0), §4
+                if isinstance(insn, _MICRO_CODED):  # GEMM, ALU: e = s + N * m + 1 (s for N = 0), §4
                     hb.module = m
                     apply(insn, i, validate=False)
                     n = insn.iter_out * insn.iter_in * (insn.uop_end - insn.uop_bgn)
-                    e = cursor + n + 2 if n > 0 else cursor + 1
+                    e = cursor + n * micro_op_cycles(insn, self.config) + 2 if n > 0 else cursor + 1
                 else:
                     e = self._start(m, i, insn, cursor)
                     if e < 0:                  # a LOAD's bursts: the arbiter finishes it
@@ -1122,9 +1129,12 @@ def _native_params(config: VTAConfig) -> tuple[bytes, tuple[int, ...]]:
         elem, out = _element_bytes(config)
         # (depths and the window beyond 2^62 act as infinite, exactly; such a latency the core declines)
         huge = 1 << 62
+        # ALU flags: MUL legal, tensor micro-ops of 2 cycles (§4), REQUANT legal
+        alu_flags = (int(bool(config.alu_mul)) | (2 if config.acc_read_ports == 1 else 0)
+                     | (4 if config.alu_requant else 0))
         params = (min(config.cmd_queue_depth, huge), min(config.token_queue_depth, huge),
                   min(config.dram_latency, huge), min(config.dram_outstanding, huge), config.bus_bytes,
-                  int(bool(config.alu_mul)) | (4 if config.alu_requant else 0), out, elem[MemId.UOP], elem[MemId.WGT], elem[MemId.INP], elem[MemId.ACC],
+                  alu_flags, out, elem[MemId.UOP], elem[MemId.WGT], elem[MemId.INP], elem[MemId.ACC],
                   elem[MemId.ACC_8BIT])
         if len(_NATIVE_PARAMS) >= 64:
             _NATIVE_PARAMS.clear()

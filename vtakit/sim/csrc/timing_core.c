@@ -19,7 +19,8 @@
  *   stream: the encoded program (16 bytes per instruction); layout: native.layout_table(config);
  *   params: (Qc, Qt, L, O, bus bytes, ALU flags, out elem bytes, elem bytes of UOP, WGT, INP, ACC,
  *            ACC_8BIT); insn_addr: the stream's byte address in DRAM; dram_bytes: the DRAM's size.
- *   ALU flags: bit 0, ALU MUL is legal (ALU_MUL); bit 2, ALU REQUANT is legal (ALU_REQUANT).
+ *   ALU flags: bit 0, ALU MUL is legal (ALU_MUL); bit 1, a tensor ALU micro-op takes 2 cycles
+ *            (ACC_READ_PORTS 1, docs/timing.md section 4); bit 2, ALU REQUANT is legal (ALU_REQUANT).
  *   stats: busy, token-stall and memory-stall cycles of fetch, load, compute, store (4 each).
  *   detail: int64 array, see write_detail().
  */
@@ -62,7 +63,7 @@ static const int CONSUMER[NQUEUES] = {COMPUTE, LOAD, STORE, COMPUTE};
 typedef struct {
     int8_t kind, module, npop, npush, pop[2], push[2];
     int8_t mem;                 /* LOAD: memory type */
-    int64_t micro;              /* GEMM/ALU: micro-ops N (may be <= 0: e = s) */
+    int64_t micro;              /* GEMM/ALU: micro-op cycles N * m (may be <= 0: e = s) */
     int64_t x_size, y_size, pads, dram_base, x_stride;
 } insn_t;
 
@@ -98,6 +99,7 @@ typedef struct {
     /* configuration */
     int64_t qc, qt, latency, limit, bus, out_elem, elem[6], dram_size;
     int alu_mul, alu_requant;
+    int tensor_alu_cycles;      /* cycles per micro-op of an ALU instruction without use_imm */
     /* program */
     Py_ssize_t count;
     insn_t *insns;
@@ -218,6 +220,8 @@ static const char *load_program(solver_t *s, const uint8_t *stream, const vta_la
             t->module = COMPUTE;
             t->kind = K_MICRO;
             t->micro = F(ITER_OUT) * F(ITER_IN) * (F(UOP_END) - F(UOP_BGN));
+            if (opcode == VTA_ALU && !F(USE_IMM))
+                t->micro *= s->tensor_alu_cycles;   /* micro-op cycles: e = s + micro + 1 */
             break;
         case VTA_FINISH:
             t->module = COMPUTE;
@@ -457,7 +461,7 @@ static int advance(solver_t *s, int m)
             }
             s->started[i] = cursor;
             int64_t e;
-            if (t->kind == K_MICRO) {       /* GEMM, ALU: e = s + N + 1 (s for N = 0), §4 */
+            if (t->kind == K_MICRO) {       /* GEMM, ALU: e = s + N * m + 1 (s for N = 0), §4 */
                 e = t->micro > 0 ? cursor + t->micro + 2 : cursor + 1;
             } else {
                 e = start_dma(s, m, i, cursor);
@@ -866,6 +870,7 @@ static PyObject *solve(PyObject *self, PyObject *args)
     s.bus = bus;
     s.alu_mul = (alu_mul & 1) != 0;
     s.alu_requant = (alu_mul & 4) != 0;
+    s.tensor_alu_cycles = (alu_mul & 2) ? 2 : 1;
     s.out_elem = out_elem;
     s.elem[VTA_MEM_UOP] = e_uop;
     s.elem[VTA_MEM_WGT] = e_wgt;
