@@ -109,9 +109,10 @@ class DSEResult:
                 "evaluations": len(self.evaluations),
                 "statuses": {s: sum(e.status == s for e in self.evaluations) for s in ("ok", "rejected", "error")},
                 "notes": self.notes, "log": self.log,
-                "tuning_logs": [{"model": e.config.model, "best": e is best, "default": e is ref,
-                                 "log": self.tuning_logs[e.key]} for e in [*self.evaluations, ref]
-                                if e.key in self.tuning_logs and (e is ref or e.key != ref.key)]}
+                "tuning_logs": [{"model": e.config.model, "best": e.key == best.key, "default": e.key == ref.key,
+                                 "log": self.tuning_logs[e.key]}
+                                for e in {e.key: e for e in [ref, *self.evaluations]}.values()
+                                if e.key in self.tuning_logs]}
 
     def table(self) -> str:
         """The Pareto front as text, then the best and the reference."""
