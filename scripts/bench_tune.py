@@ -155,16 +155,43 @@ def _alternate(modules: dict[str, Any], args: list[np.ndarray], rounds: int, num
     """Time each module ``rounds`` times, alternating (so load changes hit all alike): the median
     per module and the median of the per-round ratios to the first module."""
     times: dict[str, list[float]] = {name: [] for name in modules}
+    fastest: dict[str, float] = {name: float("inf") for name in modules}
     for mod in modules.values():   # a discarded round: first calls, thread pool start
         mod.time_evaluator(number, 1)(*args)
     for _ in range(rounds):
         for name, mod in modules.items():
-            times[name].append(mod.time_evaluator(number, repeat)(*args).median)
+            timing = mod.time_evaluator(number, repeat)(*args)
+            times[name].append(timing.median)
+            fastest[name] = min(fastest[name], *timing.results)
     base = next(iter(modules))
     out: dict[str, Any] = {f"{name}_seconds_median": statistics.median(t) for name, t in times.items()}
+    out.update({f"{name}_seconds_min": t for name, t in fastest.items()})
     for name in list(modules)[1:]:
         out[f"{name}_over_{base}_per_round"] = [a / b for a, b in zip(times[name], times[base])]
         out[f"{name}_over_{base}_median"] = statistics.median(out[f"{name}_over_{base}_per_round"])
+        out[f"{name}_over_{base}_min"] = fastest[name] / fastest[base]   # the least disturbed calls
+    return out
+
+
+def bench_ratio_only(logs: Path, rounds: int) -> dict:
+    """Tuned vs hand again, for the best CPU configs the logs under ``logs`` hold (a quieter moment)."""
+    best: dict[str, TuningRecord] = {}
+    for path in sorted(logs.glob("llvm.*.log")):
+        for r in load_records(path):
+            if r.result.ok and (r.task_key not in best or r.result.cost < best[r.task_key].result.cost):
+                best[r.task_key] = r
+    out = {}
+    runner = OPTION[0].runner
+    for r in best.values():
+        task = autotune.create_task(r.task_name, tuple(r.args), target="llvm")
+        index = task.config_space.entity_from_json(r.entity).index
+        inputs, expected = task.reference(0)
+        args = [*inputs, np.zeros_like(expected)]
+        hand = _hand_gemm(task.args[0]) if r.task_name == "llvm.dense" else _hand_conv(task.args)[0]
+        out[f"{r.task_name} {list(task.args)}"] = {
+            "best_config": task.config_space.get(index).knob_values(), "logged_seconds": r.result.cost,
+            "rounds": rounds, **_alternate({"hand": hand, "tuned": _tuned(task, index)}, args, rounds,
+                                           runner.number, runner.repeat)}
     return out
 
 
@@ -365,6 +392,8 @@ def main() -> int:
     p.add_argument("--cpu-conv-trials", type=int, default=200, help="measure the whole conv space if it is "
                    "no bigger, else this many XGB trials")
     p.add_argument("--ratio-rounds", type=int, default=7, help="alternating rounds of tuned vs hand timing")
+    p.add_argument("--ratio-only", type=Path, default=None, metavar="DIR", help="only time tuned vs hand again, "
+                   "for the best CPU configs of the logs in DIR (an earlier --out)")
     p.add_argument("--number", type=int, default=3, help="CPU: calls per repeat")
     p.add_argument("--repeat", type=int, default=5, help="CPU: repeats (the cost is their median)")
     p.add_argument("--timeout", type=float, default=120, help="seconds a trial's build or run may take "
@@ -402,6 +431,9 @@ def main() -> int:
                                               "trials_in_flight": OPTION[0].n_parallel, "plan_size": args.plan_size}}
     layers = [x for x in args.layers.split(",") if x]
     try:
+        if args.ratio_only:
+            report["ratio_only"] = bench_ratio_only(args.ratio_only, args.ratio_rounds)
+            args.cpu, args.cpu_conv, layers = 0, "", []
         if args.cpu:
             report["cpu_gemm"] = bench_cpu(args.cpu, args.cpu_trials, args.seeds, args.out, curves, args.ratio_rounds)
         if args.cpu_conv:
