@@ -291,3 +291,24 @@ def test_softmax_and_pool_schedules_fit_the_block_limits(shape):
     q = ops.pool2d(p, 3, 1, 1, "avg")
     mod = vtakit.build(cuda.schedule(q), [p, q], target="cuda")
     assert all(k.block[0] * k.block[1] * k.block[2] <= cuda.MAX_THREADS for k in mod.kernels)
+
+
+# ---------------------------------------------------------------------------- errors
+def test_schedule_errors_name_the_offending_value():
+    x = te.placeholder((4, 8), "float32", name="x")
+    scalar = te.compute((), lambda: x[0, 0] + 1, name="scalar")
+    with pytest.raises(ScheduleError, match="stage 'scalar' is a scalar"):
+        cuda.schedule_injective(scalar)
+    with pytest.raises(ScheduleError, match="'relu' is not a softmax output"):
+        cuda.schedule_softmax(ops.relu(x))
+    args, out = _dense(64, 64, 512, bias=False)
+    big = cuda.DenseTiles(cuda.AxisTile(1, 16, 4), cuda.AxisTile(1, 16, 4), 512)
+    with pytest.raises(ScheduleError, match="262144 bytes of shared memory per block, more than 49152"):
+        cuda.schedule_dense(out, tiles=big)
+    c = te.placeholder((1, 64, 8, 8), "float32", name="c")
+    w = te.placeholder((64, 64, 3, 3), "float32", name="w")
+    y = ops.conv2d_nchw(c, w, 1, 1)
+    with pytest.raises(ScheduleError, match=r"2048 threads per block \(32 on threadIdx.z\), more than 1024"):
+        cuda.schedule_conv2d_nchw(y, tiles=cuda.ConvTiles(32, 2, 8, 8, 8))
+    with pytest.raises(ScheduleError, match="bytes of shared memory per block, more than 49152"):
+        cuda.schedule_conv2d_nchw(y, tiles=cuda.ConvTiles(16, 4, 2, 2, 64))

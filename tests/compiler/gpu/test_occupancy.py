@@ -35,3 +35,4 @@ def test_bad_input_is_named():
         occupancy(0, 32, 0)
     with pytest.raises(ValueError, match="4096 threads per block exceed the SM's 2048"):
         occupancy(4096, 32, 0)
+

@@ -16,7 +16,7 @@ import numpy as np
 from vtakit.compiler.backend.nvptx.driver import cuda_driver
 from vtakit.compiler.backend.nvptx.ptxas import PtxasReport, ptxas_check
 from vtakit.compiler.graph.module import NetModule
-from vtakit.errors import DeviceError, GraphError
+from vtakit.errors import DeviceError
 from vtakit.runtime.graph_executor import GraphExecutor
 
 __all__ = ["CudaNetModule"]
@@ -41,10 +41,6 @@ class CudaNetModule(NetModule):
 
     def emulate(self, inputs: Mapping[str, Any] | Sequence[Any]) -> list[np.ndarray]:
         """The outputs for ``inputs`` (as for :meth:`run`), every kernel emulated with GPU semantics."""
-        missing = [k for k in self._kernels if not hasattr(k, "emulate")]
-        if missing:
-            raise GraphError("this module's kernels cannot be emulated (a loaded module keeps their PTX only); "
-                             "build the network again to emulate it")
         executor = GraphExecutor(self.plan, [k.emulate for k in self._kernels], self.constants)
         return executor.run(inputs)
 
