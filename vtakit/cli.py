@@ -671,7 +671,8 @@ def _add_tune(verbs: argparse._SubParsersAction) -> None:
                    help="tune every accelerator layer of this network (instead of --workload)")
     p.add_argument("--workload", metavar="W",
                    help="resnet18.C2..C11, conv2d:H,W,CI,CO,K,PAD,STRIDE or dense:M,N,K (instead of MODEL.onnx)")
-    p.add_argument("--target", choices=("vta", "llvm"), default="vta", help="what to tune for (default vta)")
+    p.add_argument("--target", choices=("vta", "llvm", "cuda"), default="vta",
+                   help="what to tune for (default vta; cuda trials are measured on a GPU, error records elsewhere)")
     _config_option(p)
     p.add_argument("--calibration", type=Path, metavar="CALIB.npz",
                    help="with a float MODEL.onnx: quantise it to int8 first, calibrating on these samples (as "

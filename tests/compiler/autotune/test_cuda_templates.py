@@ -81,3 +81,19 @@ def test_a_trial_without_a_gpu_is_a_clear_error_record():
     res = run_trial(task, task.config_space.fallback.index, LocalBuilder(timeout=60), LocalRunner(timeout=60))
     assert res.error_no == MeasureErrorNo.RUNTIME_DEVICE
     assert "cuda trials are measured on a GPU" in res.error_msg and "emulate" in res.error_msg
+
+
+@pytest.mark.skipif(_has_gpu(), reason="a GPU is present: the trials are measured")
+def test_cli_tune_for_cuda_without_a_gpu_logs_error_records(tmp_path, capsys):
+    import json
+
+    from vtakit.cli import main
+    from vtakit.compiler.autotune.record import load_records
+
+    log = tmp_path / "cuda.jsonl"
+    assert main(["tune", "--workload", "dense:16,16,16", "--target", "cuda", "--trials", "2", "--tuner", "random",
+                 "--log", str(log), "--parallel", "1", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["template"] == "cuda.dense" and result["errors"] == 2 and result["best_cost"] is None
+    records = load_records(log)
+    assert len(records) == 2 and all("measured on a GPU" in r.result.error_msg for r in records)
