@@ -2,6 +2,7 @@
 engine (Python and compiled fsim, Python and compiled cycle model) against a reference written
 from docs/isa.md, and random programs that use it (fsim == cycle, every engine)."""
 
+import dataclasses
 import os
 
 import numpy as np
@@ -77,6 +78,18 @@ def test_requant_semantics_on_every_engine(tensor):
     from vtakit.sim.cycle import simulate
     dram = program.initial_dram(1 << 16)
     assert simulate(Launch(REQUANT, list(program.insns), dram, 0x8000)).engine == "native"   # the core takes it
+
+
+def test_reserved_bits_are_ignored_by_every_engine():
+    """Bits 15:7 of the control field carry no meaning (the builder refuses them; a program written
+    by hand may hold them): every engine computes as if they were zero."""
+    program, out, expected = _requant_program(True, CONTROLS[:6], seed=1)
+    noisy = dataclasses.replace(program, insns=[
+        dataclasses.replace(i, imm=i.imm | -0x80) if isinstance(i, AluInsn) else i for i in program.insns])
+    assert any(isinstance(i, AluInsn) and i.imm < 0 for i in noisy.insns)
+    for (backend, native), (dram, _, _) in _engines(noisy).items():
+        np.testing.assert_array_equal(dram[out:out + expected.size].view(np.int8), expected.reshape(-1),
+                                      err_msg=f"{backend} native={native}")
 
 
 def test_requant_op_matches_the_reference_and_ignores_reserved_bits():
