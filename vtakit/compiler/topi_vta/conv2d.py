@@ -123,14 +123,19 @@ def _fuse_residual(env: VTAEnv, oshape: tuple, stages: dict[str, Tensor], residu
         r0 = r
         r = stages["residual_shl"] = te.compute(oshape, lambda *i: r0(*i) << lshift, name="residual_shl")
     r1 = r
+    if env.config.alu_requant:   # the residual add, its shift and the clip in one stage: one REQUANT tensor
+        def fused(*i):
+            t = prev(*i) + r1(*i)
+            return te.min(te.max(t >> rshift if rshift else t, lo), hi)
+
+        clip = stages["clip"] = te.compute(oshape, fused, name="clip")
+        return res, te.compute(oshape, lambda *i: clip(*i).astype(env.inp_dtype), name="out")
     t = stages["residual_add"] = te.compute(oshape, lambda *i: prev(*i) + r1(*i), name="residual_add")
-    fused = env.config.alu_requant   # the shift and the clip in one stage: one REQUANT
-    if rshift and not fused:
+    if rshift:
         t0 = t
         t = stages["residual_shr"] = te.compute(oshape, lambda *i: t0(*i) >> rshift, name="residual_shr")
-    t1, last = t, rshift if fused else 0
-    clip = stages["clip"] = te.compute(oshape, lambda *i: te.min(te.max(t1(*i) >> last if last else t1(*i), lo), hi),
-                                       name="clip")
+    t1 = t
+    clip = stages["clip"] = te.compute(oshape, lambda *i: te.min(te.max(t1(*i), lo), hi), name="clip")
     out = te.compute(oshape, lambda *i: clip(*i).astype(env.inp_dtype), name="out")
     return res, out
 
