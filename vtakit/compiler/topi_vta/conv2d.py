@@ -10,7 +10,8 @@ with ``multiplier`` (ALU_MUL configurations) ``clip((((acc + addend) >> pre_shif
 A fused residual add (``residual=(lshift, rshift)``; :func:`vtakit.compiler.graph.ops.qnn.residual_requantize`)
 reads one more int8 tensor of the output's packed layout, DMA-loaded per output tile into the
 accumulator (an ACC_8BIT load) and added before the clip: ``clip((((acc + addend) >> shift) +
-(residual << lshift)) >> rshift)`` -- SHR, [SHL], ADD tensor, [SHR], MAX, MIN.
+(residual << lshift)) >> rshift)`` -- SHR, [SHL], ADD tensor, [SHR], MAX, MIN; with ALU_REQUANT the
+ADD tensor through MIN are one REQUANT tensor (and without a residual the epilogue ends in one).
 
 API: ``conv2d_packed(env, wl, shift, clip, with_addend=True, multiplier=None, pre_shift=0,
 residual=None)`` returns ``[data, kernel, addend, multiplier, residual, out]`` without the operands it does not have:
