@@ -487,10 +487,10 @@ def _native_params(config: VTAConfig) -> tuple[int, ...]:
             c.uop_elem_bytes, c.inp_elem_bytes, c.wgt_elem_bytes, c.acc_elem_bytes, c.acc8_elem_bytes,
             c.out_elem_bytes, *(f.offset for f in uop_fields), *((1 << f.width) - 1 for f in uop_fields),
             # (any command queue deeper than the program behaves alike; VTAConfig bounds no depth but the token queues')
-            min(c.cmd_queue_depth, 1 << 62), c.token_queue_depth, int(c.alu_mul), int(c.alu_requant),
+            min(c.cmd_queue_depth, 1 << 62), c.token_queue_depth, int(c.alu_mul),
             # the race detector's DRAM granule: every DMA row starts and ends on one (as in hb)
             gcd(c.uop_elem_bytes, c.inp_elem_bytes, c.wgt_elem_bytes, c.acc_elem_bytes, c.acc8_elem_bytes,
-                c.out_elem_bytes))
+                c.out_elem_bytes), int(c.alu_requant))
 
 
 def _native_run(config: VTAConfig, insns: list[Instruction], dram: np.ndarray, encoded: bytes | None,

@@ -57,7 +57,7 @@ typedef struct {
     int64_t written_at[NSRAMS];     /* where each SRAM's mask starts in the machine's one mask array */
     int64_t uop_bytes, inp_bytes, wgt_bytes, acc_bytes, acc8_bytes, out_bytes;   /* DRAM element bytes */
     int64_t uop_shift[3], uop_mask[3];   /* micro-op fields (dst, src, wgt) */
-    int64_t cmd_depth, token_depth, alu_mul, alu_requant, granule;
+    int64_t cmd_depth, token_depth, alu_mul, granule, alu_requant;
 } fs_config;
 #define FS_NPARAMS ((Py_ssize_t)(sizeof(fs_config) / sizeof(int64_t)))
 
