@@ -71,7 +71,7 @@ from vtakit.runtime.packing import (MULTIPLIER_RANGE, SHIFT_ADD_MAX_TERMS, SHIFT
 
 __all__ = ["declare_requant", "schedule_requant", "cache_requant_operands", "requant_stages", "check_requant",
            "op_multiplier", "multiplier_form", "epilogue_resources", "multiplier_terms", "shift_add_form",
-           "form_terms", "fuses", "epilogue_ops", "MULTIPLIER_FORMS", "ROUND_IMM_SHIFT", "MANY_TERMS", "REQUANT_SHIFTS"]
+           "form_terms", "fuses", "MULTIPLIER_FORMS", "ROUND_IMM_SHIFT", "MANY_TERMS", "REQUANT_SHIFTS"]
 
 #: the largest shift whose rounding constant 2**(shift-1) is one ADD immediate
 ROUND_IMM_SHIFT = 15
@@ -168,11 +168,6 @@ def epilogue_resources(multiplier: None | str | int, alu_mul: bool, shift: int,
 def fuses(shift: int) -> bool:
     """Whether a final shift by ``shift`` fits REQUANT (right shifts of 0 to 31)."""
     return REQUANT_SHIFTS[0] <= shift <= REQUANT_SHIFTS[1]
-
-
-def epilogue_ops(requant: bool) -> int:
-    """ALU instructions of the plain epilogue (bias, shift, max, min), or 1 with ALU_REQUANT."""
-    return 1 if requant else 4
 
 
 def check_requant(env: VTAEnv, shift: int, clip: tuple[int, int], multiplier: object = None,
