@@ -34,14 +34,16 @@ def gemm_datapath(config: VTAConfig, inp, wgt, acc):
             for b in range(config.batch) for o in range(config.block_out)]
 
 
-def _requant_lane(a, addend, imm):
-    """REQUANT (docs/isa.md): clip((a + addend + rounding) >> s, lo, 127) on int32 ``a``, with s, the
-    ReLU and the rounding bit from the immediate field ``imm``: one adder, a barrel shifter and a
-    comparator pair with its mux."""
-    shift = imm[:5]
-    rounding = Mux(imm[6] & (shift != 0), (Const(1, 32) << shift) >> 1, 0)
-    total = (a + addend.as_signed() + rounding)[:32].as_signed()
-    shifted = total >> shift
+def _requant_sum(a, addend, imm):
+    """REQUANT's sum (docs/isa.md): a + addend + (2**(s-1) if the rounding bit is set and s > 0), wrapped
+    to 32 bits, with s = imm[4:0]."""
+    amount = imm[:5]
+    rounding = Mux(imm[6] & (amount != 0), (Const(1, 32) << amount) >> 1, 0)
+    return (a + addend.as_signed() + rounding)[:32].as_signed()
+
+
+def _requant_clip(shifted, imm):
+    """REQUANT's clip of the shifted sum: to [0 if imm[5] (ReLU) else -128, 127], a comparator pair and its mux."""
     lo = Mux(imm[5], 0, -128)
     return Mux(shifted < lo, lo, Mux(shifted > 127, 127, shifted))[:32]
 
@@ -50,18 +52,24 @@ def alu_datapath(config: VTAConfig, alu_opcode, lhs, rhs, imm=None, use_imm=None
     """One ALU lane: op(lhs, rhs) on int32 with docs/architecture.md §2's SHR and MUL rules (32-bit result).
 
     With ALU_REQUANT, REQUANT also reads the immediate field ``imm`` (its control bits) and
-    ``use_imm`` (its addend is ``rhs`` in the tensor form, 0 in the immediate form)."""
+    ``use_imm`` (its addend is ``rhs`` in the tensor form, 0 in the immediate form); it shares SHR's
+    right shifter (its input and amount muxed), so the lane adds an adder, the clip and two muxes."""
     a = lhs.as_signed()
     b = rhs.as_signed()
     shift = rhs[:6].as_signed()
-    right = (a >> shift[:5])[:32]
+    if config.alu_requant:
+        requant = alu_opcode == isa.AluOp.REQUANT
+        total = _requant_sum(a, Mux(use_imm, 0, rhs), imm)
+        right = (Mux(requant, total, a) >> Mux(requant, imm[:5], shift[:5]))[:32]
+    else:
+        right = (a >> shift[:5])[:32]
     left = (a << (-shift)[:6])[:32]
     choices = {isa.AluOp.MIN: Mux(a < b, a, b)[:32], isa.AluOp.MAX: Mux(a > b, a, b)[:32],
                isa.AluOp.ADD: (a + b)[:32], isa.AluOp.SHR: Mux(shift[5], left, right)}
     if config.alu_mul:
         choices[isa.AluOp.MUL] = (a * rhs[:16].as_signed())[:32]
     if config.alu_requant:
-        choices[isa.AluOp.REQUANT] = _requant_lane(a, Mux(use_imm, 0, rhs), imm)
+        choices[isa.AluOp.REQUANT] = _requant_clip(right.as_signed(), imm)
     expr = Const(0, 32)
     for op, value in choices.items():
         expr = Mux(alu_opcode == op, value, expr)
