@@ -126,6 +126,10 @@ def test_random_strategy_and_the_model_propose_differently(small_search, small_o
     xgb.history = rnd.history = first
     a, b = xgb.propose(1, 4), rnd.propose(1, 4)
     assert len(a) == len(b) == 4 and a != b
+    for r in range(2, 5):                                              # batches never repeat a configuration
+        batch = xgb.propose(r, 8)
+        keys = {config_key(c) for c in batch}
+        assert len(keys) == len(batch) == 8 and not keys & {e.key for e in first}
     again = dse.Searcher(net, space, strategy="xgb", seed=opts["seed"])
     again.history = first
     assert again.propose(1, 4) == a                                    # deterministic
@@ -162,3 +166,22 @@ def test_pareto_front_is_the_non_dominated_set():
     assert [(e.cycles, e.largest_fraction) for e in front] == [(10, 0.9), (20, 0.5), (40, 0.1)]
     failed = dse.Evaluation(VTAConfig.small(cmd_queue_depth=7), "error", "boom")
     assert dse.pareto_front([failed]) == [] and failed.latency_s == float("inf")
+
+
+def test_a_batch_never_holds_a_configuration_twice():
+    """Two of the fastest configurations two knob steps apart share a neighbour: proposed once."""
+    net = dse.Network("stub", None, 1, {})
+    space = dse.DesignSpace("xc7z020")
+    base = space.reference()
+    a = space.clocked(base.replace(dram_outstanding=2))
+    b = space.clocked(base.replace(dram_outstanding=8))          # a and b share the neighbour with 4
+
+    def ev(config, cycles):
+        return dse.Evaluation(config, "ok", fmax_mhz=100.0, tasks=(dse.TaskCycles("vta.dense", (1, 1, 1), 1,
+                                                                                   cycles, 1),))
+    searcher = dse.Searcher(net, space, seed=0)
+    searcher.history = [ev(a, 100), ev(b, 101), ev(space.smallest(), 900)]
+    batch = searcher.propose(1, 1000)
+    keys = [config_key(c) for c in batch]
+    assert len(keys) == len(set(keys)) > 256
+    assert config_key(space.clocked(base.replace(dram_outstanding=4))) in keys

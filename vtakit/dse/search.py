@@ -223,6 +223,7 @@ class Searcher:
         taken = seen | {config_key(c) for c in pool}
         for parent in sorted(measured, key=lambda e: (e.latency_s, e.key))[:NEIGHBOUR_PARENTS]:
             near = self.space.neighbours(parent.config, taken)
+            taken |= {config_key(c) for c in near}   # two parents may share a neighbour: propose it once
             pool.extend(near)
         if not pool:
             return []
