@@ -33,6 +33,7 @@ from pathlib import Path
 from vtakit import dse
 from vtakit.dse.evaluate import Evaluation
 from vtakit.dse.log import SearchLog
+from vtakit.dse.space import AREA_KEYS
 from vtakit.errors import VtakitError
 
 
@@ -84,7 +85,7 @@ def _what_binds(best: Evaluation, part: str) -> dict:
     """The best configuration's binding resource, and what doubling its array (with every area key at
     its smallest-area choice) would need of the part."""
     space = dse.DesignSpace(part)
-    smallest_area = {k.name: k.values[0] for k in space.knobs if k.name in dse.space.AREA_KEYS}
+    smallest_area = {k.name: k.values[0] for k in space.knobs if k.name in AREA_KEYS}
     config = best.config
     out = {"binding": best.binding, "binding_fraction": best.resources[best.binding]["fraction"], "doubled": []}
     for key in ("log_block_out", "log_block_in", "log_batch"):
