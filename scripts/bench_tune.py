@@ -60,7 +60,7 @@ import numpy as np
 
 from vtakit import autotune
 from vtakit.compiler import te
-from vtakit.compiler.autotune.measure import LocalBuilder, LocalRunner, run_trial
+from vtakit.compiler.autotune.measure import TIMERS, LocalBuilder, LocalRunner, process_times, run_trial
 from vtakit.compiler.autotune.record import TuningRecord, load_records
 from vtakit.compiler.autotune.report import plot_curves
 from vtakit.compiler.backend.llvm_runtime import host_target, num_threads
@@ -160,9 +160,12 @@ def _alternate(modules: dict[str, Any], args: list[np.ndarray], rounds: int, num
         mod.time_evaluator(number, 1)(*args)
     for _ in range(rounds):
         for name, mod in modules.items():
-            timing = mod.time_evaluator(number, repeat)(*args)
-            times[name].append(timing.median)
-            fastest[name] = min(fastest[name], *timing.results)
+            if OPTION[0].runner.timer == "process":   # as the trials were timed
+                results = process_times(mod, args, number, repeat)
+            else:
+                results = tuple(mod.time_evaluator(number, repeat)(*args).results)
+            times[name].append(statistics.median(results))
+            fastest[name] = min(fastest[name], *results)
     base = next(iter(modules))
     out: dict[str, Any] = {f"{name}_seconds_median": statistics.median(t) for name, t in times.items()}
     out.update({f"{name}_seconds_min": t for name, t in fastest.items()})
@@ -396,6 +399,8 @@ def main() -> int:
                    "for the best CPU configs of the logs in DIR (an earlier --out)")
     p.add_argument("--number", type=int, default=3, help="CPU: calls per repeat")
     p.add_argument("--repeat", type=int, default=5, help="CPU: repeats (the cost is their median)")
+    p.add_argument("--timer", choices=TIMERS, default="wall", help="CPU: wall time, or the process's CPU "
+                   "time ('process': with VTAKIT_NUM_THREADS=1, robust to other load on a shared host)")
     p.add_argument("--timeout", type=float, default=120, help="seconds a trial's build or run may take "
                    "(a slower one is a timeout record, as in AutoTVM)")
     p.add_argument("--layers", default="C5,C9", help="ResNet-18 layers, comma-separated ('' : skip)")
@@ -418,7 +423,7 @@ def main() -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     PLAN_SIZE[0] = args.plan_size
     builder = LocalBuilder(timeout=max(120.0, args.timeout), n_parallel=args.parallel)
-    runner = LocalRunner(timeout=args.timeout, number=args.number, repeat=args.repeat)
+    runner = LocalRunner(timeout=args.timeout, number=args.number, repeat=args.repeat, timer=args.timer)
     OPTION.append(autotune.measure_option(builder, runner))
     MEMO.append(MemoExecutor(ProcessPoolExecutor(OPTION[0].n_parallel, mp_context=get_context("fork"))))
     OPTION[0].executor = MEMO[0]
@@ -428,6 +433,7 @@ def main() -> int:
                                           "cores": os.cpu_count(), "kernel_threads": num_threads(),
                                           "load_average_at_start": os.getloadavg()},
                               "measurement": {"number": args.number, "repeat": args.repeat, "run_timeout": args.timeout,
+                                              "timer": args.timer,
                                               "trials_in_flight": OPTION[0].n_parallel, "plan_size": args.plan_size}}
     layers = [x for x in args.layers.split(",") if x]
     try:

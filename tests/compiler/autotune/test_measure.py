@@ -5,11 +5,13 @@ import os
 import time
 
 import numpy as np
+import pytest
 
 from vtakit import autotune
 from vtakit.compiler.autotune.measure import LocalBuilder, LocalRunner, MeasureErrorNo, run_trial
 from vtakit.compiler.autotune.space import ConfigSpace
 from vtakit.compiler.autotune.templates.vta import _dense_reference, _dense_template
+from vtakit.errors import TuningError
 from vtakit.hw.config import VTAConfig
 
 
@@ -79,6 +81,17 @@ def test_cpu_gemm_is_wall_time_median_of_repeats():
                     LocalRunner(timeout=60, number=2, repeat=3))
     assert res.ok, res.error_msg
     assert len(res.costs) == 3 and 0 < res.cost < 1
+
+
+def test_cpu_trials_can_be_timed_in_process_cpu_time():
+    """``timer="process"``: the process's CPU time per call, for comparisons on a loaded host."""
+    task = autotune.create_task("llvm.dense", "dense:16,32,32", target="llvm")
+    res = run_trial(task, task.config_space.fallback.index, LocalBuilder(timeout=60),
+                    LocalRunner(timeout=60, number=50, repeat=3, timer="process"))
+    assert res.ok, res.error_msg
+    assert len(res.costs) == 3 and 0 < res.cost < 1
+    with pytest.raises(TuningError, match="timer 'cycles'"):
+        LocalRunner(timer="cycles")
 
 
 def test_an_invalid_config_is_an_instantiation_or_compile_error(small_dense_task):
