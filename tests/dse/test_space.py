@@ -104,3 +104,13 @@ def test_unknown_part_and_bad_batch():
         DesignSpace("xc7z999")
     with pytest.raises(DSEError, match=r"batch must be a positive int, got 0"):
         DesignSpace("xc7z020", max_batch=0)
+
+
+def test_sampled_configurations_elaborate():
+    """The RTL of proposed configurations elaborates (two small ones: about 2 s each)."""
+    from vtakit.hw.verilog import generate_verilog
+
+    space = DesignSpace("xc7z020", budget=0.25)
+    for config in space.sample(np.random.default_rng(11), 2):
+        text = generate_verilog(config, assertions=False)
+        assert "module" in text and len(text) > 10_000
