@@ -97,8 +97,8 @@ def test_latency_model_is_deterministic_and_learns():
         LatencyModel().predict(test)
 
 
-@pytest.mark.slow
 def test_evaluations_on_dask(tmp_path):
+    """Each evaluation is a job on a dask LocalCluster (about 5 s; CI installs the dask extra)."""
     if os.environ.get("CI") != "true":
         pytest.importorskip("dask.distributed")
     result = dse.search("digits", "xc7z020", trials=2, batch_size=2, seed=1, dask="local:2", log=tmp_path / "d.jsonl")
