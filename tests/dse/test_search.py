@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from vtakit import dse
@@ -54,6 +55,8 @@ def test_api_shape(small_search, small_options, tmp_path):
     assert d["speedup"] == pytest.approx(d["default_cycles"] / d["best_cycles"])
     assert d["resources"]["fits"] and set(d["resources"]) >= {"lut", "ff", "dsp", "bram"}
     assert d["evaluations"] == opts["trials"] and len(d["pareto"]) == len(result.pareto)
+    assert d["space"]["part"] == "xc7z020" and d["space"]["knobs"]["bus_width"] == [32, 64]
+    assert d["space"]["points"] == np.prod([len(v) for v in d["space"]["knobs"].values()])
     assert result.reference.config.replace(clock_mhz=100.0, dram_latency=32) == VTAConfig()
     pytest.importorskip("matplotlib")
     result.plot(tmp_path / "p.png")

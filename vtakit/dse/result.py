@@ -58,6 +58,7 @@ class DSEResult:
     cpu_seconds: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     log: str | None = None
+    space: dict[str, Any] = field(default_factory=dict)   # what was searched (DesignSpace.describe)
 
     @property
     def pareto(self) -> list[Evaluation]:
@@ -108,7 +109,7 @@ class DSEResult:
                 "pareto": [e.summary() for e in self.pareto],
                 "evaluations": len(self.evaluations),
                 "statuses": {s: sum(e.status == s for e in self.evaluations) for s in ("ok", "rejected", "error")},
-                "notes": self.notes, "log": self.log,
+                "space": self.space, "notes": self.notes, "log": self.log,
                 "tuning_logs": [{"model": e.config.model, "best": e.key == best.key, "default": e.key == ref.key,
                                  "log": self.tuning_logs[e.key]}
                                 for e in {e.key: e for e in [ref, *self.evaluations]}.values()

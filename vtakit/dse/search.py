@@ -143,7 +143,8 @@ class Searcher:
             if schedule_trials:
                 self._tune_top(evaluations, reference, schedule_trials, top_k, option, logged.tuned, tuning_logs)
         result = DSEResult(self.net.name, self.space.part.name, self.space.budget, self.strategy, self.seed,
-                           evaluations, reference, schedule_trials, tuning_logs, notes=notes, log=self.log_path)
+                           evaluations, reference, schedule_trials, tuning_logs, notes=notes, log=self.log_path,
+                           space=self.space.describe())
         if measure_cpu:
             result.cpu_seconds = self._cpu_part(result, tuning_logs)
         return result

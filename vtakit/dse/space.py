@@ -249,6 +249,7 @@ class DesignSpace:
         return int(np.prod([len(k.values) for k in self.knobs], dtype=np.int64))
 
     def describe(self) -> dict[str, Any]:
+        """What the space searches, for reports: part, batch bound, budget, bus bound, knobs, points."""
         return {"part": self.part.name, "max_batch": self.max_batch, "budget": self.budget,
                 "bus_limit": self.bus_limit, "knobs": {k.name: list(k.values) for k in self.knobs},
                 "points": self.size()}
