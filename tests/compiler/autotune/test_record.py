@@ -29,6 +29,18 @@ def test_record_round_trips_with_task_config_result_and_versions(small_dense_tas
     assert back == rec and back.task_key == small_dense_task.key()
 
 
+def test_a_record_written_before_a_config_key_existed_still_belongs_to_its_task(small_dense_task, tmp_path):
+    """A VTAConfig key added later (at its default) must not orphan the logs written before it."""
+    raw = json.loads(_record(small_dense_task, 7, 1234).to_json())
+    added = [k for k, v in raw["vta_config"].items() if v == VTAConfig.from_dict({}).to_dict()[k]
+             and k not in ("LOG_BLOCK", "LOG_BATCH")][-1]
+    del raw["vta_config"][added]
+    back = TuningRecord.from_json(json.dumps(raw))
+    assert back.task_key == small_dense_task.key()
+    raw["vta_config"]["NO_SUCH_KEY"] = 1       # a configuration this version cannot read matches no task
+    assert TuningRecord.from_json(json.dumps(raw)).task_key != small_dense_task.key()
+
+
 def test_truncated_last_line_is_skipped_with_a_warning_and_the_writer_starts_a_new_line(small_dense_task, tmp_path):
     log = tmp_path / "t.log"
     with RecordWriter(log) as w:

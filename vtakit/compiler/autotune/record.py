@@ -21,7 +21,8 @@ from typing import Any, Iterable
 from vtakit.atomic import atomic_write
 from vtakit.compiler.autotune.measure import MeasureErrorNo, MeasureInput, MeasureResult
 from vtakit.compiler.autotune.task import Task
-from vtakit.errors import TuningError
+from vtakit.errors import TuningError, VtakitError
+from vtakit.hw.config import VTAConfig
 
 __all__ = ["LOG_VERSION", "TuningRecord", "RecordWriter", "load_records", "pick_best", "best_by_task",
            "split_records"]
@@ -81,9 +82,22 @@ class TuningRecord:
         task, res, cfg = raw["task"], raw["result"], raw["config"]
         result = MeasureResult(tuple(float(c) for c in res["costs"]), MeasureErrorNo(res["error_no"]),
                                res.get("error_msg", ""), float(res.get("all_cost", 0.0)), float(raw["finished"]))
-        return cls(str(task["name"]), tuple(int(a) for a in task["args"]), str(task["target"]), raw["vta_config"],
-                   int(cfg["index"]), cfg["entity"], result, float(raw["started"]), raw.get("tuner", ""),
-                   raw.get("vtakit", ""), raw["version"])
+        return cls(str(task["name"]), tuple(int(a) for a in task["args"]), str(task["target"]),
+                   _normalized_config(raw["vta_config"]), int(cfg["index"]), cfg["entity"], result,
+                   float(raw["started"]), raw.get("tuner", ""), raw.get("vtakit", ""), raw["version"])
+
+
+def _normalized_config(raw: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A record's VTAConfig with every key the configuration has now: a key added after the record
+    was written takes its default (the value the record was measured with), so the record still
+    belongs to its task. A configuration this version cannot read stays as written (and so
+    matches no task of this version)."""
+    if raw is None:
+        return None
+    try:
+        return VTAConfig.from_dict(raw).to_dict()
+    except (VtakitError, TypeError, ValueError):
+        return raw
 
 
 class RecordWriter:
