@@ -1,11 +1,16 @@
-"""ACC_READ_PORTS on the RTL: one ACC copy with two-cycle tensor ALU micro-ops, or two copies.
+"""ACC_READ_PORTS on the RTL: one ACC copy with the src register, or two copies.
 
-docs/timing.md §4: a GEMM or ALU of N micro-ops finishes at e = s + N·m + 1, where m = 2 for a
-tensor ALU micro-op (it reads dst and src) when ACC has one read port, else 1. These programs
-chain tensor ALU micro-ops whose src is the dst of the micro-op one or two before (forwarding at
-every distance), mixed with immediate ALU and GEMM micro-ops, and check rtl against fsim (data)
-and the cycle model, both engines (every retire cycle).
+docs/timing.md §4: a GEMM or ALU finishes at e = s + (cycles of its micro-ops) + 1. A micro-op takes
+one cycle, except a tensor ALU micro-op (it reads dst and src) when ACC has one read port: two,
+unless its src address is the previous micro-op's of the same instruction (it hits the src
+register). These programs chain tensor ALU micro-ops whose src is the dst of the micro-op one or
+two before (forwarding at every distance), repeat and alternate src addresses, write the
+register's entry from the micro-op that uses it, and overwrite it by an ACC load or a GEMM between
+two ALUs; each is checked on rtl against fsim (data) and the cycle model, both engines and the
+stepping model (every retire cycle), and against the expected cycle counts.
 """
+
+import dataclasses
 
 import numpy as np
 import pytest
@@ -21,7 +26,7 @@ from vtakit.sim import cycle
 from vtakit.sim.backend import Launch
 from vtakit.sim.program import Program, Segment
 
-F = 5   # docs/timing.md §4: a queued GEMM/ALU without tokens retires N·m + 5 cycles after the previous one
+F = 5   # docs/timing.md §4: a queued GEMM/ALU without tokens retires (its micro-ops' cycles) + 5 after the previous one
 
 
 def _load(config, mem, sram, dram_bytes, x, **kw):
@@ -31,29 +36,23 @@ def _load(config, mem, sram, dram_bytes, x, **kw):
                    x_size=x, x_stride=x, **kw)
 
 
-def _program(config):
-    # uops 0..5: a chain over ACC entries 0..5 whose src is the dst one or two micro-ops before
-    # (distance 1 and 2); uops 6..11: GEMM micro-ops on the same entries
-    uops = [Uop(d, max(0, d - 1 - d % 2), 0) for d in range(6)] + [Uop(d, d, d % 4) for d in range(6)]
-    loop = dict(uop_bgn=0, uop_end=6, iter_out=2, iter_in=2)
+def _program(config, uops, body, store=16):
+    """LOAD the micro-ops, ACC entries 0..15 and INP/WGT, pop load's token (an empty GEMM), run
+    ``body`` (compute instructions without tokens), store OUT entries 0..store-1 and FINISH."""
     out_base = 0x4000 // config.out_elem_bytes
+    body = [*body[:-1], dataclasses.replace(body[-1], push_next=True)]
     insns = [_load(config, MemId.UOP, 0, 0x100, len(uops)),
-             _load(config, MemId.ACC, 0, 0x1000, 8),
+             _load(config, MemId.ACC, 0, 0x1000, 16),
              _load(config, MemId.INP, 0, 0x2000, 8),
              _load(config, MemId.WGT, 0, 0x3000, 4, push_next=True),
-             AluInsn(alu_opcode=AluOp.ADD, pop_prev=True, **loop),                        # 4: tensor, m each
-             AluInsn(alu_opcode=AluOp.SHR, use_imm=True, imm=1, **loop),                  # 5: immediate, 1 each
-             GemmInsn(uop_bgn=6, uop_end=12, iter_out=1, iter_in=1),                      # 6: GEMM, 1 each
-             AluInsn(alu_opcode=AluOp.MAX, uop_bgn=0, uop_end=6, iter_out=3, iter_in=1,   # 7: tensor, src moves
-                     src_factor_out=1),
-             AluInsn(alu_opcode=AluOp.MIN, uop_bgn=1, uop_end=2, iter_out=1, iter_in=1,   # 8: one tensor micro-op
-                     push_next=True),
+             GemmInsn(uop_bgn=0, uop_end=0, iter_out=1, iter_in=1, pop_prev=True),
+             *body,
              MemInsn(opcode=Opcode.STORE, memory_type=MemId.OUT, sram_base=0, dram_base=out_base, y_size=1,
-                     x_size=6, x_stride=6, pop_prev=True, push_prev=True),
+                     x_size=store, x_stride=store, pop_prev=True, push_prev=True),
              FinishInsn(pop_next=True)]
     rng = np.random.default_rng(3)
     data = rng.integers(0, 256, 0x4000, dtype=np.uint8)
-    data[:0x1000] = rng.integers(-3, 4, 0x1000).astype(np.uint8)    # small ACC values keep the chain varied
+    data[:0x1000] = rng.integers(-3, 4, 0x1000).astype(np.uint8)    # small ACC values keep the chains varied
     return Program(config, insns, uops, uop_addr=0x100, segments=[Segment(0x1000, data.tobytes(), "data")],
                    dram_size=1 << 15)
 
@@ -68,23 +67,107 @@ def _cycle(program, engine, stepping=False):
     return image, run
 
 
-@pytest.mark.parametrize("ports", [1, 2])
-def test_tensor_alu_micro_op_cycles_per_read_port_count(ports):
-    config = VTAConfig.small(acc_read_ports=ports)
-    program = _program(config)
+def _check(program):
+    """rtl == fsim (DRAM) and cycle == rtl (every retire cycle) on every engine; returns, for each
+    instruction of the body, its retire cycle minus the previous instruction's (rtl)."""
     fsim_dram, _ = run_program(program, "fsim")
     dram, rtl = run_program(program, "rtl")
     assert np.array_equal(dram, fsim_dram)
-    r = rtl.retire_cycles
-    m = 2 if ports == 1 else 1
-    assert r[5] - r[4] == 24 + F                  # immediate ALU: one cycle per micro-op
-    assert r[6] - r[5] == 6 + F                   # GEMM
-    assert r[7] - r[6] == 18 * m + F              # tensor ALU
-    assert r[8] - r[7] == 1 * m + F
     for engine, stepping in (("python", False), ("python", True), ("auto", False)):
         image, run = _cycle(program, engine, stepping)
-        assert run.stats.retire_cycles == r and run.stats.cycles == rtl.cycles, engine
+        assert run.stats.retire_cycles == rtl.retire_cycles and run.stats.cycles == rtl.cycles, (engine, stepping)
         assert np.array_equal(image, fsim_dram), engine
+        if engine == "auto":
+            assert run.engine == "native", cycle.native_timing(Launch(program.config, list(program.insns),
+                                                                      image, insn_address(program)))
+    r = rtl.retire_cycles
+    return [b - a for a, b in zip(r[4:-3], r[5:-2])]
+
+
+def _chain(config):
+    # uops 0..5: a chain over ACC entries 0..5 whose src is the dst one or two micro-ops before
+    # (distance 1 and 2), src addresses 0, 0, 1, 1, 3, 3 (every second one hits); uops 6..11: GEMM
+    # micro-ops on the same entries
+    uops = [Uop(d, max(0, d - 1 - d % 2), 0) for d in range(6)] + [Uop(d, d, d % 4) for d in range(6)]
+    loop = dict(uop_bgn=0, uop_end=6, iter_out=2, iter_in=2)
+    return _program(config, uops, [
+        AluInsn(alu_opcode=AluOp.ADD, **loop),                                        # 0: tensor
+        AluInsn(alu_opcode=AluOp.SHR, use_imm=True, imm=1, **loop),                   # 1: immediate, 1 each
+        GemmInsn(uop_bgn=6, uop_end=12, iter_out=1, iter_in=1),                       # 2: GEMM, 1 each
+        AluInsn(alu_opcode=AluOp.MAX, uop_bgn=0, uop_end=6, iter_out=3, iter_in=1,    # 3: tensor, src moves
+                src_factor_out=1),
+        AluInsn(alu_opcode=AluOp.MIN, uop_bgn=1, uop_end=2, iter_out=1, iter_in=1)],  # 4: one tensor micro-op
+        store=6)
+
+
+@pytest.mark.parametrize("ports", [1, 2])
+def test_tensor_alu_micro_op_cycles_per_read_port_count(ports):
+    d = _check(_chain(VTAConfig.small(acc_read_ports=ports)))
+    one = ports == 1
+    # tensor ALU, 24 micro-ops: in each pass over the 6 uops, 3 repeat the previous src; the src
+    # steps between passes (uop 5 -> uop 0: src 3 -> 0) never repeat one
+    assert d[0] == (24 * 2 - 12 if one else 24) + F
+    assert d[1] == 24 + F                           # immediate ALU: one cycle per micro-op
+    assert d[2] == 6 + F                            # GEMM
+    # 18 micro-ops: passes of src (0, 0, 1, 1, 3, 3) + i, 3 hits each; i steps 3 -> 1: no hit
+    assert d[3] == (18 * 2 - 9 if one else 18) + F
+    assert d[4] == (2 if one else 1) + F            # one micro-op: always a miss
+
+
+def test_src_register_hits_and_misses():
+    """Repeated src (a bias added to many entries), alternating src, the register's entry written by
+    the micro-op before, by the micro-op that hits it, across i/j steps, and ACC written between two
+    ALUs by a LOAD and by a GEMM."""
+    config = VTAConfig.small()
+    B = 12                                          # the "bias" entry
+    uops = ([Uop(d, B, 0) for d in range(4)]                            # 0-3: dst 0..3, src B
+            + [Uop(d, 12 + d % 2, 0) for d in range(4)]                 # 4-7: src 12, 13, 12, 13
+            + [Uop(4, B, 0), Uop(B, B, 0), Uop(5, B, 0), Uop(B, 5, 0), Uop(6, B, 0)]   # 8-12: B rewritten
+            + [Uop(7, 0, 0), Uop(8, 7, 0), Uop(9, 8, 0)]                # 13-15: src = the previous dst
+            + [Uop(d, d % 8, d % 4) for d in range(16)]                 # 16-31: GEMM on every entry
+            + [Uop(0, 14, 0)])                                          # 32: one micro-op, src 14
+    body = [
+        AluInsn(alu_opcode=AluOp.ADD, uop_bgn=0, uop_end=4, iter_out=1, iter_in=1),    # 0: 1 miss + 3 hits
+        AluInsn(alu_opcode=AluOp.ADD, uop_bgn=4, uop_end=8, iter_out=1, iter_in=1),    # 1: 4 misses
+        AluInsn(alu_opcode=AluOp.MAX, uop_bgn=8, uop_end=13, iter_out=1, iter_in=1),   # 2: B written by B's users
+        AluInsn(alu_opcode=AluOp.ADD, uop_bgn=13, uop_end=16, iter_out=1, iter_in=1),  # 3: 3 misses, forwarded
+        # 4: one uop, j steps keep src (factor_in 0), i steps move it by 1: hits but the first of each i
+        AluInsn(alu_opcode=AluOp.ADD, uop_bgn=32, uop_end=33, iter_out=2, iter_in=4, dst_factor_out=4,
+                dst_factor_in=1, src_factor_out=1),
+        # 5: uops 0-3 again, j steps move dst only: every micro-op but the first hits
+        AluInsn(alu_opcode=AluOp.ADD, uop_bgn=0, uop_end=4, iter_out=1, iter_in=2, dst_factor_in=4),
+        _load(config, MemId.ACC, B, 0x1800, 1),                                         # 6: overwrites B
+        AluInsn(alu_opcode=AluOp.ADD, uop_bgn=0, uop_end=4, iter_out=1, iter_in=1),    # 7: misses B first
+        GemmInsn(uop_bgn=16, uop_end=32, iter_out=1, iter_in=1),                       # 8: writes B (and all)
+        AluInsn(alu_opcode=AluOp.MIN, uop_bgn=0, uop_end=4, iter_out=1, iter_in=1),    # 9: misses B first
+        # 10: src steps by j (factor_in 1) over uop src 12, 13: the sequence 12, 13, 13, 14
+        AluInsn(alu_opcode=AluOp.ADD, uop_bgn=4, uop_end=6, iter_out=1, iter_in=2, dst_factor_in=2,
+                src_factor_in=1),
+    ]
+    d = _check(_program(config, uops, body))
+    assert d[0] == 1 * 2 + 3 + F                    # repeated src
+    assert d[1] == 4 * 2 + F                        # alternating src
+    assert d[2] == 5 * 2 - 2 + F                    # src B, B, B, 5, B: hits at uops 9 and 10
+    assert d[3] == 3 * 2 + F
+    assert d[4] == 8 * 2 - 6 + F                    # hits at j = 1..3 of each i
+    assert d[5] == 8 * 2 - 7 + F
+    assert d[7] == 4 * 2 - 3 + F                    # after the ACC load
+    assert d[9] == 4 * 2 - 3 + F                    # after the GEMM
+    assert d[10] == 4 * 2 - 1 + F                   # the j step repeats 13
+
+
+def test_src_hits_formula_matches_the_loop():
+    """cycle.src_hits (the closed form the engines use) against the micro-op loop written out."""
+    rng = np.random.default_rng(0)
+    for _ in range(400):
+        count = int(rng.integers(1, 6))
+        src = rng.integers(0, 4, count)
+        io, ii = int(rng.integers(1, 4)), int(rng.integers(1, 4))
+        fo, fi = int(rng.integers(0, 5)), int(rng.integers(0, 5))
+        mask = int(rng.choice([3, 7, 2047]))
+        seq = [(int(src[k]) + i * fo + j * fi) & mask for i in range(io) for j in range(ii) for k in range(count)]
+        want = sum(a == b for a, b in zip(seq, seq[1:]))
+        assert cycle.src_hits(src, io, ii, fo, fi, mask) == want
 
 
 def test_one_read_port_stores_acc_once():

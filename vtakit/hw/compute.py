@@ -15,8 +15,11 @@ A tensor ALU micro-op reads two ACC entries (dst and src) and writes one. With A
 ACC has two read ports, which a two-port block RAM can only give by storing ACC twice. With
 ACC_READ_PORTS 1 (the default) ACC is stored once and such a micro-op takes two cycles, as in
 VTA's own designs: stage B becomes B1 (read src, keep dst's address) and B2 (read dst, keep src's
-data), and issue pauses in B1. GEMM and immediate ALU micro-ops read dst alone and keep one per
-cycle (docs/timing.md §4).
+data), and issue pauses in B1. Unless it hits the src register: one entry (valid, address, data)
+that each such two-cycle micro-op loads and every write-back to its address updates, emptied when
+an ALU instruction starts. A micro-op whose src address is the register's reads dst alone and
+takes one cycle, so a loop that adds one bias entry to many dst entries runs at one per cycle.
+GEMM and immediate ALU micro-ops read dst alone and keep one per cycle (docs/timing.md §4).
 """
 
 from __future__ import annotations
@@ -129,11 +132,13 @@ class ComputeModule(wiring.Component):
             ]
 
         v_b = Signal()
-        # two_read: a tensor ALU micro-op on a single ACC read port (stages B1 and B2, one issue per 2 cycles)
+        # two_read: a tensor ALU micro-op on a single ACC read port; miss_b: the one in stage B reads its
+        # src from ACC (stages B1 and B2, issue pauses a cycle) instead of the src register (see below)
         two_read = Signal()
+        miss_b = Signal()
         m.d.comb += two_read.eq(is_alu_l & ~use_imm if one_port else 0)
         issue = Signal()
-        m.d.comb += issue.eq(issuing & ~(two_read & v_b))
+        m.d.comb += issue.eq(issuing & ~(miss_b & v_b))
         dst_off_b, src_off_b, wgt_off_b = Signal.like(dst_ij), Signal.like(src_ij), Signal.like(wgt_ij)
         m.d.comb += [uop_rd.addr.eq(k)]
         m.d.sync += v_b.eq(issue)
@@ -159,22 +164,24 @@ class ComputeModule(wiring.Component):
         dst_b = (uop.dst_idx + dst_off_b)[:cfg.log_acc_depth]
         src_b = (uop.src_idx + src_off_b)[:src_bits]
         wgt_b = (uop.wgt_idx + wgt_off_b)[:cfg.log_wgt_depth]
-        v_b2 = Signal()                      # B2 of a two_read micro-op (B1 was the cycle before)
+        v_b2 = Signal()                      # B2 of a missing micro-op (B1 was the cycle before)
         dst_b2 = Signal(cfg.log_acc_depth)
         src_data = Signal(cfg.acc_elem_bits)
-        m.d.sync += [v_b2.eq(v_b & two_read), dst_b2.eq(dst_b)]
+        # the src register (one port): the ACC entry src_addr holds src_data while src_valid
+        src_valid = Signal()
+        src_addr = Signal(cfg.log_acc_depth)
+        src_acc = src_b[:cfg.log_acc_depth]  # the ACC address src reads
+        m.d.comb += miss_b.eq(two_read & ~(src_valid & (src_addr == src_acc)))
+        m.d.sync += [v_b2.eq(v_b & miss_b), dst_b2.eq(dst_b)]
         v_c = Signal()
         dst_c = Signal(cfg.log_acc_depth)
-        m.d.sync += [v_c.eq(Mux(two_read, v_b2, v_b)), dst_c.eq(Mux(two_read, dst_b2, dst_b))]
+        m.d.sync += [v_c.eq(v_b2 | (v_b & ~miss_b)), dst_c.eq(Mux(v_b2, dst_b2, dst_b))]
         m.d.comb += [
-            acc_rd_dst.addr.eq(Mux(v_b2, dst_b2, Mux(two_read, src_b, dst_b))),
+            acc_rd_dst.addr.eq(Mux(v_b2, dst_b2, Mux(miss_b, src_b, dst_b))),
             self.inp_rd.addr.eq(src_b), self.wgt_rd.addr.eq(wgt_b),
             self.inp_rd.en.eq(1), self.wgt_rd.en.eq(1),
         ]
-        if one_port:
-            with m.If(v_b2):
-                m.d.sync += src_data.eq(acc_rd_dst.data)
-        else:
+        if not one_port:
             m.d.comb += [acc_rd_src.addr.eq(src_b), src_data.eq(acc_rd_src.data)]
 
         # stage C: execute and write back
@@ -199,6 +206,19 @@ class ComputeModule(wiring.Component):
             self.gemm_uop.eq(v_c & ~is_alu_l & ~reset),
             self.alu_uop.eq(v_c & is_alu_l),
         ]
+        if one_port:
+            # The src register. A missing micro-op loads it: the address in B1, the data read in B2. A
+            # hitting one (valid, same address: docs/timing.md §4) takes its src from it. Every write-back
+            # to its entry updates it (after the load: newer), so it is current at any distance. ACC loads
+            # and GEMMs write ACC only in other instructions, and each ALU instruction starts it empty.
+            with m.If(v_b & miss_b):
+                m.d.sync += [src_valid.eq(1), src_addr.eq(src_acc)]
+            with m.If(v_b2):
+                m.d.sync += src_data.eq(acc_rd_dst.data)
+            with m.If(v_c & (dst_c == src_addr)):
+                m.d.sync += src_data.eq(result)
+            with m.If(seq.start & is_alu):
+                m.d.sync += src_valid.eq(0)
         m.d.sync += Assert(~(v_c & acc_ld_we), "compute: micro-op and ACC load write in the same cycle")
         m.d.sync += Assert(~dma.wr_en | (dma.wr_addr < Mux(is_uop_ld, cfg.uop_depth, cfg.acc_depth)), Format(
             f"compute: SRAM write to entry {{}} is out of range (UOP has {cfg.uop_depth} entries, ACC {cfg.acc_depth})",

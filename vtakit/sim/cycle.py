@@ -20,8 +20,10 @@ Both report a deadlock (no component can ever act again and FINISH has not retir
 in which the RTL's exact deadlock flag rises (§6).
 
 The solver also exists compiled (``vtakit/sim/csrc/timing_core.c``, :mod:`vtakit.sim.native`), and
-that is what :func:`simulate` runs first: timing depends only on instruction fields, so the C core
-times the encoded stream without touching data, and the data comes from one run of the functional
+that is what :func:`simulate` runs first: timing depends only on instruction fields (and, with one
+ACC read port, on the micro-op cache's src fields, which the C core reads from the DRAM image as
+compute's LOAD UOPs do, §4), so the C core times the encoded stream without computing data, and the
+data comes from one run of the functional
 simulator (:func:`vtakit.sim.fsim.simulate`), whose DRAM result, for a program it accepts, is the
 same in every valid schedule -- the solver's included. The C core declines whatever it does not
 fully understand (a deadlock, an illegal instruction, unbalanced tokens, ...), and so do we when
@@ -73,7 +75,7 @@ from vtakit.sim.machine import QUEUE_NAMES, Machine, describe
 from vtakit.sim.stats import RunStats
 
 __all__ = ["execute", "simulate", "CycleRun", "InsnTiming", "ENGINES", "FETCH_BURST", "FETCH_DEPTH",
-           "micro_op_cycles"]
+           "micro_op_cycles", "src_hits"]
 
 #: Instructions per fetch burst (bursts are aligned groups) and instruction-buffer entries (§2).
 FETCH_BURST = 4
@@ -213,10 +215,43 @@ class _Module:
 _ELEMENT_BYTES: dict[int, tuple[VTAConfig, list[int], int]] = {}
 
 
-def micro_op_cycles(insn: GemmInsn | AluInsn, config: VTAConfig) -> int:
-    """Cycles per micro-op of a GEMM or ALU instruction (§4): 2 for a tensor ALU micro-op (it reads
-    ACC twice) when ACC has one read port (ACC_READ_PORTS 1), else 1."""
-    return 2 if config.acc_read_ports == 1 and isinstance(insn, AluInsn) and not insn.use_imm else 1
+def micro_op_cycles(insn: GemmInsn | AluInsn, config: VTAConfig, uops: np.ndarray) -> int:
+    """Cycles of all the micro-ops of a GEMM or ALU instruction together (§4), ``uops`` the micro-op
+    cache's entries ``[uop_bgn, uop_end)`` (dst, src, wgt columns) when it starts: one per micro-op,
+    except a tensor ALU micro-op with one ACC read port (ACC_READ_PORTS 1), which takes 2 unless it
+    hits the src register (its src address is the previous micro-op's of the same instruction)."""
+    n = insn.iter_out * insn.iter_in * max(0, insn.uop_end - insn.uop_bgn)
+    if n <= 0 or config.acc_read_ports != 1 or not isinstance(insn, AluInsn) or insn.use_imm:
+        return n
+    if len(uops) != insn.uop_end - insn.uop_bgn:     # past the cache's end: the program fails in fsim
+        return 2 * n
+    return 2 * n - src_hits(uops[:, 1], insn.iter_out, insn.iter_in, insn.src_factor_out, insn.src_factor_in,
+                            config.acc_depth - 1)
+
+
+def src_hits(src, iter_out: int, iter_in: int, factor_out: int, factor_in: int, mask: int) -> int:
+    """How many micro-ops of a tensor ALU loop (§4) have the previous micro-op's src address: micro-op
+    (i, j, k) reads ``(src[k] + i * factor_out + j * factor_in) & mask`` (``mask``: ACC depth - 1),
+    k innermost. Within one (i, j) the offsets cancel, so only the micro-op list's own repeats count
+    there; the first micro-op of each j step and of each i step compares across the step."""
+    count = len(src)
+    if count == 0 or iter_out <= 0 or iter_in <= 0:
+        return 0
+    if count <= 64:
+        values = [int(v) & mask for v in src]
+        within = sum(a == b for a, b in zip(values, values[1:]))
+        first, last = values[0], values[-1]
+    else:
+        values = np.asarray(src, dtype=np.int64) & mask
+        within = int(np.count_nonzero(values[1:] == values[:-1]))
+        first, last = int(values[0]), int(values[-1])
+    step = (last - first) & mask            # a step's first micro-op hits iff its offset change equals this
+    hits = iter_out * iter_in * within
+    if factor_in & mask == step:
+        hits += iter_out * (iter_in - 1)
+    if (factor_out - (iter_in - 1) * factor_in) & mask == step:
+        hits += iter_out - 1
+    return hits
 
 
 def _element_bytes(config: VTAConfig) -> tuple[list[int], int]:
@@ -332,9 +367,9 @@ class _Core:
             self.machine.apply(insn, index, validate=False)
         mod.finish = s
         if isinstance(insn, (GemmInsn, AluInsn)):
-            n = insn.iter_out * insn.iter_in * max(0, insn.uop_end - insn.uop_bgn)
+            n = micro_op_cycles(insn, self.config, self.machine.uop[insn.uop_bgn:insn.uop_end])
             if n:
-                mod.finish = s + n * micro_op_cycles(insn, self.config) + 1
+                mod.finish = s + n + 1
         elif isinstance(insn, MemInsn) and insn.x_size:
             if insn.opcode == Opcode.STORE:
                 self._start_store(mod, insn, s)
@@ -634,6 +669,7 @@ class _Solver:
         self.hb = RaceDetector(config, lambda m, epoch: describe(lists[m][epoch - 1], insns[lists[m][epoch - 1]]))
         self.machine = Machine(config, launch.dram, self.hb)
         self.apply = self.machine.apply
+        self.uop = self.machine.uop                     # the micro-op cache (tensor ALU timing, §4)
         self.elem_bytes, self.out_elem_bytes = _element_bytes(config)
         self.bus = config.bus_bytes
         self.latency = config.dram_latency
@@ -810,8 +846,8 @@ class _Solver:
                 if isinstance(insn, _MICRO_CODED):  # GEMM, ALU: e = s + N * m + 1 (s for N = 0), §4
                     hb.module = m
                     apply(insn, i, validate=False)
-                    n = insn.iter_out * insn.iter_in * (insn.uop_end - insn.uop_bgn)
-                    e = cursor + n * micro_op_cycles(insn, self.config) + 2 if n > 0 else cursor + 1
+                    n = micro_op_cycles(insn, self.config, self.uop[insn.uop_bgn:insn.uop_end])
+                    e = cursor + n + 2 if n > 0 else cursor + 1
                 else:
                     e = self._start(m, i, insn, cursor)
                     if e < 0:                  # a LOAD's bursts: the arbiter finishes it
@@ -1129,13 +1165,13 @@ def _native_params(config: VTAConfig) -> tuple[bytes, tuple[int, ...]]:
         elem, out = _element_bytes(config)
         # (depths and the window beyond 2^62 act as infinite, exactly; such a latency the core declines)
         huge = 1 << 62
-        # ALU flags: MUL legal, tensor micro-ops of 2 cycles (§4), REQUANT legal
+        # ALU flags: MUL legal, tensor micro-ops of 2 cycles unless they hit the src register (§4), REQUANT legal
         alu_flags = (int(bool(config.alu_mul)) | (2 if config.acc_read_ports == 1 else 0)
                      | (4 if config.alu_requant else 0))
         params = (min(config.cmd_queue_depth, huge), min(config.token_queue_depth, huge),
                   min(config.dram_latency, huge), min(config.dram_outstanding, huge), config.bus_bytes,
                   alu_flags, out, elem[MemId.UOP], elem[MemId.WGT], elem[MemId.INP], elem[MemId.ACC],
-                  elem[MemId.ACC_8BIT])
+                  elem[MemId.ACC_8BIT], config.uop_depth, config.acc_depth)
         if len(_NATIVE_PARAMS) >= 64:
             _NATIVE_PARAMS.clear()
         entry = _NATIVE_PARAMS[id(config)] = (config, native.layout_table(config), params)
@@ -1165,7 +1201,10 @@ def _native_timing(launch: Launch) -> tuple[tuple | str | None, bytes | None]:
         stream = native.encoded_stream(launch.insns, config, encoded)
     except Exception:           # not encodable: the Python solver's checks name what is wrong
         return "not encodable", None
-    return core.solve(stream, layout, params, launch.insn_addr, launch.dram.size), stream
+    dram = launch.dram
+    if not (isinstance(dram, np.ndarray) and dram.flags.c_contiguous):
+        dram = np.ascontiguousarray(dram, dtype=np.uint8)    # (the core reads micro-ops from it, §4)
+    return core.solve(stream, layout, params, launch.insn_addr, dram), stream
 
 
 def _native_run(launch: Launch, began: float) -> CycleRun | None:

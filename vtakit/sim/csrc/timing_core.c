@@ -5,7 +5,11 @@
  * walks through its instructions as far as known cycles allow; only the read arbiter (§5), where
  * requesters compete, decides in cycle order. Timing depends only on instruction fields, never on
  * data, so this core computes no data: the cycle backend takes the data from the functional
- * simulator (fsim), which for programs it accepts gives the same DRAM in any valid schedule.
+ * simulator (fsim), which for programs it accepts gives the same DRAM in any valid schedule. One
+ * exception: with one ACC read port a tensor ALU micro-op takes 1 or 2 cycles depending on its src
+ * address (docs/timing.md §4), so the core keeps the micro-op cache's src fields as the LOAD UOPs
+ * (compute's, in program order) fill them from DRAM, and declines a program whose STOREs may write
+ * what a LOAD UOP reads (the DRAM it is given is the DRAM before the run).
  *
  * Contract (vtakit/sim/native.py): the core answers only for programs it fully understands. On
  * anything else -- an opcode without a layout, a flag illegal on its module, a memory type the
@@ -14,13 +18,15 @@
  * the program, producing the usual error. It never loops forever and never reads out of bounds on
  * garbage: every index it follows is checked or bounded by construction.
  *
- * solve(stream, layout, params, insn_addr, dram_bytes) -> str (declined) or
+ * solve(stream, layout, params, insn_addr, dram) -> str (declined) or
  *     (cycles, retire_cycles: list, stats: 12-tuple, dram_read_bytes, dram_write_bytes, events, detail: bytes)
  *   stream: the encoded program (16 bytes per instruction); layout: native.layout_table(config);
  *   params: (Qc, Qt, L, O, bus bytes, ALU flags, out elem bytes, elem bytes of UOP, WGT, INP, ACC,
- *            ACC_8BIT); insn_addr: the stream's byte address in DRAM; dram_bytes: the DRAM's size.
- *   ALU flags: bit 0, ALU MUL is legal (ALU_MUL); bit 1, a tensor ALU micro-op takes 2 cycles
- *            (ACC_READ_PORTS 1, docs/timing.md section 4); bit 2, ALU REQUANT is legal (ALU_REQUANT).
+ *            ACC_8BIT, UOP depth, ACC depth); insn_addr: the stream's byte address in DRAM; dram: the
+ *            DRAM before the run (a contiguous buffer), or its size in bytes (then it reads as zeros).
+ *   ALU flags: bit 0, ALU MUL is legal (ALU_MUL); bit 1, a tensor ALU micro-op takes 2 cycles unless
+ *            it hits the src register (ACC_READ_PORTS 1, docs/timing.md section 4); bit 2, ALU
+ *            REQUANT is legal (ALU_REQUANT).
  *   stats: busy, token-stall and memory-stall cycles of fetch, load, compute, store (4 each).
  *   detail: int64 array, see write_detail().
  */
@@ -44,6 +50,7 @@
 #define CYCLE_CAP ((int64_t)1 << 60)
 #define MAX_LATENCY ((int64_t)1 << 40)
 #define MAX_BYTES ((int64_t)1 << 16)   /* bus and element sizes (VTAConfig's are <= 16 KiB) */
+#define MAX_DEPTH ((int64_t)1 << 24)   /* UOP and ACC entries */
 
 enum { LOAD, COMPUTE, STORE, NMODULES };
 enum { IDLE, WAIT, EXEC, RETIRE };
@@ -63,7 +70,7 @@ static const int CONSUMER[NQUEUES] = {COMPUTE, LOAD, STORE, COMPUTE};
 typedef struct {
     int8_t kind, module, npop, npush, pop[2], push[2];
     int8_t mem;                 /* LOAD: memory type */
-    int64_t micro;              /* GEMM/ALU: micro-op cycles N * m (may be <= 0: e = s) */
+    int64_t micro;              /* GEMM/ALU: the micro-ops' cycles (may be <= 0: e = s) */
     int64_t x_size, y_size, pads, dram_base, x_stride;
 } insn_t;
 
@@ -99,7 +106,15 @@ typedef struct {
     /* configuration */
     int64_t qc, qt, latency, limit, bus, out_elem, elem[6], dram_size;
     int alu_mul, alu_requant;
-    int tensor_alu_cycles;      /* cycles per micro-op of an ALU instruction without use_imm */
+    /* with one ACC read port (ALU flags bit 1; else NULL), the micro-op cache's src fields (their low
+     * log2(ACC depth) bits) as compute's LOAD UOPs leave them: a tensor ALU micro-op takes 2 cycles,
+     * 1 when it hits the src register (docs/timing.md §4) */
+    uint32_t *uop_src;
+    int64_t uop_depth, acc_depth;
+    int log_acc_depth;
+    const uint8_t *dram;        /* the DRAM before the run (NULL: zeros) */
+    vec_t uop_reads, stores;    /* (first, end) DRAM bytes of each LOAD UOP and each STORE */
+    int uop_timed;              /* some tensor ALU's timing depends on the micro-op cache */
     /* program */
     Py_ssize_t count;
     insn_t *insns;
@@ -177,6 +192,110 @@ static int layout_ok(const vta_layout *layout)
     return 1;
 }
 
+static int vec_push2(vec_t *a, int64_t x, int64_t y)
+{
+    if (a->n + 2 > a->cap) {
+        Py_ssize_t cap = a->cap ? 2 * a->cap : 64;
+        int64_t *v = PyMem_Realloc(a->v, (size_t)cap * sizeof *v);
+        if (!v)
+            return -1;
+        a->v = v;
+        a->cap = cap;
+    }
+    a->v[a->n++] = x;
+    a->v[a->n++] = y;
+    return 0;
+}
+
+/* The DRAM bytes [first, end) of a 2-D transfer of rows x cols elements of `elem` bytes (fsim's
+ * footprint; no wrap), as a pair appended to `a`; -1 when out of memory. */
+static int footprint(vec_t *a, int64_t dram_base, int64_t x_size, int64_t y_size, int64_t x_stride, int64_t elem)
+{
+    if (!x_size || !y_size)
+        return 0;
+    const int64_t first = dram_base * elem;
+    return vec_push2(a, first, first + ((y_size - 1) * x_stride + x_size) * elem);
+}
+
+/* A LOAD UOP on compute: write the src fields it leaves in the micro-op cache (pads: 0). Entries
+ * past the cache and words past the DRAM are fsim's MemoryAccessError: skipped (read as 0). */
+static void uop_load(solver_t *s, const uint64_t w[2], const int32_t (*row)[3])
+{
+    const uint64_t width = (uint64_t)(F(X_PAD_0) + F(X_SIZE) + F(X_PAD_1));
+    const uint64_t height = (uint64_t)(F(Y_PAD_0) + F(Y_SIZE) + F(Y_PAD_1));
+    const uint64_t base = (uint64_t)F(SRAM_BASE), x0 = (uint64_t)F(X_PAD_0), y0 = (uint64_t)F(Y_PAD_0);
+    const uint64_t xs = (uint64_t)F(X_SIZE), ys = (uint64_t)F(Y_SIZE), dram_base = (uint64_t)F(DRAM_BASE);
+    const uint64_t stride = (uint64_t)F(X_STRIDE);
+    const uint32_t mask = (uint32_t)(s->acc_depth - 1);
+    if (base >= (uint64_t)s->uop_depth)
+        return;
+    uint64_t count = (uint64_t)s->uop_depth - base;
+    if (height * width < count)            /* (sizes and pads are at most 20 bits each: no overflow) */
+        count = height * width;
+    for (uint64_t e = 0; e < count; e++) {
+        const uint64_t y = e / width, x = e % width;
+        uint32_t src = 0;
+        if (s->dram && y >= y0 && y - y0 < ys && x >= x0 && x - x0 < xs) {
+            const uint64_t addr = (dram_base + (y - y0) * stride + (x - x0)) * 4;
+            if (addr + 4 <= (uint64_t)s->dram_size) {
+                const uint8_t *p = s->dram + addr;
+                const uint32_t word = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+                src = (word >> s->log_acc_depth) & mask;   /* src_idx follows dst_idx (log2 ACC depth bits) */
+            }
+        }
+        s->uop_src[base + e] = src;
+    }
+}
+
+/* docs/timing.md §4: how many micro-ops of a tensor ALU loop hit the src register, i.e. have the
+ * previous micro-op's src address; cycle.py's src_hits. Micro-op (i, j, k) reads (src[k] + i *
+ * factor_out + j * factor_in) mod ACC depth, k innermost: within one (i, j) the offsets cancel;
+ * the first micro-op of each j and i step compares across the step. */
+static int64_t src_hits(const solver_t *s, int64_t bgn, int64_t end, int64_t iter_out, int64_t iter_in,
+                        uint64_t factor_out, uint64_t factor_in)
+{
+    if (end <= bgn || iter_out <= 0 || iter_in <= 0 || bgn < 0 || end > s->uop_depth)
+        return 0;
+    const uint32_t *u = s->uop_src;
+    const uint64_t mask = (uint64_t)s->acc_depth - 1;
+    int64_t within = 0;
+    for (int64_t k = bgn + 1; k < end; k++)
+        within += u[k] == u[k - 1];
+    const uint64_t step = ((uint64_t)u[end - 1] - (uint64_t)u[bgn]) & mask;
+    int64_t hits = iter_out * iter_in * within;
+    if ((factor_in & mask) == step)
+        hits += iter_out * (iter_in - 1);
+    if (((factor_out - (uint64_t)(iter_in - 1) * factor_in) & mask) == step)
+        hits += iter_out - 1;
+    return hits;
+}
+
+static int by_first(const void *a, const void *b)
+{
+    const int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Whether a STORE's bytes meet a LOAD UOP's (both lists sorted by first byte, then swept). */
+static int stores_meet_uop_reads(solver_t *s)
+{
+    vec_t *r = &s->uop_reads, *w = &s->stores;
+    if (!r->n || !w->n)
+        return 0;
+    qsort(r->v, (size_t)(r->n / 2), 2 * sizeof(int64_t), by_first);
+    qsort(w->v, (size_t)(w->n / 2), 2 * sizeof(int64_t), by_first);
+    Py_ssize_t i = 0, j = 0;
+    while (i < r->n && j < w->n) {
+        if (r->v[i] < w->v[j + 1] && w->v[j] < r->v[i + 1])
+            return 1;
+        if (r->v[i + 1] <= w->v[j + 1])
+            i += 2;
+        else
+            j += 2;
+    }
+    return 0;
+}
+
 /* Decode and classify every instruction as check_program routes it; NULL when all is understood,
  * else why not (the caller declines). */
 static const char *load_program(solver_t *s, const uint8_t *stream, const vta_layout *layout)
@@ -203,6 +322,11 @@ static const char *load_program(solver_t *s, const uint8_t *stream, const vta_la
             else
                 return "illegal instruction";   /* LOAD of OUT data */
             t->kind = K_LOAD;
+            if (s->uop_src && t->mem == VTA_MEM_UOP && t->x_size) {
+                uop_load(s, w, row);
+                if (footprint(&s->uop_reads, F(DRAM_BASE), t->x_size, t->y_size, F(X_STRIDE), 4) < 0)
+                    return "out of memory";
+            }
             break;
         case VTA_STORE:
             if (t->x_size != 0 && (t->mem != VTA_MEM_OUT || F(Y_PAD_0) || F(Y_PAD_1)
@@ -210,6 +334,8 @@ static const char *load_program(solver_t *s, const uint8_t *stream, const vta_la
                 return "illegal instruction";
             t->module = STORE;
             t->kind = K_STORE;
+            if (s->uop_src && footprint(&s->stores, F(DRAM_BASE), t->x_size, t->y_size, F(X_STRIDE), s->out_elem) < 0)
+                return "out of memory";
             break;
         case VTA_GEMM:
         case VTA_ALU:
@@ -220,8 +346,13 @@ static const char *load_program(solver_t *s, const uint8_t *stream, const vta_la
             t->module = COMPUTE;
             t->kind = K_MICRO;
             t->micro = F(ITER_OUT) * F(ITER_IN) * (F(UOP_END) - F(UOP_BGN));
-            if (opcode == VTA_ALU && !F(USE_IMM))
-                t->micro *= s->tensor_alu_cycles;   /* micro-op cycles: e = s + micro + 1 */
+            if (opcode == VTA_ALU && !F(USE_IMM) && s->uop_src && t->micro > 0) {
+                /* 2 cycles per micro-op, 1 for each that hits the src register: e = s + micro + 1 */
+                const int64_t hits = src_hits(s, F(UOP_BGN), F(UOP_END), F(ITER_OUT), F(ITER_IN),
+                                              (uint64_t)F(SRC_FACTOR_OUT), (uint64_t)F(SRC_FACTOR_IN));
+                t->micro = 2 * t->micro - hits;
+                s->uop_timed = 1;
+            }
             break;
         case VTA_FINISH:
             t->module = COMPUTE;
@@ -280,6 +411,8 @@ static const char *load_program(solver_t *s, const uint8_t *stream, const vta_la
     }
     if (finishes != 1)
         return "no FINISH";
+    if (s->uop_timed && stores_meet_uop_reads(s))
+        return "uops from stored data";        /* the DRAM given is not what such a LOAD UOP reads */
     for (int q = 0; q < NQUEUES; q++) {
         if (pushes[q] != pops[q])
             return "unbalanced tokens";
@@ -773,6 +906,9 @@ static void solver_free(solver_t *s)
     }
     PyMem_Free(s->lasts);
     PyMem_Free(s->reads.v);
+    PyMem_Free(s->uop_src);
+    PyMem_Free(s->uop_reads.v);
+    PyMem_Free(s->stores.v);
 }
 
 /* Allocate and initialise everything after load_program; NULL or why not. */
@@ -836,15 +972,28 @@ static const char *solver_setup(solver_t *s, int64_t insn_addr)
 static PyObject *solve(PyObject *self, PyObject *args)
 {
     (void)self;
-    Py_buffer stream, layout;
-    long long qc, qt, latency, limit, bus, alu_mul, out_elem, e_uop, e_wgt, e_inp, e_acc, e_acc8, dram, insn_addr;
-    if (!PyArg_ParseTuple(args, "y*y*(LLLLLLLLLLLL)LL:solve", &stream, &layout, &qc, &qt, &latency, &limit, &bus,
-                          &alu_mul, &out_elem, &e_uop, &e_wgt, &e_inp, &e_acc, &e_acc8, &insn_addr, &dram))
+    Py_buffer stream, layout, image = {0};
+    long long qc, qt, latency, limit, bus, alu_mul, out_elem, e_uop, e_wgt, e_inp, e_acc, e_acc8, uop_depth, acc_depth;
+    long long dram, insn_addr;
+    PyObject *dram_obj;
+    if (!PyArg_ParseTuple(args, "y*y*(LLLLLLLLLLLLLL)LO:solve", &stream, &layout, &qc, &qt, &latency, &limit, &bus,
+                          &alu_mul, &out_elem, &e_uop, &e_wgt, &e_inp, &e_acc, &e_acc8, &uop_depth, &acc_depth,
+                          &insn_addr, &dram_obj))
         return NULL;
     PyObject *out = NULL;
     const char *why = NULL;
     solver_t s;
     memset(&s, 0, sizeof s);
+    if (PyLong_Check(dram_obj)) {          /* the DRAM's size: its contents read as zeros */
+        dram = PyLong_AsLongLong(dram_obj);
+        if (dram == -1 && PyErr_Occurred())
+            goto done;
+    } else {
+        if (PyObject_GetBuffer(dram_obj, &image, PyBUF_C_CONTIGUOUS) < 0)
+            goto done;
+        dram = image.len;
+        s.dram = image.buf;
+    }
     if (layout.len != (Py_ssize_t)sizeof(vta_layout)) {
         PyErr_Format(PyExc_ValueError, "layout table of %zd bytes; expected %zu", layout.len, sizeof(vta_layout));
         goto done;
@@ -861,6 +1010,9 @@ static PyObject *solve(PyObject *self, PyObject *args)
         why = "configuration";
     else if (e_uop > MAX_BYTES || e_wgt > MAX_BYTES || e_inp > MAX_BYTES || e_acc > MAX_BYTES || e_acc8 > MAX_BYTES)
         why = "configuration";      /* (non-positive element sizes are declined where a LOAD uses them) */
+    else if (uop_depth < 1 || uop_depth > MAX_DEPTH || acc_depth < 1 || acc_depth > MAX_DEPTH
+             || (acc_depth & (acc_depth - 1)))
+        why = "configuration";
     if (why)
         goto done;
     s.qc = qc;
@@ -870,7 +1022,17 @@ static PyObject *solve(PyObject *self, PyObject *args)
     s.bus = bus;
     s.alu_mul = (alu_mul & 1) != 0;
     s.alu_requant = (alu_mul & 4) != 0;
-    s.tensor_alu_cycles = (alu_mul & 2) ? 2 : 1;
+    s.uop_depth = uop_depth;
+    s.acc_depth = acc_depth;
+    while ((1LL << s.log_acc_depth) < acc_depth)
+        s.log_acc_depth++;
+    if (alu_mul & 2) {                 /* one ACC read port: tensor ALU timing reads the micro-op cache */
+        s.uop_src = PyMem_Calloc((size_t)uop_depth, sizeof(uint32_t));
+        if (!s.uop_src) {
+            why = "out of memory";
+            goto done;
+        }
+    }
     s.out_elem = out_elem;
     s.elem[VTA_MEM_UOP] = e_uop;
     s.elem[VTA_MEM_WGT] = e_wgt;
@@ -898,12 +1060,14 @@ done:
     solver_free(&s);
     PyBuffer_Release(&stream);
     PyBuffer_Release(&layout);
+    if (image.obj)
+        PyBuffer_Release(&image);
     return out;
 }
 
 static PyMethodDef methods[] = {
     {"solve", solve, METH_VARARGS,
-     "solve(stream, layout, params, insn_addr, dram_bytes) -> str (declined: why) or (cycles, retire_cycles, stats, "
+     "solve(stream, layout, params, insn_addr, dram) -> str (declined: why) or (cycles, retire_cycles, stats, "
      "dram_read_bytes, dram_write_bytes, events, detail); see vtakit/sim/csrc/timing_core.c."},
     {NULL, NULL, 0, NULL},
 };
