@@ -171,7 +171,11 @@ class ComputeModule(wiring.Component):
         src_valid = Signal()
         src_addr = Signal(cfg.log_acc_depth)
         src_acc = src_b[:cfg.log_acc_depth]  # the ACC address src reads
-        m.d.comb += miss_b.eq(two_read & ~(src_valid & (src_addr == src_acc)))
+        # src_acc == src_addr, compared as uop.src_idx == src_addr - offset (mod ACC depth): the
+        # subtraction is of registers, so the uop SRAM's data meets only the comparator before issue
+        src_want = Signal(cfg.log_acc_depth)
+        m.d.comb += src_want.eq(src_addr - src_off_b)
+        m.d.comb += miss_b.eq(two_read & ~(src_valid & (uop.src_idx[:cfg.log_acc_depth] == src_want)))
         m.d.sync += [v_b2.eq(v_b & miss_b), dst_b2.eq(dst_b)]
         v_c = Signal()
         dst_c = Signal(cfg.log_acc_depth)
