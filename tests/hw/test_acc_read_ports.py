@@ -156,6 +156,32 @@ def test_src_register_hits_and_misses():
     assert d[10] == 4 * 2 - 1 + F                   # the j step repeats 13
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_random_src_register_programs(seed):
+    """Random tensor ALU loops over a few src entries, some also written as dst (so the register's
+    entry is rewritten at every distance), mixed with immediate ALUs, GEMMs and ACC loads."""
+    config = VTAConfig.small()
+    rng = np.random.default_rng(100 + seed)
+    srcs = [0, 1, 2, 3, 8, 9]
+    uops = ([Uop(int(rng.integers(0, 8)), int(rng.choice(srcs)), 0) for _ in range(12)]
+            + [Uop(d, d % 8, d % 4) for d in range(16)])                # 12-27: GEMM on every entry
+    body = [GemmInsn(uop_bgn=12, uop_end=28, iter_out=1, iter_in=1)]
+    for _ in range(8):
+        kind = rng.integers(0, 8)
+        if kind == 0:
+            body.append(_load(config, MemId.ACC, int(rng.choice(srcs)), 0x1000 + 16 * int(rng.integers(0, 64)), 1))
+        elif kind == 1:
+            body.append(GemmInsn(uop_bgn=12, uop_end=28, iter_out=1, iter_in=1))
+        else:
+            bgn = int(rng.integers(0, 11))
+            body.append(AluInsn(alu_opcode=AluOp(int(rng.choice([AluOp.MIN, AluOp.MAX, AluOp.ADD, AluOp.SHR]))),
+                                use_imm=kind == 2, imm=1, uop_bgn=bgn, uop_end=int(rng.integers(bgn + 1, 13)),
+                                iter_out=int(rng.integers(1, 4)), iter_in=int(rng.integers(1, 4)),
+                                dst_factor_out=int(rng.integers(0, 3)), dst_factor_in=int(rng.integers(0, 3)),
+                                src_factor_out=int(rng.integers(0, 2)), src_factor_in=int(rng.integers(0, 2))))
+    _check(_program(config, uops, body))
+
+
 def test_src_hits_formula_matches_the_loop():
     """cycle.src_hits (the closed form the engines use) against the micro-op loop written out."""
     rng = np.random.default_rng(0)
