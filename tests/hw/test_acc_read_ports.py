@@ -182,6 +182,44 @@ def test_random_src_register_programs(seed):
     _check(_program(config, uops, body))
 
 
+def test_micro_ops_from_stored_data():
+    """Micro-ops that a STORE wrote to DRAM and a LOAD UOP then read (the token orders them): their
+    src fields decide the timing, and the compiled core, which sees the DRAM before the run,
+    declines; the Python solver times them (equal to rtl)."""
+    config = VTAConfig.small()
+    acc = np.zeros((16, 4), np.int32)
+    acc[:4, 0] = [4, 5, 6, 7]                       # OUT entries 0-3 as micro-ops: dst 4..7 ...
+    acc[:4, 1] = [5, 5, 6, 6]                       # ... src 2 * 5, 2 * 5, 2 * 6, 2 * 6 (bits 7.. of the word)
+    acc[4:] = np.arange(48).reshape(12, 4) % 5
+    insns = [_load(config, MemId.UOP, 0, 0x100, 4),
+             _load(config, MemId.ACC, 0, 0x1000, 16),
+             AluInsn(alu_opcode=AluOp.ADD, use_imm=True, imm=0, uop_bgn=0, uop_end=4, iter_out=1, iter_in=1,
+                     push_next=True),                                    # 2: OUT 0-3 = the micro-ops
+             MemInsn(opcode=Opcode.STORE, memory_type=MemId.OUT, sram_base=0, dram_base=0x800 // 4, y_size=1,
+                     x_size=4, x_stride=4, pop_prev=True, push_prev=True),
+             MemInsn(opcode=Opcode.LOAD, memory_type=MemId.UOP, sram_base=8, dram_base=0x800 // 4, y_size=1,
+                     x_size=4, x_stride=4, pop_next=True),               # 4: after the STORE
+             AluInsn(alu_opcode=AluOp.ADD, uop_bgn=8, uop_end=12, iter_out=1, iter_in=1, push_next=True),
+             MemInsn(opcode=Opcode.STORE, memory_type=MemId.OUT, sram_base=4, dram_base=0x900 // 4, y_size=1,
+                     x_size=4, x_stride=4, pop_prev=True, push_prev=True),
+             FinishInsn(pop_next=True)]
+    program = Program(config, insns, [Uop(d, 0, 0) for d in range(4)], uop_addr=0x100,
+                      segments=[Segment(0x1000, acc.tobytes(), "acc")], dram_size=1 << 13)
+    fsim_dram, _ = run_program(program, "fsim")
+    dram, rtl = run_program(program, "rtl")
+    assert np.array_equal(dram, fsim_dram)
+    r = rtl.retire_cycles
+    assert r[5] - r[4] == 4 * 2 - 2 + F             # src 10, 10, 12, 12: two hits
+    encoded, addr = program.encoded_insns(), insn_address(program)
+    image = program.initial_dram(addr + len(encoded))               # (0x800 holds zeros before the run)
+    memoryview(image)[addr:addr + len(encoded)] = encoded
+    assert cycle.native_timing(Launch(config, insns, image, addr, encoded=encoded)) in (None, "uops from stored data")
+    for engine, stepping in (("python", False), ("python", True), ("auto", False)):
+        image, run = _cycle(program, engine, stepping)
+        assert run.stats.retire_cycles == r and np.array_equal(image, fsim_dram), (engine, stepping)
+        assert run.engine != "native"
+
+
 def test_src_hits_formula_matches_the_loop():
     """cycle.src_hits (the closed form the engines use) against the micro-op loop written out."""
     rng = np.random.default_rng(0)
