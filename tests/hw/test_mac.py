@@ -126,6 +126,7 @@ class _OnePair(wiring.Component):
         return m
 
 
+@pytest.mark.slow  # CI's small-configuration synthesis (tests/hw/test_synth.py) already counts one DSP per pair
 def test_a_product_pair_is_one_dsp48e1(tmp_path):
     if not yowasp_available():
         if os.environ.get("CI", "").lower() == "true":
