@@ -73,6 +73,11 @@ def eval_interval(e: ir.PrimExpr, dom: dict[ir.Var, Interval], an: Analyzer) -> 
     def ev(x: ir.PrimExpr) -> Interval | None:
         if isinstance(x, ir.IntImm):
             return x, x
+        if not isinstance(x, ir.Var) and not ir.uses_var(x, dom):
+            # a point: without this, the rules below rebuild its bounds as two distinct (equal)
+            # nodes, which the identity test of FloorMod/Mul takes for a range, so a per-thread
+            # buffer indexed by ``floormod(fused // 56, 56)`` spanned the whole axis
+            return x, x
         if isinstance(x, ir.Var):
             if x in dom:
                 lo, hi = dom[x]
