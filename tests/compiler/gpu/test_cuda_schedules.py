@@ -1,10 +1,13 @@
 """The GPU schedules of :mod:`vtakit.compiler.ops.cuda`: every op built for ``cuda`` gives PTX that
 ptxas accepts for sm_80 and sm_90, and its emulation (every block and thread, shared memory, barriers,
-races checked) equals numpy: exactly for integers, within float32 rounding otherwise. Shapes are
-small so that emulation stays fast; the block limits are checked on large shapes by building only.
+races checked) equals numpy: exactly for integers, within float32 rounding otherwise. Where a GPU
+is present, the same module also runs on it and must equal numpy the same way. Shapes are small so
+that emulation stays fast; the block limits are checked on large shapes by building only.
 """
 
 from __future__ import annotations
+
+import functools
 
 import numpy as np
 import pytest
@@ -14,7 +17,8 @@ from vtakit import te
 from vtakit.compiler import ops
 from vtakit.compiler.backend.nvptx import ptxas_check
 from vtakit.compiler.ops import cuda, nn_extra
-from vtakit.errors import ScheduleError
+from vtakit.compiler.backend.nvptx.driver import cuda_driver
+from vtakit.errors import DeviceError, ScheduleError
 from tests.compiler.test_ops import conv2d_ref, pool_ref
 
 ARCHS = ("sm_80", "sm_90")
@@ -32,8 +36,25 @@ def _arrays(args, count, seed=0):
     return out
 
 
+@functools.cache
+def gpu_present() -> bool:
+    try:
+        cuda_driver()
+    except DeviceError:
+        return False
+    return True
+
+
+def _assert_matches(got, want):
+    if got.dtype.kind == "f":
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    else:
+        np.testing.assert_array_equal(got, want)
+
+
 def check(s, args, inputs, want, ptx_archs=ARCHS):
-    """Build for every arch (ptxas must accept the PTX), emulate on sm_80 and compare with ``want``."""
+    """Build for every arch (ptxas must accept the PTX), emulate on sm_80 and compare with ``want``;
+    where a GPU is present, run the module on it too and compare the same way."""
     mods = {arch: vtakit.build(s, args, target=f"cuda -arch={arch}") for arch in ptx_archs}
     for arch, mod in mods.items():
         ptxas_check(mod.get_source("ptx"), arch)
@@ -43,11 +64,11 @@ def check(s, args, inputs, want, ptx_archs=ARCHS):
         assert k.shared_bytes <= cuda.SHARED_BUDGET
     outs = [np.zeros(tuple(int(x) for x in t.shape), t.dtype) for t in args[len(inputs):]]
     mod.emulate(*inputs, *outs)
-    got = outs[0]
-    if got.dtype.kind == "f":
-        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
-    else:
-        np.testing.assert_array_equal(got, want)
+    _assert_matches(outs[0], want)
+    if gpu_present():
+        on_gpu = [np.zeros_like(o) for o in outs]
+        mod(*inputs, *on_gpu)
+        _assert_matches(on_gpu[0], want)
     return mod
 
 
