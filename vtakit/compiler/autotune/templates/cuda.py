@@ -23,6 +23,7 @@ import numpy as np
 from vtakit.compiler import te
 from vtakit.compiler.autotune.space import ConfigSpace
 from vtakit.compiler.autotune.task import template
+from vtakit.compiler.autotune.templates.llvm import conv2d_float_reference
 from vtakit.compiler.ops import cuda, nn
 from vtakit.compiler.ops.common import static_shape
 from vtakit.compiler.te import Schedule, Tensor
@@ -99,12 +100,7 @@ def _conv_limits(shape_of: Any) -> Any:
 
 def _conv2d_reference(h: int, w: int, ci: int, co: int, k: int, pad: int, stride: int, config: Any = None,
                       seed: int = 0) -> tuple[list[np.ndarray], np.ndarray]:
-    rng = np.random.default_rng(seed)
-    x = rng.uniform(-1, 1, (1, ci, h, w)).astype(np.float32)
-    wt = rng.uniform(-1, 1, (co, ci, k, k)).astype(np.float32)
-    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (pad, pad), (pad, pad)))
-    win = np.lib.stride_tricks.sliding_window_view(xp, (k, k), axis=(2, 3))[:, :, ::stride, ::stride]
-    return [x, wt], np.einsum("nchwyx,ocyx->nohw", win, wt.astype(np.float64), optimize=True).astype(np.float32)
+    return conv2d_float_reference(h, w, ci, co, k, pad, stride, seed)
 
 
 @template("cuda.conv2d", reference=_conv2d_reference, exact=False)

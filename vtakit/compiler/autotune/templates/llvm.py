@@ -32,7 +32,7 @@ from vtakit.compiler.ops.common import static_shape
 from vtakit.compiler.ops.layout import pack_conv2d_kernel
 from vtakit.compiler.te import Schedule, Tensor
 
-__all__ = ["MAX_REGISTER_ROWS", "MAX_VECTOR_TILE", "MAX_K_UNROLL"]
+__all__ = ["MAX_REGISTER_ROWS", "MAX_VECTOR_TILE", "MAX_K_UNROLL", "conv2d_float_reference"]
 
 MAX_REGISTER_ROWS = 32   # rows of a register tile
 MAX_VECTOR_TILE = 64     # output features of a register tile (the weight's pack block)
@@ -137,14 +137,20 @@ def _packed_block(co: int) -> int | None:
     return block if block >= cpu.vector_lanes("float32") else None
 
 
-def _conv2d_reference(h: int, w: int, ci: int, co: int, k: int, pad: int, stride: int, config: Any = None,
-                      seed: int = 0) -> tuple[list[np.ndarray], np.ndarray]:
+def conv2d_float_reference(h: int, w: int, ci: int, co: int, k: int, pad: int, stride: int,
+                           seed: int = 0) -> tuple[list[np.ndarray], np.ndarray]:
+    """Random float32 operands of a conv2d workload and its output, computed in float64 by numpy."""
     rng = np.random.default_rng(seed)
     x = rng.uniform(-1, 1, (1, ci, h, w)).astype(np.float32)
     wt = rng.uniform(-1, 1, (co, ci, k, k)).astype(np.float32)
     xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (pad, pad), (pad, pad)))
     win = np.lib.stride_tricks.sliding_window_view(xp, (k, k), axis=(2, 3))[:, :, ::stride, ::stride]
-    ref = np.einsum("nchwyx,ocyx->nohw", win, wt.astype(np.float64), optimize=True).astype(np.float32)
+    return [x, wt], np.einsum("nchwyx,ocyx->nohw", win, wt.astype(np.float64), optimize=True).astype(np.float32)
+
+
+def _conv2d_reference(h: int, w: int, ci: int, co: int, k: int, pad: int, stride: int, config: Any = None,
+                      seed: int = 0) -> tuple[list[np.ndarray], np.ndarray]:
+    (x, wt), ref = conv2d_float_reference(h, w, ci, co, k, pad, stride, seed)
     block = _packed_block(co)
     return [x, wt if block is None else pack_conv2d_kernel(wt, block)], ref
 
