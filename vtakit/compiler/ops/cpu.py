@@ -22,7 +22,8 @@ from vtakit.compiler.te.tensor import ComputeOp, Tensor
 from vtakit.errors import ScheduleError
 from vtakit.compiler.ops.common import static_shape
 from vtakit.compiler.ops.stages import (divisor as _divisor, find_anchor as _find, inner_stages as _inner_stages,
-                                        input_tagged as _input_tagged, is_injective as _is_injective,
+                                        inline_injective_producers, input_tagged as _input_tagged,
+                                        is_injective as _is_injective,
                                         outputs_of as _outputs, producers as _producers, size_of as _size)
 
 __all__ = ["vector_lanes", "default_target", "RegisterTile", "gemm_tile", "dense_pack_block", "conv2d_channel_block",
@@ -176,11 +177,7 @@ def schedule_injective(outs: Tensor | Sequence[Tensor], target: str | CPUTarget 
     """Element-wise and broadcast ops: producers inlined, inner axis vectorised, outer axes parallel."""
     outs = _outputs(outs)
     s = te.create_schedule([t.op for t in outs])
-    for p in _inner_stages(outs):
-        if not _is_injective(p):
-            raise ScheduleError(f"schedule_injective: stage {p.name!r} is a reduction; "
-                                "use the operator's own schedule")
-        s[p].compute_inline()
+    inline_injective_producers(s, outs, "schedule_injective")
     for t in outs:
         _schedule_elementwise(s, t, _target(target))
     return s

@@ -33,7 +33,7 @@ from vtakit.compiler import ir, te
 from vtakit.compiler.arith.analyzer import linear_coefficients
 from vtakit.compiler.lower.thread_extent import MAX_THREADS_PER_BLOCK, THREAD_LIMITS
 from vtakit.compiler.ops.common import static_shape
-from vtakit.compiler.ops.stages import (divisor, find_anchor, inner_stages,
+from vtakit.compiler.ops.stages import (divisor, find_anchor, inline_injective_producers, inner_stages,
                                         is_injective, outputs_of, producers, size_of)
 from vtakit.compiler.te.schedule import Schedule, Stage
 from vtakit.compiler.te.tensor import ComputeOp, Tensor
@@ -104,11 +104,7 @@ def schedule_injective(outs: Tensor | Sequence[Tensor]) -> Schedule:
     :data:`DEFAULT_THREADS` and bound to blockIdx.x / threadIdx.x."""
     outs = outputs_of(outs)
     s = te.create_schedule([t.op for t in outs])
-    for p in inner_stages(outs):
-        if not is_injective(p):
-            raise ScheduleError(f"schedule_injective: stage {p.name!r} is a reduction; "
-                                "use the operator's own schedule")
-        s[p].compute_inline()
+    inline_injective_producers(s, outs, "schedule_injective")
     for t in outs:
         _elementwise(s, t)
     return s

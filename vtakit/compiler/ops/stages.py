@@ -9,7 +9,7 @@ schedules walk the same graphs, so the walk lives here once.
 from __future__ import annotations
 
 import math
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 from vtakit.compiler import ir
 from vtakit.compiler.ops.common import static_shape
@@ -17,7 +17,7 @@ from vtakit.compiler.te.tensor import ComputeOp, Tensor
 from vtakit.errors import ScheduleError
 
 __all__ = ["outputs_of", "is_injective", "divisor", "producers", "compute_producers", "find_anchor",
-           "inner_stages", "input_tagged", "size_of"]
+           "inner_stages", "inline_injective_producers", "input_tagged", "size_of"]
 
 
 def outputs_of(outs: Tensor | Sequence[Tensor]) -> list[Tensor]:
@@ -92,6 +92,15 @@ def inner_stages(outs: list[Tensor]) -> list[Tensor]:
             if id(p.op) not in out_ops:
                 stages.append(p)
     return stages
+
+
+def inline_injective_producers(s: Any, outs: list[Tensor], schedule_name: str) -> None:
+    """Inline every stage the outputs are computed from; a reduction among them is a ScheduleError
+    (an injective schedule cannot place it)."""
+    for p in inner_stages(outs):
+        if not is_injective(p):
+            raise ScheduleError(f"{schedule_name}: stage {p.name!r} is a reduction; use the operator's own schedule")
+        s[p].compute_inline()
 
 
 def input_tagged(t: Tensor, tag: str) -> Tensor | None:
