@@ -97,3 +97,32 @@ def test_cli_tune_for_cuda_without_a_gpu_logs_error_records(tmp_path, capsys):
     assert result["template"] == "cuda.dense" and result["errors"] == 2 and result["best_cost"] is None
     records = load_records(log)
     assert len(records) == 2 and all("measured on a GPU" in r.result.error_msg for r in records)
+
+
+def test_a_gpu_trial_times_its_kernels_under_the_host_wide_gpu_lock(monkeypatch):
+    """Concurrent trials would share the GPU's SMs: the timing runs only while this process holds
+    the GPU lock (a second open of the lock file cannot take it meanwhile)."""
+    import fcntl
+
+    from vtakit.compiler.autotune import measure
+
+    held = []
+
+    def fake_time_kernels(module, args, number, repeat):
+        with open(measure.GPU_LOCK_PATH, "a+") as f:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                held.append(True)
+            else:
+                fcntl.flock(f, fcntl.LOCK_UN)
+                held.append(False)
+        module.emulate(*args)
+        return [1e-3] * repeat
+
+    monkeypatch.setattr(measure, "cuda_driver", lambda: None)
+    monkeypatch.setattr(measure, "time_kernels", fake_time_kernels)
+    task = autotune.create_task("cuda.dense", "dense:16,16,16", target="cuda")
+    module = vtakit.build(*task.instantiate(task.config_space.fallback), target="cuda")
+    costs = LocalRunner(timeout=60).run(task, module)
+    assert held == [True] and costs == (1e-3,) * 3

@@ -11,6 +11,8 @@ The accelerator is measured in cycles on the cycle model: deterministic, so run 
 measured in wall time (a warm-up call, then ``repeat`` times ``number`` calls; the costs are the
 ``repeat`` per-call times, the cost their median). CPU timings on one host never overlap (a
 host-wide file lock), since a kernel's thread pool already uses every core; builds stay parallel.
+GPU trials likewise take a host-wide GPU lock: kernels of concurrent trials would share the GPU's
+SMs and slow each other down, and the timeout would count the wait.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ from vtakit.runtime.device import Device
 
 __all__ = ["MeasureErrorNo", "MeasureInput", "MeasureResult", "LocalBuilder", "LocalRunner", "MeasureOption",
            "measure_option", "run_trial", "dask_executor", "process_times", "DASK_CONNECT_TIMEOUT", "CPU_LOCK_PATH",
-           "TIMERS"]
+           "GPU_LOCK_PATH", "TIMERS"]
 
 #: Seconds to wait for a dask scheduler (dask's own default is 30).
 DASK_CONNECT_TIMEOUT = 10
@@ -52,6 +54,8 @@ DASK_CONNECT_TIMEOUT = 10
 TIMERS = ("wall", "process")
 #: The host-wide lock that keeps CPU timings from overlapping.
 CPU_LOCK_PATH = os.path.join(tempfile.gettempdir(), "vtakit-cpu-measure.lock")
+#: The host-wide lock that keeps GPU trials (one GPU per host) from overlapping.
+GPU_LOCK_PATH = os.path.join(tempfile.gettempdir(), "vtakit-gpu-measure.lock")
 
 
 class MeasureErrorNo(enum.IntEnum):
@@ -153,13 +157,14 @@ class LocalRunner:
             cuda_driver()
         except DeviceError as exc:
             raise _TrialError(MeasureErrorNo.RUNTIME_DEVICE, f"cuda trials are measured on a GPU: {exc}") from exc
-        if started:
-            started()
         args = [*inputs, np.zeros_like(expected)]
-        try:
-            timing = time_kernels(module, args, self.number, self.repeat)
-        except Exception as exc:
-            raise _TrialError(MeasureErrorNo.RUNTIME_DEVICE, exc) from exc
+        with _host_lock(GPU_LOCK_PATH):
+            if started:
+                started()
+            try:
+                timing = time_kernels(module, args, self.number, self.repeat)
+            except Exception as exc:
+                raise _TrialError(MeasureErrorNo.RUNTIME_DEVICE, exc) from exc
         if not np.allclose(args[-1], expected, rtol=1e-3, atol=1e-3):
             err = float(np.max(np.abs(args[-1] - expected)))
             raise _TrialError(MeasureErrorNo.WRONG_ANSWER, f"output differs from numpy by up to {err:.3g}")
@@ -187,7 +192,7 @@ class LocalRunner:
     def _run_cpu(self, task: Task, module: Any, inputs: list[np.ndarray], expected: np.ndarray,
                  started: Any) -> tuple[float, ...]:
         args = [*inputs, np.zeros_like(expected)]
-        with _cpu_lock():
+        with _host_lock(CPU_LOCK_PATH):
             if started:
                 started()
             try:
@@ -256,8 +261,9 @@ class _TrialError(Exception):
 
 
 @contextmanager
-def _cpu_lock() -> Iterator[None]:
-    with open(CPU_LOCK_PATH, "a+") as f:
+def _host_lock(path: str) -> Iterator[None]:
+    """An exclusive lock shared by every process of this host (a file lock on ``path``)."""
+    with open(path, "a+") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
         try:
             yield
