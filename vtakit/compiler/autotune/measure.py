@@ -17,6 +17,7 @@ SMs and slow each other down, and the timeout would count the wait.
 
 from __future__ import annotations
 
+import ctypes
 import enum
 import fcntl
 import os
@@ -25,6 +26,7 @@ import select
 import signal
 import statistics
 import struct
+import sys
 import tempfile
 import time
 import traceback
@@ -46,7 +48,7 @@ from vtakit.runtime.device import Device
 
 __all__ = ["MeasureErrorNo", "MeasureInput", "MeasureResult", "LocalBuilder", "LocalRunner", "MeasureOption",
            "measure_option", "run_trial", "dask_executor", "process_times", "DASK_CONNECT_TIMEOUT", "CPU_LOCK_PATH",
-           "GPU_LOCK_PATH", "TIMERS"]
+           "GPU_LOCK_PATH", "TIMERS", "exit_with_parent"]
 
 #: Seconds to wait for a dask scheduler (dask's own default is 30).
 DASK_CONNECT_TIMEOUT = 10
@@ -228,7 +230,8 @@ class MeasureOption:
         if self.executor is not None:
             yield self.executor
             return
-        pool = ProcessPoolExecutor(max_workers=self.n_parallel, mp_context=get_context("fork"))
+        pool = ProcessPoolExecutor(max_workers=self.n_parallel, mp_context=get_context("fork"),
+                                   initializer=exit_with_parent)
         try:
             yield pool
         finally:
@@ -271,6 +274,15 @@ def _host_lock(path: str) -> Iterator[None]:
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
+def exit_with_parent() -> None:
+    """Have the kernel kill this process when its parent dies (Linux's ``PR_SET_PDEATHSIG``), so a
+    killed ``vtakit tune`` leaves no pool worker or trial child behind; elsewhere a no-op."""
+    if not sys.platform.startswith("linux"):
+        return
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
+
+
 # ---------------------------------------------------------------------------- the trial job
 def run_trial(task: Task, index: int, builder: LocalBuilder, runner: LocalRunner) -> MeasureResult:
     """Measure config ``index`` of ``task`` in a forked child; never raises for a bad config.
@@ -282,6 +294,7 @@ def run_trial(task: Task, index: int, builder: LocalBuilder, runner: LocalRunner
     read_fd, write_fd = os.pipe()
     pid = os.fork()
     if pid == 0:   # the child: never returns
+        exit_with_parent()
         os.close(read_fd)
         _child(task, index, builder, runner, write_fd)
     os.close(write_fd)
