@@ -18,10 +18,11 @@ from vtakit.compiler import ir
 from vtakit.compiler import te
 from vtakit.compiler.backend.llvm_runtime import CPUTarget, host_target, num_threads, parse_target
 from vtakit.compiler.te.schedule import Schedule
-from vtakit.compiler.te.tensor import ComputeOp, Tensor
+from vtakit.compiler.te.tensor import Tensor
 from vtakit.errors import ScheduleError
 from vtakit.compiler.ops.common import static_shape
-from vtakit.compiler.ops.stages import (divisor as _divisor, find_anchor as _find, inner_stages as _inner_stages,
+from vtakit.compiler.ops.stages import (divisor as _divisor, find_anchor as _find, first_tagged,
+                                        inner_stages as _inner_stages,
                                         inline_injective_producers, input_tagged as _input_tagged,
                                         is_injective as _is_injective,
                                         outputs_of as _outputs, producers as _producers, size_of as _size)
@@ -456,14 +457,7 @@ def schedule(outs: Tensor | Sequence[Tensor], target: str | CPUTarget | None = N
     else the element-wise schedule. Blocking follows ``target`` (default: the host); build with
     the same target."""
     outs = _outputs(outs)
-    stack, seen = [outs[0]], set()
-    while stack:
-        t = stack.pop()
-        if id(t.op) in seen or not isinstance(t.op, ComputeOp):
-            continue
-        seen.add(id(t.op))
-        if t.op.tag in _BY_TAG:
-            return _BY_TAG[t.op.tag](outs, target=target)
-        if _is_injective(t):
-            stack.extend(_producers(t))
+    anchor = first_tagged(outs, _BY_TAG)
+    if anchor is not None:
+        return _BY_TAG[anchor.op.tag](outs, target=target)
     return schedule_injective(outs, target)

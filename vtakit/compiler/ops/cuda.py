@@ -33,7 +33,7 @@ from vtakit.compiler import ir, te
 from vtakit.compiler.arith.analyzer import linear_coefficients
 from vtakit.compiler.lower.thread_extent import MAX_THREADS_PER_BLOCK, THREAD_LIMITS
 from vtakit.compiler.ops.common import static_shape
-from vtakit.compiler.ops.stages import (divisor, find_anchor, inline_injective_producers, inner_stages,
+from vtakit.compiler.ops.stages import (divisor, find_anchor, first_tagged, inline_injective_producers, inner_stages,
                                         is_injective, outputs_of, producers, size_of)
 from vtakit.compiler.te.schedule import Schedule, Stage
 from vtakit.compiler.te.tensor import ComputeOp, Tensor
@@ -610,21 +610,14 @@ def schedule(outs: Tensor | Sequence[Tensor], target: str | None = None) -> Sche
     ``target`` (a cuda target string) is taken for the same call as the CPU's
     :func:`~vtakit.compiler.ops.cpu.schedule`; every architecture shares the block limits the tiles keep."""
     outs = outputs_of(outs)
-    stack, seen = [outs[0]], set()
-    while stack:
-        t = stack.pop()
-        if id(t.op) in seen or not isinstance(t.op, ComputeOp):
-            continue
-        seen.add(id(t.op))
-        if t.op.tag in _BY_TAG:
-            if len(outs) > 1:
-                return schedule_reduce(outs)
-            try:
-                return _BY_TAG[t.op.tag](outs)
-            except ScheduleError:
-                return schedule_reduce(outs)
-        if is_injective(t):
-            stack.extend(producers(t))
+    anchor = first_tagged(outs, _BY_TAG)
+    if anchor is not None:
+        if len(outs) > 1:
+            return schedule_reduce(outs)
+        try:
+            return _BY_TAG[anchor.op.tag](outs)
+        except ScheduleError:
+            return schedule_reduce(outs)
     if all(is_injective(p) for p in inner_stages(outs)) and all(is_injective(t) for t in outs):
         return schedule_injective(outs)
     return schedule_reduce(outs)

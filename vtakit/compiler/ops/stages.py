@@ -17,7 +17,7 @@ from vtakit.compiler.te.tensor import ComputeOp, Tensor
 from vtakit.errors import ScheduleError
 
 __all__ = ["outputs_of", "is_injective", "divisor", "producers", "compute_producers", "find_anchor",
-           "inner_stages", "inline_injective_producers", "input_tagged", "size_of"]
+           "inner_stages", "inline_injective_producers", "first_tagged", "input_tagged", "size_of"]
 
 
 def outputs_of(outs: Tensor | Sequence[Tensor]) -> list[Tensor]:
@@ -46,6 +46,22 @@ def producers(t: Tensor) -> Iterable[Tensor]:
 def compute_producers(t: Tensor) -> list[Tensor]:
     """The compute stages ``t`` reads (placeholders left out)."""
     return [p for p in producers(t) if isinstance(p.op, ComputeOp)]
+
+
+def first_tagged(outs: list[Tensor], tags: Any) -> Tensor | None:
+    """The first stage whose tag is in ``tags``, walking back from the first output through
+    element-wise stages only (None when there is none): the operator a fused group is scheduled by."""
+    stack, seen = [outs[0]], set()
+    while stack:
+        t = stack.pop()
+        if id(t.op) in seen or not isinstance(t.op, ComputeOp):
+            continue
+        seen.add(id(t.op))
+        if t.op.tag in tags:
+            return t
+        if is_injective(t):
+            stack.extend(producers(t))
+    return None
 
 
 def find_anchor(last: Tensor, tags: tuple[str, ...]) -> tuple[Tensor, list[Tensor]]:
