@@ -86,9 +86,10 @@ typedef struct {
     Py_ssize_t n, cap;
 } vec_t;
 
-static int vec_push3(vec_t *a, int64_t x, int64_t y, int64_t z)
+/* Room for k more entries (the array doubles as it grows); -1 when memory runs out. */
+static int vec_reserve(vec_t *a, Py_ssize_t k)
 {
-    if (a->n + 3 > a->cap) {
+    if (a->n + k > a->cap) {
         Py_ssize_t cap = a->cap ? 2 * a->cap : 96;
         int64_t *v = PyMem_Realloc(a->v, (size_t)cap * sizeof *v);
         if (!v)
@@ -96,6 +97,13 @@ static int vec_push3(vec_t *a, int64_t x, int64_t y, int64_t z)
         a->v = v;
         a->cap = cap;
     }
+    return 0;
+}
+
+static int vec_push3(vec_t *a, int64_t x, int64_t y, int64_t z)
+{
+    if (vec_reserve(a, 3) < 0)
+        return -1;
     a->v[a->n++] = x;
     a->v[a->n++] = y;
     a->v[a->n++] = z;
@@ -194,14 +202,8 @@ static int layout_ok(const vta_layout *layout)
 
 static int vec_push2(vec_t *a, int64_t x, int64_t y)
 {
-    if (a->n + 2 > a->cap) {
-        Py_ssize_t cap = a->cap ? 2 * a->cap : 64;
-        int64_t *v = PyMem_Realloc(a->v, (size_t)cap * sizeof *v);
-        if (!v)
-            return -1;
-        a->v = v;
-        a->cap = cap;
-    }
+    if (vec_reserve(a, 2) < 0)
+        return -1;
     a->v[a->n++] = x;
     a->v[a->n++] = y;
     return 0;
