@@ -221,3 +221,19 @@ def test_device_arrays_need_a_gpu():
         assert "mod.emulate" in str(exc)
     else:  # a machine with a GPU
         np.testing.assert_array_equal(array.numpy(), np.ones(4, "float32"))
+
+
+def test_time_kernels_runs_the_loaded_module_and_copies_the_outputs_back(fake_gpu):
+    from vtakit.compiler.backend.nvptx.timer import time_kernels
+
+    s, args = shared_gemm(16, 32, 8, "int32")
+    mod = vtakit.build(s, args, target="cuda")
+    lib = fake_gpu(mod)
+    rng = np.random.default_rng(4)
+    a, b = rng.integers(-9, 9, (16, 32)).astype("int32"), rng.integers(-9, 9, (32, 16)).astype("int32")
+    c = np.zeros((16, 16), "int32")
+    times = time_kernels(mod, [a, b, c], number=2, repeat=3)
+    assert len(times) == 3 and all(t >= 0 for t in times)
+    np.testing.assert_array_equal(c, a @ b)
+    assert len(lib.launches) == 1 + 2 * 3   # a warm-up run, then repeat x number
+    assert lib.memory == {}

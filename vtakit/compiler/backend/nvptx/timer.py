@@ -15,7 +15,6 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from vtakit.compiler.backend.nvptx.driver import cuda_driver
 from vtakit.compiler.backend.nvptx.split import allocation_bytes
 from vtakit.errors import ArgumentError
 
@@ -31,10 +30,8 @@ def time_kernels(module: Any, arrays: Sequence[np.ndarray], number: int = 10, re
     program = module.program
     if len(arrays) != len(program.params):
         raise ArgumentError(f"{module.name} takes {len(program.params)} arguments, got {len(arrays)}")
-    driver = cuda_driver()
+    driver, functions = module._load()   # the module's PTX is loaded (and JIT-compiled) once
     driver.make_current()
-    handle = driver.load_module(module.get_source("ptx"))
-    functions = [driver.function(handle, k.name) for k in program.kernels]
     pointers: dict[Any, int] = {}
     try:
         for buf, array in zip(program.params, arrays):
