@@ -12,7 +12,7 @@ from vtakit.hw.config import VTAConfig
 from vtakit.hw.isa import AluInsn, AluOp
 from vtakit.runtime.template import ProgramTemplate
 
-from tests.graph.test_vta_target import Net, _check, _odd_channel_model
+from tests.graph.test_vta_target import Net, _check, _odd_channel_model, residual_pool_dense_net
 
 SMALL = VTAConfig.small()
 REQUANT = VTAConfig.small(alu_requant=True)
@@ -30,14 +30,7 @@ def _cycles(mod: vg.NetModule, inputs: dict) -> int:
 
 def test_network_with_residual_pool_and_dense_is_bit_exact_and_faster():
     """conv -> maxpool -> conv -> residual add -> strided conv -> flatten -> dense -> dense."""
-    net = Net((1, 3, 9, 7), seed=1)
-    a = net.conv("x", 20)
-    p = net.op("MaxPool", [a], {"kernel_shape": (2, 2), "strides": (1, 1), "pads": (0, 0, 1, 1)})
-    b = net.conv(p, 20)
-    r = net.add(b, p)
-    c = net.conv(r, 36, kernel=(3, 3), pads=(0, 1, 2, 0), strides=(2, 2))
-    d = net.dense(net.op("Flatten", [c], {"axis": 1}), 68, relu=True)
-    e = net.dense(d, 10)
+    net, e, r = residual_pool_dense_net()
     mod = _check(net, [e, r], REQUANT, backends=("fsim", "cycle"))
     steps = {s.name: s for s in mod.plan.steps}
     assert {steps[n.name].target for n in net.nodes if n.op.startswith("qnn.")} == {"vta"}

@@ -166,18 +166,22 @@ def test_conv_chain_odd_channels_and_sizes(config):
     assert [s.target for s in mod.plan.steps].count("vta") == 3
 
 
-@pytest.mark.parametrize("config", [SMALL, DEFAULT], ids=["small", "default"])
-def test_residual_maxpool_flatten_dense(config):
-    """conv -> maxpool -> conv -> residual add -> conv (stride 2, asymmetric pads) -> flatten -> dense -> dense."""
+def residual_pool_dense_net() -> tuple[Net, str, str]:
+    """conv -> maxpool -> conv -> residual add -> conv (stride 2, asymmetric pads) -> flatten -> dense
+    -> dense: the network, its logits and the residual sum."""
     net = Net((1, 3, 9, 7), seed=1)
     a = net.conv("x", 20)
     p = net.op("MaxPool", [a], {"kernel_shape": (2, 2), "strides": (1, 1), "pads": (0, 0, 1, 1)})
     b = net.conv(p, 20)
     r = net.add(b, p)
     c = net.conv(r, 36, kernel=(3, 3), pads=(0, 1, 2, 0), strides=(2, 2))
-    f = net.op("Flatten", [c], {"axis": 1})
-    d = net.dense(f, 68, relu=True)
-    e = net.dense(d, 10)
+    d = net.dense(net.op("Flatten", [c], {"axis": 1}), 68, relu=True)
+    return net, net.dense(d, 10), r
+
+
+@pytest.mark.parametrize("config", [SMALL, DEFAULT], ids=["small", "default"])
+def test_residual_maxpool_flatten_dense(config):
+    net, e, r = residual_pool_dense_net()
     mod = _check(net, [e, r], config, backends=("fsim", "cycle"))
     steps = {s.name: s for s in mod.plan.steps}
     layers = [n.name for n in net.nodes if n.op.startswith("qnn.")]
