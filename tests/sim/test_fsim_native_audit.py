@@ -520,7 +520,7 @@ def test_core_rejects_inconsistent_params(k, value):
     core = native.core("_fsim_core")
     with pytest.raises(ValueError, match="params out of range or inconsistent|buffer"):
         core.run(*_core_args(SMALL, np.zeros(64, dtype=np.uint8), tuple(params)))
-    assert core.run(*_core_args(SMALL, np.zeros(64, dtype=np.uint8))) == ((0,) * 7, (0,) * 3, (0,) * 4)
+    assert core.run(*_core_args(SMALL, np.zeros(64, dtype=np.uint8))) == ((0,) * 7, (0,) * 3, (0,) * 4, 0)
 
 
 def test_core_rejects_a_layout_reaching_past_the_word():

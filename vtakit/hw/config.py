@@ -59,6 +59,10 @@ class VTAConfig:
     alu_mul: bool = False
     # Fused requantisation: ALU opcode REQUANT (docs/isa.md), clip((dst + addend) >> s) in one micro-op.
     alu_requant: bool = False
+    # GEMM epilogue keys (docs/isa.md, GEMM's epilogue bit): a reset GEMM with the bit copies a bias from ACC
+    # (BIAS_PRELOAD); an accumulating GEMM with it writes OUT requantised by the requant register (GEMM_OUT_REQUANT).
+    bias_preload: bool = False
+    gemm_out_requant: bool = False
     # Area keys (docs/fpga.md): how the RTL is built; the ISA and the results do not change.
     gemm_dsp_packing: bool = True
     acc_read_ports: int = 1
@@ -171,6 +175,9 @@ class VTAConfig:
         if self.acc_read_ports not in (1, 2):
             raise ConfigError(f"ACC_READ_PORTS={self.acc_read_ports} unsupported, expected 1 (one ACC copy; a tensor "
                               "ALU micro-op takes 2 cycles) or 2 (ACC stored twice; every micro-op takes 1 cycle)")
+        if self.gemm_out_requant and not self.alu_requant:
+            raise ConfigError(f"GEMM_OUT_REQUANT={self.gemm_out_requant} needs ALU_REQUANT=True (ALU REQUANT sets the "
+                              f"requant register its write-back reads), got ALU_REQUANT={self.alu_requant}")
         self._validate_encodable()
 
     def _validate_encodable(self) -> None:

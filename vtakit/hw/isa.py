@@ -30,7 +30,7 @@ __all__ = [
     "Field", "layout", "uop_layout",
     "encode", "decode", "encode_uops", "decode_uops",
     "stage_of", "disasm", "isa_table_markdown",
-    "alu_op_missing", "requant_imm", "requant_fields",
+    "alu_op_missing", "gemm_epilogue_missing", "requant_imm", "requant_fields", "GEMM_EPILOGUE_BIT",
     "INSN_BYTES", "UOP_BYTES", "CLASS_OPCODES",
     "REQUANT_SHIFT_MASK", "REQUANT_RELU", "REQUANT_ROUND", "REQUANT_IMM_MASK", "ALU_OP_SEMANTICS",
 ]
@@ -79,6 +79,11 @@ REQUANT_SHIFT_MASK = 0x1F          # bits 4:0, the right shift s (0..31)
 REQUANT_RELU = 1 << 5              # bit 5: clip below at 0 instead of -128
 REQUANT_ROUND = 1 << 6             # bit 6: add 2**(s-1) (round to nearest, ties up) before shifting
 REQUANT_IMM_MASK = REQUANT_SHIFT_MASK | REQUANT_RELU | REQUANT_ROUND
+
+#: GEMM's epilogue bit (BIAS_PRELOAD, GEMM_OUT_REQUANT): the last bit of word 0, which no configuration's
+#: loop fields reach (word 0 uses 37 + 2 * log2(uop depth) <= 63 bits, VTAConfig's encodability rule), so a
+#: configuration without both keys keeps VTA's layout and ignores the bit, as VTA's decoder does.
+GEMM_EPILOGUE_BIT = 63
 
 #: What each ALU operation computes, lane by lane, on int32 ``a = acc[dst]`` and the operand ``b``
 #: (``imm`` sign-extended when use_imm, else ``acc[src]``); the result goes to ``acc[dst]`` and its
@@ -146,11 +151,20 @@ class _Loop(_Deps):
 
 @dataclass(frozen=True, kw_only=True)
 class GemmInsn(_Loop):
-    """GEMM over micro-ops [uop_bgn, uop_end) in a two-level loop; reset_reg zeroes instead."""
+    """GEMM over micro-ops [uop_bgn, uop_end) in a two-level loop; reset_reg zeroes instead.
+
+    ``epilogue`` (the bit :data:`GEMM_EPILOGUE_BIT`; only on configurations with BIAS_PRELOAD or
+    GEMM_OUT_REQUANT): with reset_reg, a *bias reset* (BIAS_PRELOAD) -- each micro-op copies
+    acc[src'] to acc[dst] (its low 8 bits to out[dst]), src' = src_idx + i * src_factor_out +
+    j * src_factor_in indexing ACC as an ALU's src does; without reset_reg, a *requantising
+    write-back* (GEMM_OUT_REQUANT) -- ACC accumulates as always and out[dst] gets clip((acc + round)
+    >> s, relu ? 0 : -128, 127) of the new value, with (s, relu, round) from the requant register
+    that every ALU REQUANT instruction sets from its immediate field (docs/isa.md)."""
 
     opcode: Opcode = Opcode.GEMM
     wgt_factor_out: int = 0
     wgt_factor_in: int = 0
+    epilogue: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -231,7 +245,12 @@ _SPEC[Opcode.STORE] = _SPEC[Opcode.LOAD]
 _CLASS = {Opcode.LOAD: MemInsn, Opcode.STORE: MemInsn, Opcode.GEMM: GemmInsn, Opcode.ALU: AluInsn,
           Opcode.FINISH: FinishInsn}
 _ENUMS = {"opcode": Opcode, "memory_type": MemId, "alu_opcode": AluOp}
-_BOOLS = {"pop_prev", "pop_next", "push_prev", "push_next", "reset_reg", "use_imm"}
+_BOOLS = {"pop_prev", "pop_next", "push_prev", "push_next", "reset_reg", "use_imm", "epilogue"}
+
+
+def _has_epilogue(config: VTAConfig) -> bool:
+    """Whether GEMM's layout has the epilogue bit (either GEMM epilogue key)."""
+    return config.bias_preload or config.gemm_out_requant
 
 
 @lru_cache(maxsize=None)
@@ -246,6 +265,10 @@ def layout(opcode: Opcode, config: VTAConfig) -> tuple[Field, ...]:
             offset += width
         if offset > 64 * (word + 1):  # VTAConfig rejects such configs; this guards the table itself
             raise ISAError(f"{Opcode(opcode).name} word {word} needs {offset - 64 * word} bits, only 64 exist")
+        if word == 0 and Opcode(opcode) == Opcode.GEMM and _has_epilogue(config):
+            if offset > GEMM_EPILOGUE_BIT:  # pragma: no cover - VTAConfig's word-0 rule keeps the bit free
+                raise ISAError(f"GEMM word 0 needs {offset} bits: the epilogue bit {GEMM_EPILOGUE_BIT} is not free")
+            result.append(Field("epilogue", GEMM_EPILOGUE_BIT, 1))
     return tuple(result)
 
 
@@ -319,6 +342,10 @@ def _fast_encoder_source(config: VTAConfig) -> str:
         table = layout(opcodes[0], config)   # LOAD and STORE share one layout
         assert not {f.name for f in table} & {"insns", "words", "append", "insn", "cls", "w0", "w1"}
         checks, terms = [], ([], [])
+        names = {f.name for f in table}
+        if cls is GemmInsn and "epilogue" in names:   # the combinations the keys allow; else the reference path's error
+            allowed = [*(["reset_reg"] if config.bias_preload else []), *(["not reset_reg"] if config.gemm_out_requant else [])]
+            checks.append(f"(not epilogue or {' or '.join(allowed)})")
         for f in table:
             if f.name == "opcode":
                 ops = [int(op) for op in opcodes]
@@ -334,6 +361,8 @@ def _fast_encoder_source(config: VTAConfig) -> str:
             terms[f.word].append(f"{value} << {shift}" if shift else value)
         lines += [f"            {'if' if n == 0 else 'elif'} cls is {cls.__name__}:"]
         lines += [f"                {f.name} = insn.{f.name}" for f in table]   # specialised attribute loads
+        if cls is GemmInsn and "epilogue" not in names:   # no epilogue bit: only a clear flag encodes
+            lines += ["                if insn.epilogue:", "                    return None"]
         lines += [f"                if not ({' and '.join(checks)}):",
                   "                    return None",
                   f"                w0 = {' | '.join(terms[0]) or '0'}",
@@ -387,6 +416,10 @@ def _encode_vectorised(insns: list[Instruction], config: VTAConfig) -> bytes:
                            f"{' or '.join(f'{op.name}={op.value}' for op in legal)}")
         if isinstance(insn, AluInsn):
             _check_alu_op(insn.alu_opcode, config, f"instruction {index}")
+        if isinstance(insn, GemmInsn):
+            missing = gemm_epilogue_missing(insn.reset_reg, insn.epilogue, config)
+            if missing is not None:
+                raise ISAError(f"instruction {index}: {missing}")
         by_kind.setdefault(Opcode(insn.opcode), []).append(index)
     for opcode, indices in by_kind.items():
         words[indices] = _pack([insns[i] for i in indices], layout(opcode, config), "instruction", indices, 2)
@@ -417,6 +450,13 @@ def decode(data: bytes, config: VTAConfig) -> list[Instruction]:
                 if wrong.size:
                     raise ISAError(f"instruction {int(rows[wrong[0]])}: {name}={int(columns[name][wrong[0]])} "
                                    f"is not one of {[f'{v.name}={v.value}' for v in enum_type]}")
+        if opcode == Opcode.GEMM and "epilogue" in columns:
+            wrong = np.flatnonzero([gemm_epilogue_missing(r, e, config) is not None
+                                    for r, e in zip(columns["reset_reg"].tolist(), columns["epilogue"].tolist())])
+            if wrong.size:
+                k = int(wrong[0])
+                raise ISAError(f"instruction {int(rows[k])}: "
+                               f"{gemm_epilogue_missing(int(columns['reset_reg'][k]), 1, config)}")
         if opcode == Opcode.ALU and not config.alu_requant:
             wrong = np.flatnonzero(columns["alu_opcode"] == int(AluOp.REQUANT))
             if wrong.size:
@@ -483,6 +523,20 @@ def alu_op_missing(op: object, config: VTAConfig) -> str | None:
     return None
 
 
+def gemm_epilogue_missing(reset_reg: object, epilogue: object, config: VTAConfig) -> str | None:
+    """Why ``config`` cannot run a GEMM with these ``reset_reg`` and ``epilogue`` bits (a bias reset
+    without BIAS_PRELOAD, a requantising write-back without GEMM_OUT_REQUANT), or None when it can."""
+    if not epilogue:
+        return None
+    if reset_reg and not config.bias_preload:
+        return (f"a GEMM bias reset (reset_reg and epilogue) needs a configuration with BIAS_PRELOAD enabled "
+                f"({config.model} has BIAS_PRELOAD=false)")
+    if not reset_reg and not config.gemm_out_requant:
+        return (f"a GEMM with a requantising write-back (epilogue without reset_reg) needs a configuration with "
+                f"GEMM_OUT_REQUANT enabled ({config.model} has GEMM_OUT_REQUANT=false)")
+    return None
+
+
 def _check_alu_op(op: object, config: VTAConfig, where: str) -> None:
     """:class:`ISAError` for REQUANT on a configuration without ALU_REQUANT (the encoding of opcode 5
     is VTA's, undefined, there). MUL is encodable everywhere, as in VTA; the simulators reject it."""
@@ -546,6 +600,8 @@ def disasm(insn: Instruction) -> str:
             text += f" wgt=({insn.wgt_factor_out},{insn.wgt_factor_in})"
             if insn.reset_reg:
                 text += " reset"
+            if insn.epilogue:
+                text += " bias" if insn.reset_reg else " requant-out"
         elif insn.alu_opcode == AluOp.REQUANT:
             shift, relu, rounding = requant_fields(insn.imm)
             text += f" shift={shift}" + " relu" * relu + " round" * rounding + (" imm" if insn.use_imm else " tensor")
@@ -574,6 +630,21 @@ def isa_table_markdown(config: VTAConfig) -> str:
     lines += [f"| {int(op)} | {op.name} | {text} |" for op, text in ALU_OP_SEMANTICS.items()]
     lines += ["", "Opcodes 6 and 7 are undefined. With ALU_REQUANT off, opcode 5 is undefined too and the encoding "
               "is VTA's; REQUANT's micro-op takes one cycle like every other ALU micro-op."]
+    lines += ["", "## GEMM epilogue bit", "",
+              f"With BIAS_PRELOAD or GEMM_OUT_REQUANT, GEMM's word 0 has the field `epilogue` at bit "
+              f"{GEMM_EPILOGUE_BIT} (no configuration's loop fields reach it); with neither key the bit is not "
+              "decoded and the layout is VTA's.", "",
+              "| reset_reg | epilogue | key | effect per micro-op |", "|---|---|---|---|",
+              "| 1 | 0 | | `acc[dst] = 0`, `out[dst] = 0` (VTA's reset) |",
+              "| 0 | 0 | | `acc[dst] += inp[src] . wgt[wgt]^T`, `out[dst]` = its low 8 bits |",
+              "| 1 | 1 | BIAS_PRELOAD | bias reset: `acc[dst] = acc[src']`, `out[dst]` = its low 8 bits; `src'` "
+              "indexes ACC (micro-op src_idx + i * src_factor_out + j * src_factor_in, as an ALU's src) |",
+              "| 0 | 1 | GEMM_OUT_REQUANT | requantising write-back: `acc[dst] += inp[src] . wgt[wgt]^T` and "
+              "`out[dst] = clip((acc[dst] + round) >> s, relu ? 0 : -128, 127)` of the new value per lane |", "",
+              "The requant register (s, relu, round; zero at reset) is compute-module state: every ALU REQUANT "
+              "instruction, even one with no micro-ops, sets it from its immediate field (bits 6:0, as REQUANT "
+              "reads them) when it starts. A bias reset reads one ACC entry and a requantising write-back none "
+              "more than a GEMM, so both keep one micro-op per cycle."]
     return "\n".join(lines) + "\n"
 
 

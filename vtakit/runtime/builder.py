@@ -245,15 +245,30 @@ class ProgramBuilder:
 
     def gemm(self, uops: Iterable[Uop | Sequence[int]], *, iter_out: int = 1, iter_in: int = 1,
              dst_factor: tuple[int, int] = (0, 0), src_factor: tuple[int, int] = (0, 0),
-             wgt_factor: tuple[int, int] = (0, 0), reset: bool = False) -> None:
+             wgt_factor: tuple[int, int] = (0, 0), reset: bool = False, epilogue: bool = False) -> None:
         """``PushGEMMOp``: for i < iter_out, j < iter_in, each micro-op, acc[dst] += inp[src] . wgt[wgt]^T
-        with every index advanced by i * factor[0] + j * factor[1]; ``reset`` zeroes acc[dst] instead."""
+        with every index advanced by i * factor[0] + j * factor[1]; ``reset`` zeroes acc[dst] instead.
+        ``epilogue`` sets GEMM's epilogue bit: with ``reset`` a bias reset (BIAS_PRELOAD: acc[dst] =
+        acc[src], src indexing ACC), else a requantising OUT write-back (GEMM_OUT_REQUANT)."""
+        missing = isa.gemm_epilogue_missing(reset, epilogue, self.config)
+        if missing is not None:
+            raise ProgramError(missing)
         kernel = _as_uops(uops)
         bgn = self._load_kernel(kernel)
         self._new(Stage.COMPUTE, GemmInsn, reset_reg=reset, uop_bgn=bgn, uop_end=bgn + len(kernel), iter_out=iter_out,
                   iter_in=iter_in, dst_factor_out=dst_factor[0], dst_factor_in=dst_factor[1],
                   src_factor_out=src_factor[0], src_factor_in=src_factor[1],
-                  wgt_factor_out=wgt_factor[0], wgt_factor_in=wgt_factor[1])
+                  wgt_factor_out=wgt_factor[0], wgt_factor_in=wgt_factor[1], epilogue=epilogue)
+
+    def set_requant(self, imm: int) -> None:
+        """An ALU REQUANT with no micro-ops: it only sets the requant register (the control field
+        ``imm``, :func:`vtakit.hw.isa.requant_imm`) that GEMM_OUT_REQUANT's write-back applies."""
+        missing = isa.alu_op_missing(AluOp.REQUANT, self.config)
+        if missing is not None:
+            raise ProgramError(missing)
+        if not isinstance(imm, int) or isinstance(imm, bool) or imm & ~isa.REQUANT_IMM_MASK:
+            raise ProgramError(f"set_requant needs a REQUANT control field (isa.requant_imm), got {imm!r}")
+        self._new(Stage.COMPUTE, AluInsn, alu_opcode=AluOp.REQUANT, use_imm=True, imm=imm, uop_bgn=0, uop_end=0)
 
     def alu(self, op: AluOp, uops: Iterable[Uop | Sequence[int]], *, iter_out: int = 1, iter_in: int = 1,
             dst_factor: tuple[int, int] = (0, 0), src_factor: tuple[int, int] = (0, 0),

@@ -4,7 +4,8 @@
 simulator accepts (legal, token-balanced, race-free, no uninitialised or out-of-range access, no
 deadlock) and that exercises the whole ISA: every legal opcode/memory pair and token-only no-ops
 of every memory type, padding and strides, two-level loops with all six index factors, tensor and
-immediate ALU operations (negative and out-of-range shifts; MUL and REQUANT when the config has them), 1..3
+immediate ALU operations (negative and out-of-range shifts; MUL and REQUANT when the config has them; bias
+resets, requantising GEMM write-backs and REQUANT register sets with BIAS_PRELOAD / GEMM_OUT_REQUANT), 1..3
 virtual threads, token queues pushed past their depth and long single-module runs that fill a
 command queue. ``coverage(program)`` names the features a program exercises.
 
@@ -274,18 +275,27 @@ class _Generator:
             if self.chance(0.4):
                 self.load(MemId.ACC if self.chance(0.6) else MemId.ACC_8BIT, thread)
                 return
-            spec = self.loop([np.ones(self.parts["acc"], bool)], [acc_base])
-            if spec is None:
-                return
-            self.b.gemm([Uop(u.dst_idx) for u in spec.uops], iter_out=spec.iter_out, iter_in=spec.iter_in,
-                        dst_factor=spec.factors[0], reset=True)
+            if self.config.bias_preload and st.acc.any() and self.chance(0.5):   # a bias reset: dst = acc[src]
+                spec = self.loop([np.ones(self.parts["acc"], bool), st.acc], [acc_base, acc_base])
+                if spec is None:
+                    return
+                self.b.gemm(spec.uops, iter_out=spec.iter_out, iter_in=spec.iter_in, dst_factor=spec.factors[0],
+                            src_factor=spec.factors[1], reset=True, epilogue=True)
+            else:
+                spec = self.loop([np.ones(self.parts["acc"], bool)], [acc_base])
+                if spec is None:
+                    return
+                self.b.gemm([Uop(u.dst_idx) for u in spec.uops], iter_out=spec.iter_out, iter_in=spec.iter_in,
+                            dst_factor=spec.factors[0], reset=True)
         elif choice < 0.55 and st.inp.any() and st.wgt.any():
             spec = self.loop([st.acc, st.inp, st.wgt], [acc_base, self.base["inp"][thread], self.base["wgt"][thread]])
             if spec is None:
                 return
             dst, src, wgt = spec.factors
+            if self.config.gemm_out_requant and self.chance(0.2):   # set the requant register first
+                self.b.set_requant(requant_imm(self.pick(0, 31), self.chance(0.5), self.chance(0.5)))
             self.b.gemm(spec.uops, iter_out=spec.iter_out, iter_in=spec.iter_in, dst_factor=dst, src_factor=src,
-                        wgt_factor=wgt)
+                        wgt_factor=wgt, epilogue=self.config.gemm_out_requant and self.chance(0.5))
         elif choice < 0.95:
             ops = ([AluOp.MIN, AluOp.MAX, AluOp.ADD, AluOp.SHR] + ([AluOp.MUL] if self.config.alu_mul else [])
                    + ([AluOp.REQUANT] if self.config.alu_requant else []))
@@ -434,12 +444,16 @@ def coverage(program: Program) -> set[str]:
                     features.add(f"stride.{prefix}")
         elif isinstance(insn, GemmInsn):
             features.add("gemm.reset" if insn.reset_reg else "gemm")
+            if insn.epilogue:
+                features.add("gemm.bias" if insn.reset_reg else "gemm.requant_out")
             factors = (insn.dst_factor_out, insn.dst_factor_in, insn.src_factor_out, insn.src_factor_in,
                        insn.wgt_factor_out, insn.wgt_factor_in)
             if not insn.reset_reg and insn.iter_out > 1 and insn.iter_in > 1 and all(factors):
                 features.add("gemm.all_factors")
         elif isinstance(insn, AluInsn):
             features.add(f"alu.{insn.alu_opcode.name}.{'imm' if insn.use_imm else 'tensor'}")
+            if insn.uop_end <= insn.uop_bgn and insn.alu_opcode == AluOp.REQUANT:
+                features.add("alu.REQUANT.set")
             if insn.use_imm and insn.alu_opcode == AluOp.SHR and insn.imm < 0:
                 features.add("alu.SHR.negative")
             if insn.iter_out > 1 and insn.iter_in > 1 and insn.dst_factor_out and insn.dst_factor_in:

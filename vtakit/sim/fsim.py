@@ -490,7 +490,7 @@ def _native_params(config: VTAConfig) -> tuple[int, ...]:
             min(c.cmd_queue_depth, 1 << 62), c.token_queue_depth, int(c.alu_mul),
             # the race detector's DRAM granule: every DMA row starts and ends on one (as in hb)
             gcd(c.uop_elem_bytes, c.inp_elem_bytes, c.wgt_elem_bytes, c.acc_elem_bytes, c.acc8_elem_bytes,
-                c.out_elem_bytes), int(c.alu_requant))
+                c.out_elem_bytes), int(c.alu_requant), int(c.bias_preload), int(c.gemm_out_requant))
 
 
 def _native_run(config: VTAConfig, insns: list[Instruction], dram: np.ndarray, encoded: bytes | None,
@@ -514,7 +514,7 @@ def _native_run(config: VTAConfig, insns: list[Instruction], dram: np.ndarray, e
                       machine.out, machine._written, check_races)
     if type(result) is str:
         return None, result
-    counters, fetch_stalls, push_stalls = result
+    counters, fetch_stalls, push_stalls, machine.requant = result
     machine.counters = dict(zip(COUNTER_NAMES, counters))
     stats = RunStats(backend="fsim", counters=dict(machine.counters), sim_seconds=time.perf_counter() - start)
     return FsimRun(machine, stats, dict(zip(MODULES, fetch_stalls)), dict(zip(QUEUE_NAMES, push_stalls))), ""

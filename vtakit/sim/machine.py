@@ -149,7 +149,8 @@ def checked_stage(insn: Instruction, config: VTAConfig, index: int | None = None
                         insn.y_pad_0 or insn.y_pad_1 or insn.x_pad_0 or insn.x_pad_1))):
                 return Stage.STORE
     elif kind is GemmInsn:
-        if insn.opcode is Opcode.GEMM:
+        if insn.opcode is Opcode.GEMM and (not insn.epilogue
+                                           or isa.gemm_epilogue_missing(insn.reset_reg, True, config) is None):
             return Stage.COMPUTE
     elif kind is AluInsn:
         alu_opcode = insn.alu_opcode
@@ -200,6 +201,8 @@ def _validate(insn: Instruction, config: VTAConfig, index: int | None) -> None:
                                    "stores take no padding, expected all zero")
     elif isinstance(insn, AluInsn) and isa.alu_op_missing(insn.alu_opcode, config) is not None:
         raise ProgramError(f"{describe(index, insn)}: {isa.alu_op_missing(insn.alu_opcode, config)}")
+    elif isinstance(insn, GemmInsn) and isa.gemm_epilogue_missing(insn.reset_reg, insn.epilogue, config) is not None:
+        raise ProgramError(f"{describe(index, insn)}: {isa.gemm_epilogue_missing(insn.reset_reg, insn.epilogue, config)}")
 
 
 def _enum_value(value: object, enum_type: type) -> bool:
@@ -361,6 +364,9 @@ class Machine:
         # the written masks are views into one array, so a GEMM tests all its operands in one gather
         self._written = np.zeros(layout.written_size, dtype=bool)
         self.counters: dict[str, int] = dict.fromkeys(COUNTER_NAMES, 0)
+        #: the requant register (GEMM_OUT_REQUANT): the control bits (isa.requant_fields) of the last ALU
+        #: REQUANT instruction, which a requantising GEMM write-back applies; 0 until one runs
+        self.requant = 0
         self._layout = layout
         self._depths = layout.depths
         self._mem = layout.mem
@@ -651,7 +657,60 @@ class Machine:
                                     "earlier instruction of this run has written (uninitialised)")
 
     def gemm(self, insn: GemmInsn, index: int | None = None) -> None:
-        """GEMM: acc[dst] += inp[src] . wgt[wgt]^T over the loop nest, or zero acc/out with reset_reg."""
+        """GEMM: acc[dst] += inp[src] . wgt[wgt]^T over the loop nest, or zero acc/out with reset_reg;
+        with the epilogue bit, a bias reset or a requantising OUT write-back (:class:`~vtakit.hw.isa.GemmInsn`)."""
+        if not insn.epilogue:
+            self._gemm(insn, index)
+        elif insn.reset_reg:
+            self._gemm_bias(insn, index)
+        else:
+            self._gemm(insn, index)
+            self._requant_out(insn, index)
+
+    def _requant_out(self, insn: GemmInsn, index: int | None) -> None:
+        """GEMM_OUT_REQUANT's write-back after :meth:`_gemm`: each micro-op wrote out[dst] from its new
+        ACC value and the last write wins, so every destination's OUT is the requantised final value."""
+        if insn.uop_end <= insn.uop_bgn or insn.iter_out == 0 or insn.iter_in == 0:
+            return
+        uops = self.uop[insn.uop_bgn:insn.uop_end]
+        dst = np.unique(self._loop_indices(uops, insn.iter_out, insn.iter_in,
+                                          [(insn.dst_factor_out, insn.dst_factor_in)])[:, 0])
+        self.out[dst] = requant_op(self.acc.take(dst, axis=0), None, self.requant)
+
+    def _gemm_bias(self, insn: GemmInsn, index: int | None) -> None:
+        """BIAS_PRELOAD's bias reset: acc[dst] = acc[src'] (src' indexing ACC), out[dst] its low 8 bits,
+        in strict micro-op order (a micro-op may read what an earlier one of the same instruction wrote)."""
+        iter_out, iter_in = insn.iter_out, insn.iter_in
+        if (iter_out | iter_in | insn.uop_bgn) < 0:
+            _reject_negative(insn, index, _LOOP_COUNTS)
+        if insn.uop_end <= insn.uop_bgn or iter_out == 0 or iter_in == 0:
+            return
+        uops = self._uops(insn, index)
+        factors = [(insn.dst_factor_out, insn.dst_factor_in), (insn.src_factor_out, insn.src_factor_in)]
+        self._check_index_ranges(insn, uops, factors, ("acc", "acc"), index)
+        acc, out, written = self.acc, self.out, self.written
+        for dst, src in self._index_chunks(insn, uops, factors):
+            dst, src = dst.ravel(), src.ravel()
+            if self.observer is not None:
+                self.observer.sram("out", True, dst)
+            dsts = dst.tolist()
+            if len(set(dsts)) == len(dsts) and not set(dsts).intersection(src.tolist()):   # independent
+                self._require_written("acc", src, insn, index)
+                values = acc.take(src, axis=0)
+                acc[dst] = values
+                out[dst] = values                                     # low 8 bits (assignment wraps)
+                written["acc"][dst] = True
+                written["out"][dst] = True
+                continue
+            for d, s_ in zip(dsts, src.tolist()):                     # one micro-op after the other
+                self._require_written("acc", slice(s_, s_ + 1), insn, index)
+                acc[d] = acc[s_]
+                out[d] = acc[d]
+                written["acc"][d] = True
+                written["out"][d] = True
+
+    def _gemm(self, insn: GemmInsn, index: int | None = None) -> None:
+        """:meth:`gemm` without the epilogue bit."""
         iter_out, iter_in = insn.iter_out, insn.iter_in
         bgn, end = insn.uop_bgn, insn.uop_end
         if (iter_out | iter_in | bgn) < 0:
@@ -893,7 +952,10 @@ class Machine:
         return _segment_sum(dst.ravel(), products.reshape(-1, c.batch, c.block_out), len(self.acc))
 
     def alu(self, insn: AluInsn, index: int | None = None) -> None:
-        """ALU: acc[dst] = op(acc[dst], imm if use_imm else acc[src]) in strict micro-op order."""
+        """ALU: acc[dst] = op(acc[dst], imm if use_imm else acc[src]) in strict micro-op order; REQUANT
+        also sets the requant register from its immediate field (with or without micro-ops)."""
+        if insn.alu_opcode == AluOp.REQUANT:
+            self.requant = int(insn.imm) & isa.REQUANT_IMM_MASK
         iter_out, iter_in = insn.iter_out, insn.iter_in
         bgn, end = insn.uop_bgn, insn.uop_end
         if (iter_out | iter_in | bgn) < 0:

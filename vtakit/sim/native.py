@@ -73,7 +73,8 @@ def layout_table(config: VTAConfig) -> bytes:
     index = {name: k for k, name in enumerate(FIELDS)}
     for opcode in isa.Opcode:
         for field in isa.layout(opcode, config):
-            table[int(opcode), index[field.name]] = (field.offset, field.width, int(field.signed))
+            if field.name in index:   # (GEMM's epilogue bit is read at its fixed place, isa.GEMM_EPILOGUE_BIT)
+                table[int(opcode), index[field.name]] = (field.offset, field.width, int(field.signed))
     return table.tobytes()
 
 

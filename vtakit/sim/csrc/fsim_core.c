@@ -58,6 +58,7 @@ typedef struct {
     int64_t uop_bytes, inp_bytes, wgt_bytes, acc_bytes, acc8_bytes, out_bytes;   /* DRAM element bytes */
     int64_t uop_shift[3], uop_mask[3];   /* micro-op fields (dst, src, wgt) */
     int64_t cmd_depth, token_depth, alu_mul, granule, alu_requant;
+    int64_t bias_preload, gemm_out_requant;   /* GEMM's epilogue bit (isa.GEMM_EPILOGUE_BIT) with either */
 } fs_config;
 #define FS_NPARAMS ((Py_ssize_t)(sizeof(fs_config) / sizeof(int64_t)))
 
@@ -141,6 +142,7 @@ typedef struct {
     int finished;
 
     int check_races;
+    int64_t requant;                /* the requant register: the last ALU REQUANT's control bits (Machine.requant) */
     int32_t clock[NMODULES][NMODULES];
     hb_sram shared[NSHARED];
     hb_dram dram_hb;
@@ -247,6 +249,12 @@ static inline int route_pushes(uint8_t route, int queues[2])
 /* ------------------------------------------------------------------------------------------ */
 /* Static checks (fsim.check_program, machine.checked_stage)                                    */
 
+/* GEMM's epilogue bit (isa.GEMM_EPILOGUE_BIT, the last bit of word 0), decoded only with either key. */
+static inline int gemm_epilogue(const fs_config *c, const uint8_t *p)
+{
+    return (c->bias_preload || c->gemm_out_requant) && (vta_word(p) >> 63) != 0;
+}
+
 /* One field of the instruction at p; the static checks read a few fields of every instruction, so
  * they do not decode all of them. */
 static inline int64_t insn_field(const uint8_t *p, const vta_layout *layout, int opcode, int k)
@@ -296,6 +304,10 @@ static int check_program(fs_run *r)
             return decline(r, i, "illegal instruction: ALU MUL without ALU_MUL");
         if (opcode == VTA_ALU && F(VTA_F_ALU_OPCODE) == VTA_ALU_REQUANT && !c->alu_requant)
             return decline(r, i, "illegal instruction: ALU REQUANT without ALU_REQUANT");
+        if (opcode == VTA_GEMM && gemm_epilogue(c, p)) {   /* isa.gemm_epilogue_missing */
+            if (F(VTA_F_RESET_REG) ? !c->bias_preload : !c->gemm_out_requant)
+                return decline(r, i, "illegal instruction: GEMM epilogue bit without its key");
+        }
         if (opcode == VTA_FINISH) {
             finishes++;
             finish_at = i;
@@ -789,7 +801,54 @@ static inline void gemm_entry(int32_t *a, int8_t *o, const int8_t *x, const int8
     }
 }
 
-static int do_gemm(fs_run *r, int64_t index, const int64_t *v, int me)
+/* REQUANT (machine.requant_op): clip(wrap32(a + addend + rounding) >> shift, lo, 127), its control
+ * bits in the immediate field (shift 4:0, relu 5, rounding 6; isa.requant_fields). */
+static inline int32_t requant_op(int32_t a, int64_t addend, int64_t imm)
+{
+    const int shift = (int)(imm & 31);
+    const uint32_t rounding = (imm & 64) && shift ? (uint32_t)1 << (shift - 1) : 0;
+    const int32_t t = (int32_t)((uint32_t)a + (uint32_t)(int32_t)addend + rounding);
+    const int32_t r = t >> shift;                                   /* arithmetic (gcc, clang) */
+    const int32_t lo = (imm & 32) ? 0 : -128;
+    return r < lo ? lo : r > 127 ? 127 : r;
+}
+
+/* BIAS_PRELOAD's bias reset (Machine._gemm_bias): acc[dst] = acc[src'] with src' indexing ACC, out[dst]
+ * its low 8 bits, in micro-op order. */
+static int do_gemm_bias(fs_run *r, int64_t index, const int64_t *v, int me)
+{
+    const fs_config *c = r->cfg;
+    const int64_t depths[3] = {c->depth[S_ACC], c->depth[S_ACC], -1};
+    if (check_loop(r, index, v, depths) < 0)
+        return -1;
+    if (r->check_races && loop_races(r, index, v, 0, me) < 0)
+        return -1;
+    const int64_t lanes = c->batch * c->block_out;
+    uint8_t *acc_written = r->written[S_ACC], *out_written = r->written[S_OUT];
+    const int64_t bgn = v[VTA_F_UOP_BGN], end = v[VTA_F_UOP_END];
+    for (int64_t i = 0; i < v[VTA_F_ITER_OUT]; i++) {
+        for (int64_t j = 0; j < v[VTA_F_ITER_IN]; j++) {
+            const int64_t d0 = i * v[VTA_F_DST_FACTOR_OUT] + j * v[VTA_F_DST_FACTOR_IN];
+            const int64_t s0 = i * v[VTA_F_SRC_FACTOR_OUT] + j * v[VTA_F_SRC_FACTOR_IN];
+            for (int64_t k = bgn; k < end; k++) {
+                const int64_t d = r->uop[3 * k] + d0, s = r->uop[3 * k + 1] + s0;
+                if (!acc_written[s])
+                    return decline(r, index, "uninitialised read of an ACC entry");
+                int32_t *a = r->acc + d * lanes;
+                int8_t *o = r->out + d * lanes;
+                memmove(a, r->acc + s * lanes, (size_t)lanes * sizeof(int32_t));
+                for (int64_t n = 0; n < lanes; n++)
+                    o[n] = (int8_t)(uint8_t)(uint32_t)a[n];
+                acc_written[d] = out_written[d] = 1;
+            }
+            if (poll_signals(r, (end - bgn) * lanes) < 0)
+                return -1;
+        }
+    }
+    return 0;
+}
+
+static int do_gemm(fs_run *r, int64_t index, const int64_t *v, int me, int epilogue)
 {
     const fs_config *c = r->cfg;
     const int64_t iter_out = v[VTA_F_ITER_OUT], iter_in = v[VTA_F_ITER_IN];
@@ -797,6 +856,9 @@ static int do_gemm(fs_run *r, int64_t index, const int64_t *v, int me)
     if (end <= bgn || iter_out == 0 || iter_in == 0)
         return 0;
     const int reset = v[VTA_F_RESET_REG] != 0;
+    if (reset && epilogue)
+        return do_gemm_bias(r, index, v, me);
+    const int64_t requant = r->requant;   /* GEMM_OUT_REQUANT: OUT gets each new value requantised */
     const int64_t depths[3] = {c->depth[S_ACC], reset ? -1 : c->depth[S_INP], reset ? -1 : c->depth[S_WGT]};
     if (check_loop(r, index, v, depths) < 0)
         return -1;
@@ -825,6 +887,11 @@ static int do_gemm(fs_run *r, int64_t index, const int64_t *v, int me)
                 if (!inp_written[s] || !wgt_written[w] || !acc_written[d])
                     return decline(r, index, "uninitialised read of an INP, WGT or ACC entry");
                 gemm_entry(a, r->out + d * acc_lanes, r->inp + s * inp_lanes, r->wgt + w * wgt_lanes, batch, bi, bo);
+                if (epilogue) {
+                    int8_t *o = r->out + d * acc_lanes;
+                    for (int64_t n = 0; n < acc_lanes; n++)
+                        o[n] = (int8_t)requant_op(a[n], 0, requant);
+                }
                 out_written[d] = 1;
             }
             if (poll_signals(r, (end - bgn) * (reset ? acc_lanes : acc_lanes * bi)) < 0)
@@ -838,18 +905,6 @@ static int do_gemm(fs_run *r, int64_t index, const int64_t *v, int me)
 
 /* ------------------------------------------------------------------------------------------ */
 /* ALU (Machine.alu, machine.alu_op): acc[dst] = op(acc[dst], imm or acc[src]), in order       */
-
-/* REQUANT (machine.requant_op): clip(wrap32(a + addend + rounding) >> shift, lo, 127), its control
- * bits in the immediate field (shift 4:0, relu 5, rounding 6; isa.requant_fields). */
-static inline int32_t requant_op(int32_t a, int64_t addend, int64_t imm)
-{
-    const int shift = (int)(imm & 31);
-    const uint32_t rounding = (imm & 64) && shift ? (uint32_t)1 << (shift - 1) : 0;
-    const int32_t t = (int32_t)((uint32_t)a + (uint32_t)(int32_t)addend + rounding);
-    const int32_t r = t >> shift;                                   /* arithmetic (gcc, clang) */
-    const int32_t lo = (imm & 32) ? 0 : -128;
-    return r < lo ? lo : r > 127 ? 127 : r;
-}
 
 static inline int32_t alu_op(int64_t op, int32_t a, int64_t b)
 {
@@ -875,9 +930,11 @@ static int do_alu(fs_run *r, int64_t index, const int64_t *v, int me)
     const fs_config *c = r->cfg;
     const int64_t iter_out = v[VTA_F_ITER_OUT], iter_in = v[VTA_F_ITER_IN];
     const int64_t bgn = v[VTA_F_UOP_BGN], end = v[VTA_F_UOP_END];
+    const int64_t op = v[VTA_F_ALU_OPCODE];   /* MIN..REQUANT: check_program declined the rest */
+    if (op == VTA_ALU_REQUANT)                /* sets the requant register, with or without micro-ops */
+        r->requant = v[VTA_F_IMM] & 127;
     if (end <= bgn || iter_out == 0 || iter_in == 0)
         return 0;
-    const int64_t op = v[VTA_F_ALU_OPCODE];   /* MIN..REQUANT: check_program declined the rest */
     const int use_imm = v[VTA_F_USE_IMM] != 0;
     const int64_t imm = v[VTA_F_IMM];
     const int64_t depths[3] = {c->depth[S_ACC], use_imm ? -1 : c->depth[S_ACC], -1};
@@ -929,7 +986,7 @@ static int apply(fs_run *r, int64_t index, int me)
     switch (opcode) {
     case VTA_LOAD: return v[VTA_F_X_SIZE] ? do_load(r, index, v, me) : 0;
     case VTA_STORE: return v[VTA_F_X_SIZE] ? do_store(r, index, v, me) : 0;
-    case VTA_GEMM: return do_gemm(r, index, v, me);
+    case VTA_GEMM: return do_gemm(r, index, v, me, gemm_epilogue(r->cfg, r->stream + index * VTA_INSN_BYTES));
     case VTA_ALU: return do_alu(r, index, v, me);
     default: return 0;   /* FINISH before the last instruction cannot pass check_program */
     }
@@ -1241,11 +1298,11 @@ static PyObject *fsim_run(PyObject *self, PyObject *args)
                     push_stalls[q]++;
         }
         const int64_t *k = r->counters;
-        result = Py_BuildValue("((LLLLLLL)(LLL)(LLLL))", (long long)k[0], (long long)k[1], (long long)k[2],
+        result = Py_BuildValue("((LLLLLLL)(LLL)(LLLL)L)", (long long)k[0], (long long)k[1], (long long)k[2],
                                (long long)k[3], (long long)k[4], (long long)k[5], (long long)k[6],
                                (long long)fetch_stalls[0], (long long)fetch_stalls[1], (long long)fetch_stalls[2],
                                (long long)push_stalls[0], (long long)push_stalls[1], (long long)push_stalls[2],
-                               (long long)push_stalls[3]);
+                               (long long)push_stalls[3], (long long)r->requant);
     }
     run_free(r);
     free(r);
