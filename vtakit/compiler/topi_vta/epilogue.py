@@ -348,7 +348,8 @@ def schedule_requant(env: VTAEnv, s: Schedule, out: Tensor, stages: dict[str, Te
                      operand_caches: list[Tensor], attach_at: object) -> None:
     """Compute ``acc``, the ALU stages and the operand loads (``operand_caches``, from
     :func:`cache_requant_operands`) at ``attach_at``, a loop of ``out``'s stage: one output tile at
-    a time."""
+    a time. With BIAS_PRELOAD the loads come first in the tile, before ``acc``'s reset, which
+    FuseGemmEpilogue (:mod:`vtakit.compiler.vta.gemm_epilogue`) turns into a bias reset."""
     s[acc].compute_at(s[out], attach_at)
     for t in requant_stages(stages):
         s[t].set_scope(env.acc_scope)
@@ -357,3 +358,7 @@ def schedule_requant(env: VTAEnv, s: Schedule, out: Tensor, stages: dict[str, Te
     for cache in operand_caches:
         s[cache].compute_at(s[out], attach_at)
         s[cache].pragma(s[cache].op.axis[0], env.dma_copy)
+        if env.config.bias_preload:   # loaded before the tile's GEMMs, so a bias reset can read it
+            stages = s.stages
+            stages.remove(s[cache])
+            stages.insert(stages.index(s[acc]), s[cache])

@@ -20,6 +20,7 @@ from vtakit.compiler import ir
 from vtakit.compiler.interpreter import Interpreter, Pointer
 from vtakit.compiler.vta.env import (ACC_SCOPE, DEP_POP, DEP_PUSH, INP_SCOPE, LOAD_2D, PUSH_ALU, PUSH_GEMM,
                                      SCOPE_MEM, STORE_2D, UOP_LOOP_BEGIN, UOP_LOOP_END, UOP_PUSH, WGT_SCOPE, VTAEnv)
+from vtakit.compiler.vta.gemm_epilogue import REQUANT_SET
 from vtakit.errors import CompileError, DeadlockError, ISAError, MemoryAccessError, ProgramError
 from vtakit.hw import isa
 from vtakit.hw.config import ITER_BITS
@@ -66,7 +67,8 @@ class _CodeGen(Interpreter):
         self.kernel_loops: list[tuple[int, int, int, int]] = []
         intrinsics: dict[str, Callable[..., Any]] = {
             LOAD_2D: self._load, STORE_2D: self._store, UOP_PUSH: self._uop_push, DEP_PUSH: self._dep_push,
-            DEP_POP: self._dep_pop, UOP_LOOP_BEGIN: self._loop_begin, UOP_LOOP_END: lambda: 0}
+            DEP_POP: self._dep_pop, UOP_LOOP_BEGIN: self._loop_begin, UOP_LOOP_END: lambda: 0,
+            REQUANT_SET: self._requant_set}
         super().__init__(func, intrinsics)
 
     # ------------------------------------------------------------------ run
@@ -222,6 +224,13 @@ class _CodeGen(Interpreter):
         self.builder.dep_pop(src, dst)
         return 0
 
+    def _requant_set(self, imm: int) -> int:
+        try:
+            self.builder.set_requant(int(imm))
+        except ProgramError as exc:
+            raise CompileError(f"{self.func.name}: {exc}") from exc
+        return 0
+
     def _loop_begin(self, extent: int, dst: int, src: int, wgt: int) -> int:
         if self.kernel is None:
             raise CompileError("vta.uop_loop_begin outside a coproc_uop_scope")
@@ -239,8 +248,9 @@ class _CodeGen(Interpreter):
             raise CompileError(f"one micro-op kernel mixes different operations {self.kernel_sig} and {sig}")
         what = "GEMM micro-op" if mode == 0 else "ALU micro-op"
         d = self._sram_index(dst, ACC_SCOPE, what)
-        if mode == 0:
-            s = self._sram_index(src, INP_SCOPE, what) if isinstance(src, Pointer) else 0
+        if mode == 0:   # (use_imm on a GEMM micro-op: the epilogue bit; a bias reset's src is in ACC)
+            bias = reset and use_imm
+            s = self._sram_index(src, ACC_SCOPE if bias else INP_SCOPE, what) if isinstance(src, Pointer) else 0
             w = self._sram_index(wgt, WGT_SCOPE, what) if isinstance(wgt, Pointer) else 0
         else:
             s = self._sram_index(src, ACC_SCOPE, what) if isinstance(src, Pointer) else d
@@ -256,7 +266,8 @@ class _CodeGen(Interpreter):
         if (mode == 0) != (kind == PUSH_GEMM) or (mode == 1) != (kind == PUSH_ALU):
             raise CompileError(f"a {kind} scope holds micro-ops of mode {mode}")
         env = self.env
-        lanes = (env.lanes(ACC_SCOPE), env.lanes(INP_SCOPE if mode == 0 else ACC_SCOPE), env.lanes(WGT_SCOPE))
+        src_scope = INP_SCOPE if mode == 0 and not (reset and use_imm) else ACC_SCOPE
+        lanes = (env.lanes(ACC_SCOPE), env.lanes(src_scope), env.lanes(WGT_SCOPE))
         loops = []
         for extent, *factors in self.kernel_loops:
             if not 1 <= extent < 1 << ITER_BITS:
@@ -270,13 +281,15 @@ class _CodeGen(Interpreter):
         (eo, do, so, wo), (ei, di, si, wi) = loops
         return _KernelCall(mode, tuple(self.kernel), eo, ei, (do, di), (so, si), (wo, wi), bool(reset),
                            AluOp(alu_op) if mode else None,
-                           imm if use_imm or (mode and alu_op == AluOp.REQUANT) else None, bool(use_imm))
+                           imm if mode and (use_imm or alu_op == AluOp.REQUANT) else None, bool(use_imm),
+                           mode == 0 and bool(use_imm))
 
     def _emit_kernel(self, c: _KernelCall) -> None:
         try:
             if c.mode == 0:
                 self.builder.gemm(c.uops, iter_out=c.iter_out, iter_in=c.iter_in, dst_factor=c.dst_factor,
-                                  src_factor=c.src_factor, wgt_factor=c.wgt_factor, reset=c.reset)
+                                  src_factor=c.src_factor, wgt_factor=c.wgt_factor, reset=c.reset,
+                                  epilogue=c.epilogue)
             else:
                 self.builder.alu(c.alu_op, c.uops, iter_out=c.iter_out, iter_in=c.iter_in, dst_factor=c.dst_factor,
                                  src_factor=c.src_factor, imm=c.imm, use_imm=c.use_imm)
@@ -299,6 +312,7 @@ class _KernelCall:
     alu_op: AluOp | None
     imm: int | None                    # the immediate field (an operand, or REQUANT's control bits)
     use_imm: bool = False
+    epilogue: bool = False             # GEMM's epilogue bit (BIAS_PRELOAD / GEMM_OUT_REQUANT)
 
 
 _UNBUILT = object()

@@ -5,7 +5,8 @@
 
 * phase 1 (after storage flattening): LoopPartition (:func:`partition_tails`), InjectDMAIntrin,
   StorageReuse over the SRAM scopes (element-wise stages write in place, VTA's EarlyRewrite),
-  InjectALUIntrin (ALU micro-op loops), LiftAttrScope of the coprocessor scopes, CoProcSync;
+  InjectALUIntrin (ALU micro-op loops), LiftAttrScope of the coprocessor scopes, FuseGemmEpilogue
+  (:mod:`~vtakit.compiler.vta.gemm_epilogue`: BIAS_PRELOAD / GEMM_OUT_REQUANT), CoProcSync;
 * phase 2 (after virtual-thread injection and the scope capacity check): FoldUopLoop.
 
 ``with build_config(cfg): vtakit.lower(s, args)`` shows the DMA, micro-op and token intrinsics.
@@ -30,6 +31,7 @@ from vtakit.compiler.vta.codegen import generate
 from vtakit.compiler.vta.coproc_sync import inject_coproc_sync
 from vtakit.compiler.vta.dma import inject_dma_intrin
 from vtakit.compiler.vta.env import VTAEnv, get_env
+from vtakit.compiler.vta.gemm_epilogue import fuse_gemm_epilogue
 from vtakit.compiler.vta.lift import lift_coproc_scopes
 from vtakit.compiler.vta.uop_fold import fold_uop_loops
 from vtakit.errors import ArgumentError, CompileError
@@ -56,7 +58,7 @@ def build_config(config: VTAConfig | VTAEnv | None = None) -> PassContext:
     env = config if isinstance(config, VTAEnv) else get_env(config)
     reuse = storage_reuse_pass(env.memory_scopes, in_place_accepts(env.config.alu_mul, env.config.alu_requant))
     passes = [(1, partition_tails), (1, inject_dma_intrin(env)), (1, reuse), (1, inject_alu_intrin(env)),
-              (1, lift_coproc_scopes), (1, inject_coproc_sync), (2, fold_uop_loops)]
+              (1, lift_coproc_scopes), (1, fuse_gemm_epilogue(env)), (1, inject_coproc_sync), (2, fold_uop_loops)]
     return PassContext(config={"tir.add_lower_pass": passes}, memory_scopes=dict(env.memory_scopes))
 
 
