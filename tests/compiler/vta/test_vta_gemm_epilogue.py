@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import vtakit.graph as vg
-from vtakit.compiler.topi_vta import conv2d, dense
+from vtakit.compiler.topi_vta import Conv2dWorkload, conv2d, dense
 from vtakit.compiler.vta.env import get_env
 from vtakit.hw.config import VTAConfig
 from vtakit.hw.isa import AluInsn, AluOp, GemmInsn
@@ -92,3 +92,18 @@ def test_network_with_residual_pool_and_dense_is_bit_exact_and_faster(keys):
     fused = mod.profile(net.sample, backend="cycle").total_cycles
     plain = base.profile(net.sample, backend="cycle").total_cycles
     assert fused <= plain if keys == "bias" else fused < plain, (fused, plain)
+
+
+@pytest.mark.parametrize("wl", [Conv2dWorkload(16, 16, 8, 16, (1, 1), (0, 0, 0, 0), (2, 2)),
+                                Conv2dWorkload(12, 10, 8, 8, (3, 3), (1, 1, 1, 1), (1, 1))], ids=["1x1s2", "3x3"])
+@pytest.mark.parametrize("vthreads", [1, 2])
+def test_tiled_layers_with_virtual_threads_lose_every_alu_pass(wl, vthreads):
+    """Several tiles and virtual threads (the cthread loop around each tile's statements)."""
+    from vtakit.compiler.topi_vta.bench import compile_conv2d, run_conv2d
+
+    config = REQUANT.replace(**KEYS["both"])
+    compiled = compile_conv2d(wl, config, vthreads)
+    assert compiled.threads == vthreads
+    assert _ops(compiled.module) == [] and _ops(compile_conv2d(wl, REQUANT, vthreads).module)
+    fused, plain = run_conv2d(wl, config, "cycle", vthreads), run_conv2d(wl, REQUANT, "cycle", vthreads)
+    assert fused.correct and plain.correct and fused.cycles < plain.cycles

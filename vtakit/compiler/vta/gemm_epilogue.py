@@ -131,7 +131,7 @@ def _events(body: ir.Stmt) -> tuple[list[_Event], dict[ir.Var, ir.Buffer]]:
                 source = _ptr_var(call.args[0])
                 events.append(_Event("store", s, loops, src=source, buffers={source}))
             return
-        if isinstance(s, ir.For):
+        if isinstance(s, ir.For):   # (a virtual-thread loop too: buffers inside it are per thread here)
             visit(s.body, loops + (id(s),))
         elif isinstance(s, ir.SeqStmt):
             for c in s.stmts:
@@ -205,7 +205,8 @@ def _plan(events: list[_Event], allocs: dict[ir.Var, ir.Buffer], env: VTAEnv) ->
             alus.append(mine[n])
             n += 1
         stores = mine[n:]
-        if not gemms or not alus or not stores or any(e.kind != "store" or e.loops != reset.loops for e in stores):
+        if not gemms or not alus or not stores or any(e.kind != "store" or e.loops[:len(reset.loops)] != reset.loops
+                                                      for e in stores):
             continue
         entries = _entries(allocs[b], lanes)
         replace: dict[int, Any] = {}
