@@ -34,7 +34,8 @@ def _cost(env: VTAEnv, threads: int, n_tiles: int, n_k: int, gemm: int, load_byt
           acc_entries: int, store_bytes: int, extra_ops: int = 0, acc_load_bytes: int = 0) -> float:
     bus = env.config.bus_bytes
     load = load_bytes / bus + _DMA_LATENCY * dma_insns
-    ops = 1 if env.config.alu_requant else _EPILOGUE_OPS
+    c = env.config   # epilogue ALU passes: none when the GEMMs requantise (GEMM_OUT_REQUANT after a BIAS_PRELOAD reset)
+    ops = 0 if c.gemm_out_requant and c.bias_preload else (1 if c.alu_requant else _EPILOGUE_OPS - c.bias_preload)
     epilogue = (ops + extra_ops + 1) * (acc_entries + _INSN_OVERHEAD)
     if acc_load_bytes:      # a fused residual: an ACC_8BIT load on the compute module, per tile
         epilogue += acc_load_bytes / bus + _DMA_LATENCY
