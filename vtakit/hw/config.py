@@ -66,6 +66,8 @@ class VTAConfig:
     # Area keys (docs/fpga.md): how the RTL is built; the ISA and the results do not change.
     gemm_dsp_packing: bool = True
     acc_read_ports: int = 1
+    # Output channels per batch row (the last ones) whose products are LUT multipliers, not DSPs.
+    gemm_lut_lanes: int = 0
 
     def __post_init__(self) -> None:
         self._validate()
@@ -175,6 +177,9 @@ class VTAConfig:
         if self.acc_read_ports not in (1, 2):
             raise ConfigError(f"ACC_READ_PORTS={self.acc_read_ports} unsupported, expected 1 (one ACC copy; a tensor "
                               "ALU micro-op takes 2 cycles) or 2 (ACC stored twice; every micro-op takes 1 cycle)")
+        if not 0 <= self.gemm_lut_lanes <= self.block_out:
+            raise ConfigError(f"GEMM_LUT_LANES={self.gemm_lut_lanes} out of range, expected 0..BLOCK_OUT "
+                              f"({self.block_out}): the output channels whose products are LUT multipliers")
         if self.gemm_out_requant and not self.alu_requant:
             raise ConfigError(f"GEMM_OUT_REQUANT={self.gemm_out_requant} needs ALU_REQUANT=True (ALU REQUANT sets the "
                               f"requant register its write-back reads), got ALU_REQUANT={self.alu_requant}")

