@@ -2,10 +2,11 @@
 
 The cycle backend is retire-exact to rtl (tests/sim/test_cycle.py checks it on the whole corpus and
 hundreds of random programs), so most comparisons here are verilator == cycle, which costs
-milliseconds; a handful compare with rtl itself through the session's RTL cache (rtl_cache.py).
+milliseconds; a handful compare with a direct rtl run. Every comparison covers every retire cycle,
+the cycles, busy cycles, counters and DRAM bytes read and written, and every byte of the final DRAM.
 The slow campaigns (``-m slow``) cover the default configuration, the other configurations of the
 rtl differential tests (buses of 32, 256 and 512 bits, batch 2, tight queues: one Verilator build
-each) and a compiled ResNet-18 layer.
+each) and compiled ResNet-18 layers (C2, C4 and C10 against the cycle model, C4 against rtl).
 
 Without Verilator or a C++ compiler the tests skip, except under CI=true, where they fail.
 """
@@ -18,7 +19,6 @@ import sys
 import numpy as np
 import pytest
 
-from tests.hw.rtl_cache import rtl_run
 from tests.hw.test_rtl_differential import DEFAULT_PROGRAMS, EXOTIC
 from tests.programs import CASES, Unsupported, run_program
 from vtakit.errors import DeadlockError, SimError
@@ -33,7 +33,7 @@ from vtakit.sim.program import Program
 
 SMALL = VTAConfig.small()
 DEFAULT = VTAConfig()
-RANDOM_SEEDS = range(40)
+RANDOM_SEEDS = range(100)
 RTL_PROGRAMS = ("blocked_gemm_vt2", "pad_acc_1232", "token_burst", "fetch_burst")
 RTL_SEEDS = range(3)
 
@@ -54,21 +54,26 @@ def _corpus(name, config):
         pytest.skip(str(exc))
 
 
-def divergence(program, cycles, retire_cycles, busy_cycles, dram, what):
-    """None when the verilator run of ``program`` equals the reference; else the first difference."""
+# What a timed run reports and verilator must reproduce (besides the final DRAM): rtl reports
+# exactly these, and the cycle model reproduces every one of them (tests/sim/test_cycle.py).
+FIELDS = ("cycles", "busy_cycles", "counters", "dram_read_bytes", "dram_write_bytes")
+
+
+def divergence(program, dram, reference, what):
+    """None when the verilator run of ``program`` equals ``reference`` (RunStats, final ``dram``) in
+    every retire cycle, every field of FIELDS and every DRAM byte; else the first difference."""
     got_dram, stats = run_program(program, "verilator")
     assert stats.backend == "verilator"
-    if len(stats.retire_cycles) != len(retire_cycles):
-        return f"{program.name}: {len(stats.retire_cycles)} retire cycles, {what} {len(retire_cycles)}"
-    for index, (want, got) in enumerate(zip(retire_cycles, stats.retire_cycles)):
+    want_retire = reference.retire_cycles
+    if len(stats.retire_cycles) != len(want_retire):
+        return f"{program.name}: {len(stats.retire_cycles)} retire cycles, {what} {len(want_retire)}"
+    for index, (want, got) in enumerate(zip(want_retire, stats.retire_cycles)):
         if want != got:
             return (f"{program.name}: instruction {index} ({isa.disasm(program.insns[index])}) retires in cycle "
                     f"{got}, {what} in {want}")
-    if stats.cycles != cycles:
-        return f"{program.name}: {stats.cycles} cycles, {what} {cycles}"
-    busy = {name: stats.busy_cycles[name] for name in busy_cycles}
-    if busy != dict(busy_cycles):
-        return f"{program.name}: busy cycles {busy}, {what} {dict(busy_cycles)}"
+    for name in FIELDS:
+        if getattr(stats, name) != getattr(reference, name):
+            return f"{program.name}: {name} {getattr(stats, name)}, {what} {getattr(reference, name)}"
     diff = np.flatnonzero(got_dram != dram)
     if diff.size:
         return f"{program.name}: DRAM differs from {what} at byte(s) {diff[:8].tolist()}"
@@ -76,17 +81,12 @@ def divergence(program, cycles, retire_cycles, busy_cycles, dram, what):
 
 
 def vs_cycle(program):
-    dram, stats = run_program(program, "cycle")
-    found = divergence(program, stats.cycles, stats.retire_cycles, stats.busy_cycles, dram, "the cycle model")
-    if found is None:   # the counters and DRAM traffic, as rtl reports them
-        _, mine = run_program(program, "verilator")
-        assert mine.counters == stats.counters
-    return found
+    return divergence(program, *run_program(program, "cycle"), "the cycle model")
 
 
-def vs_rtl(program, rtl_cache_dir):
-    expected = rtl_run(program, rtl_cache_dir)
-    return divergence(program, expected.cycles, expected.retire_cycles, expected.busy_cycles, expected.dram, "the RTL")
+def vs_rtl(program):
+    """verilator == a direct rtl run (not the session's RTL cache: it keeps no counters)."""
+    return divergence(program, *run_program(program, "rtl"), "the RTL")
 
 
 # ---------------------------------------------------------------------------- small configuration
@@ -101,13 +101,13 @@ def test_random_small_matches_cycle(seed):
 
 
 @pytest.mark.parametrize("name", RTL_PROGRAMS)
-def test_corpus_small_matches_rtl(name, rtl_cache_dir):
-    assert vs_rtl(_corpus(name, SMALL), rtl_cache_dir) is None
+def test_corpus_small_matches_rtl(name):
+    assert vs_rtl(_corpus(name, SMALL)) is None
 
 
 @pytest.mark.parametrize("seed", RTL_SEEDS)
-def test_random_small_matches_rtl(seed, rtl_cache_dir):
-    assert vs_rtl(random_program(SMALL, seed), rtl_cache_dir) is None
+def test_random_small_matches_rtl(seed):
+    assert vs_rtl(random_program(SMALL, seed)) is None
 
 
 def test_stats_equal_rtl_field_by_field():
@@ -216,20 +216,18 @@ def test_random_other_configs_match_cycle(config_name, seed):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ("acc_roundtrip", "blocked_gemm_vt2"))
-def test_corpus_default_matches_rtl(name, rtl_cache_dir):
-    assert vs_rtl(_corpus(name, DEFAULT), rtl_cache_dir) is None
+def test_corpus_default_matches_rtl(name):
+    assert vs_rtl(_corpus(name, DEFAULT)) is None
 
 
-@pytest.mark.slow
-def test_compiled_resnet18_c4_vt2(rtl_cache_dir):
-    """A compiled ResNet-18 layer (C4, 2 virtual threads, ~69 000 cycles; a minute or two of RTL) on
-    the default configuration: verilator computes numpy's result and equals rtl and the cycle
-    model in every retire cycle, busy cycles and DRAM."""
+def _compiled_layer(name):
+    """ResNet-18 layer ``name`` compiled for the default configuration with 2 virtual threads, as
+    a program on a verilator device, the device's output array and numpy's expected output."""
     from vtakit.compiler.topi_vta.bench import CLIP, compile_conv2d, conv2d_data, range_shift
     from vtakit.compiler.topi_vta.workloads import RESNET18
     from vtakit.compiler.vta.env import get_env
 
-    wl = RESNET18["C4"]
+    wl = RESNET18[name]
     data = conv2d_data(get_env(DEFAULT), wl)
     shift = range_shift(data.acc, data.addend, CLIP)
     compiled = compile_conv2d(wl, DEFAULT, vthreads=2, shift=shift, clip=CLIP)
@@ -237,11 +235,26 @@ def test_compiled_resnet18_c4_vt2(rtl_cache_dir):
     expect = data.expect(shift, CLIP)
     dev = Device(DEFAULT, backend="verilator")
     arrays = [dev.array(h) for h in data.host] + [dev.empty(expect.shape, np.int8)]
-    program = compiled.module.program_for(*arrays)
+    return compiled.module.program_for(*arrays), dev, arrays[-1], expect
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ("C2", "C4", "C10"))
+def test_compiled_resnet18_layer_matches_cycle(name):
+    """Compiled ResNet-18 layers (2 virtual threads; C2 ~524 000 cycles, C4 ~69 000, C10 ~50 000)
+    on the default configuration: verilator equals the cycle model in every retire cycle, the
+    counters and the DRAM, and computes numpy's result."""
+    program, dev, out, expect = _compiled_layer(name)
     assert vs_cycle(program) is None
-    assert vs_rtl(program, rtl_cache_dir) is None
     dev.run(program)
-    np.testing.assert_array_equal(arrays[-1].numpy().reshape(expect.shape), expect)
+    np.testing.assert_array_equal(out.numpy().reshape(expect.shape), expect)
+
+
+@pytest.mark.slow
+def test_compiled_resnet18_c4_matches_rtl():
+    """The compiled C4 layer (2 virtual threads) on rtl itself: a minute or two of Amaranth simulation."""
+    program, *_ = _compiled_layer("C4")
+    assert vs_rtl(program) is None
 
 
 @pytest.mark.slow
