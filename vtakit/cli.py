@@ -945,6 +945,12 @@ def _add_dse(verbs: argparse._SubParsersAction) -> None:
                                                           "best_tuning.log here")
     p.add_argument("--cpu-part", action="store_true",
                    help="also build the best and the default network and profile the CPU part of an inference")
+    p.add_argument("--verify", nargs="?", const="full", choices=("full", "sim"), metavar="full|sim",
+                   help="check the best configuration: synthesise it for the part (full, the default; minutes), run "
+                        "its shortest programs on the RTL (verilator, else rtl) against the cycle model and the "
+                        "network against the integer CPU reference (sim: these two only)")
+    p.add_argument("--verify-programs", type=_positive, default=2, metavar="N",
+                   help="programs of the best configuration --verify runs on the RTL (default 2)")
     _seed_option(p, "the search")
     _json_option(p)
     p.set_defaults(func=cmd_dse)
@@ -959,7 +965,7 @@ def cmd_dse(args: argparse.Namespace) -> int:
                         top_k=args.top_k, strategy=args.strategy, seed=args.seed, batch_size=args.batch_size,
                         calibration=None if args.calibration is None else str(args.calibration), budget=args.budget,
                         log=args.log, dask=args.dask, n_parallel=args.parallel, timeout=args.timeout,
-                        measure_cpu=args.cpu_part)
+                        measure_cpu=args.cpu_part, verify=args.verify, verify_programs=args.verify_programs)
     if args.plot is not None:
         result.plot(args.plot)
     if args.out is not None:
@@ -968,6 +974,9 @@ def cmd_dse(args: argparse.Namespace) -> int:
     for note in result.notes:
         print(f"vtakit: note: {note}", file=sys.stderr)
     print(json.dumps(result.to_dict(), indent=2) if args.json else result.table())
+    if result.verification is not None and not result.verification["ok"]:
+        print("vtakit: error: the best configuration failed verification (see 'verification')", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -1,5 +1,6 @@
 """One evaluation: rejection in milliseconds naming the binding resource, per-task cycles equal to the
-tuner's trials, failures as error records; the latency model is deterministic."""
+tuner's trials, the whole network's cycles equal to its profile on the cycle model (outputs equal to
+the integer CPU reference), failures as error records; the latency model is deterministic."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import numpy as np
 import pytest
 
 from vtakit import autotune, dse
+from vtakit.compiler import graph as vg
 from vtakit.compiler.autotune.measure import run_trial
 from vtakit.dse.evaluate import Evaluation, evaluate_job, ideal_cycles
 from vtakit.dse.model import LatencyModel
@@ -21,10 +23,11 @@ def digits():
     return dse.load_network("digits")
 
 
-def _job(net, config: VTAConfig, timeout: float = 60.0, reference: bool = False) -> Evaluation:
+def _job(net, config: VTAConfig, timeout: float = 60.0, reference: bool = False, expected=None) -> Evaluation:
     space = dse.DesignSpace("xc7z020", net.batch)
     return Evaluation.from_record(evaluate_job(net.graph, config.to_dict(), "xc7z020", space.budget, net.batch,
-                                               timeout, 0, reference))
+                                               timeout, 0, reference, net.sample,
+                                               net.expected() if expected is None else expected))
 
 
 def test_a_configuration_that_does_not_fit_is_rejected_in_milliseconds(digits):
@@ -49,7 +52,12 @@ def test_task_cycles_are_the_tuners_default_trials(digits):
     for got, task in zip(ev.tasks, tasks):
         trial = run_trial(task, task.config_space.fallback.index, option.builder, option.runner)
         assert got.cycles == trial.cost and got.ideal_cycles == ideal_cycles(task) <= got.cycles
-    assert ev.cycles == sum(t.count * t.cycles for t in ev.tasks)
+    assert ev.task_cycles == sum(t.count * t.cycles for t in ev.tasks)
+    # the latency counts every offloaded step: the whole network profiled on the cycle model
+    profile = vg.build(digits.graph, "vta", config=config).profile(digits.sample, backend="cycle")
+    assert ev.network is not None and ev.cycles == ev.network.cycles == profile.total_cycles
+    assert ev.ideal_cycles == profile.ideal_cycles <= ev.cycles
+    assert [c for _, c in ev.network.steps] == [r.cycles for r in profile.layers if r.on_accelerator]
     assert ev.latency_s == pytest.approx(ev.cycles / 100e6)
     assert len(ev.trials) == len(tasks)                        # the default tilings' tuning records
     assert Evaluation.from_record(ev.to_record()).to_record() == ev.to_record()
@@ -65,6 +73,13 @@ def test_ideal_cycles_are_the_simulators(spec):
     run = (run_conv2d(Conv2dWorkload.from_key(task.args), VTAConfig.small(), "cycle") if kind == "conv2d"
            else run_dense(*args, VTAConfig.small(), "cycle"))
     assert run.correct and ideal_cycles(task) == run.ideal_cycles
+
+
+def test_a_network_output_unlike_the_cpu_reference_makes_an_error_record(digits):
+    wrong = [out + 1 for out in digits.expected()]
+    ev = _job(digits, dse.DesignSpace("xc7z020").clocked(VTAConfig.small()), expected=wrong)
+    assert ev.status == "error" and "differs from the integer CPU reference in" in ev.message
+    assert ev.tasks and ev.network is None
 
 
 def test_a_failing_task_makes_an_error_record(digits):

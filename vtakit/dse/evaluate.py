@@ -5,9 +5,14 @@
 resource), then extracts the network's tasks for it (``vtakit.autotune.extract_tasks``) and
 measures each task's default tiling (its template's fallback) with the tuner's trial job
 (:func:`vtakit.compiler.autotune.measure.run_trial`: a killable child, cycles on the cycle model,
-the output checked against numpy). The accelerator's cycles are ``sum(count x cycles)`` over the
-tasks; ``ideal_cycles`` counts the GEMM micro-ops (one per cycle on a perfect machine), as
-``scripts/bench_vta.py`` does. The job returns plain JSON-able data (it may run on a dask worker);
+the output checked against numpy): ``sum(count x cycles)`` over the tasks is ``task_cycles``. The
+accelerator's cycles of one inference are measured on the whole network (:func:`network_cycles`):
+the network built for the configuration with the same default tilings and profiled on the cycle
+model, which counts every offloaded layer, the residual additions and the fused epilogues the tasks
+leave out; its outputs must equal the integer CPU reference bit for bit, else the evaluation is an
+error. ``ideal_cycles`` counts the GEMM micro-ops (one per cycle on a perfect machine), as
+``scripts/bench_vta.py`` does. Every evaluated configuration is also elaborated (Amaranth, about
+0.5 s; :func:`elaborate`). The job returns plain JSON-able data (it may run on a dask worker);
 :class:`Evaluation` is its typed form, the line the search log stores.
 """
 
@@ -24,10 +29,11 @@ from vtakit.compiler.topi_vta.knobs import conv2d_blocks, dense_blocks
 from vtakit.compiler.topi_vta.workloads import Conv2dWorkload
 from vtakit.compiler.vta.env import get_env
 from vtakit.dse.space import DesignSpace, config_key
-from vtakit.errors import VtakitError
+from vtakit.errors import DSEError, VtakitError
 from vtakit.hw.config import VTAConfig
 
-__all__ = ["TaskCycles", "Evaluation", "evaluate_job", "measure_tasks", "ideal_cycles", "STATUSES"]
+__all__ = ["TaskCycles", "NetworkCycles", "Evaluation", "evaluate_job", "measure_tasks", "network_cycles", "elaborate",
+           "ideal_cycles", "STATUSES"]
 
 #: ``ok``: measured; ``rejected``: the estimate says it does not fit; ``error``: a task failed.
 STATUSES = ("ok", "rejected", "error")
@@ -57,6 +63,25 @@ def _total(tasks: tuple[TaskCycles, ...], what: str) -> int:
     return sum(t.count * getattr(t, what) for t in tasks)
 
 
+@dataclass(frozen=True)
+class NetworkCycles:
+    """The whole network on one configuration, profiled on the cycle model: accelerator cycles and
+    ideal cycles summed over every accelerator step, and each step's ``(name, cycles)``."""
+
+    cycles: int
+    ideal_cycles: int
+    steps: tuple[tuple[str, int], ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"cycles": self.cycles, "ideal_cycles": self.ideal_cycles, "steps": [list(s) for s in self.steps]}
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any] | None) -> "NetworkCycles | None":
+        if raw is None:
+            return None
+        return cls(int(raw["cycles"]), int(raw["ideal_cycles"]), tuple((str(n), int(c)) for n, c in raw["steps"]))
+
+
 @dataclass
 class Evaluation:
     """One evaluated configuration: status, resources, clock, per-task cycles with default tilings
@@ -76,6 +101,8 @@ class Evaluation:
     trials: tuple[str, ...] = ()          # the default tilings' tuning records (JSON lines)
     tuned: tuple[TaskCycles, ...] | None = None
     schedule_trials: int = 0
+    network: NetworkCycles | None = None        # the whole network, default tilings
+    tuned_network: NetworkCycles | None = None  # the whole network with the tuned schedules
 
     @property
     def key(self) -> str:
@@ -86,13 +113,19 @@ class Evaluation:
         return self.status == "ok"
 
     @property
-    def cycles(self) -> int:
-        """Accelerator cycles of one inference with default tilings."""
+    def task_cycles(self) -> int:
+        """``sum(count x cycles)`` over the tuning tasks, default tilings (no residual additions)."""
         return _total(self.tasks, "cycles")
 
     @property
+    def cycles(self) -> int:
+        """Accelerator cycles of one inference with default tilings: the whole network's when measured
+        (every offloaded step), else the tasks' sum."""
+        return self.network.cycles if self.network is not None else self.task_cycles
+
+    @property
     def ideal_cycles(self) -> int:
-        return _total(self.tasks, "ideal_cycles")
+        return self.network.ideal_cycles if self.network is not None else _total(self.tasks, "ideal_cycles")
 
     @property
     def utilization(self) -> float | None:
@@ -105,12 +138,20 @@ class Evaluation:
 
     @property
     def tuned_cycles(self) -> int | None:
+        """The whole network's cycles with the tuned schedules (the tasks' sum when not measured)."""
+        if self.tuned_network is not None:
+            return self.tuned_network.cycles
+        return None if self.tuned is None else _total(self.tuned, "cycles")
+
+    @property
+    def tuned_task_cycles(self) -> int | None:
         return None if self.tuned is None else _total(self.tuned, "cycles")
 
     @property
     def best_cycles(self) -> int:
         """Tuned cycles when tuned, else the default tilings'."""
-        return self.cycles if self.tuned is None else _total(self.tuned, "cycles")
+        tuned = self.tuned_cycles
+        return self.cycles if tuned is None else tuned
 
     @property
     def best_latency_s(self) -> float:
@@ -122,8 +163,9 @@ class Evaluation:
         tuned = self.tuned_cycles
         return {"model": self.config.model, "status": self.status, "latency_ms": _ms(self.latency_s),
                 "cycles": self.cycles if self.ok else None, "ideal_cycles": self.ideal_cycles if self.ok else None,
+                "task_cycles": self.task_cycles if self.ok else None,
                 "utilization": None if util is None else round(util, 4),
-                "tuned_cycles": tuned, "tuned_latency_ms": _ms(self.best_latency_s) if tuned else None,
+                "tuned_cycles": tuned, "tuned_task_cycles": self.tuned_task_cycles, "tuned_latency_ms": _ms(self.best_latency_s) if tuned else None,
                 "fmax_mhz": self.fmax_mhz, "largest_fraction": round(self.largest_fraction, 4),
                 "binding": self.binding,
                 **{f"{k}_used": v["used"] for k, v in self.resources.items()},
@@ -134,8 +176,9 @@ class Evaluation:
         return {"config": self.config.to_dict(), "status": self.status, "message": self.message,
                 "binding": self.binding, "fits": self.fits, "resources": self.resources,
                 "largest_fraction": self.largest_fraction, "fmax_mhz": self.fmax_mhz,
-                "tasks": [t.to_dict() for t in self.tasks], "seconds": self.seconds, "round": self.round,
-                "trials": list(self.trials)}
+                "tasks": [t.to_dict() for t in self.tasks],
+                "network_cycles": None if self.network is None else self.network.to_dict(),
+                "seconds": self.seconds, "round": self.round, "trials": list(self.trials)}
 
     @classmethod
     def from_record(cls, raw: Mapping[str, Any]) -> "Evaluation":
@@ -145,7 +188,8 @@ class Evaluation:
                    str(raw.get("binding", "")), bool(raw.get("fits", True)), dict(raw.get("resources", {})),
                    float(raw.get("largest_fraction", 0.0)), float(raw.get("fmax_mhz", 0.0)),
                    tuple(TaskCycles.from_dict(t) for t in raw.get("tasks", ())), float(raw.get("seconds", 0.0)),
-                   int(raw.get("round", -1)), tuple(str(t) for t in raw.get("trials", ())))
+                   int(raw.get("round", -1)), tuple(str(t) for t in raw.get("trials", ())),
+                   network=NetworkCycles.from_dict(raw.get("network_cycles")))
 
 
 def _ms(seconds: float) -> float | None:
@@ -178,11 +222,48 @@ def measure_tasks(tasks: list[Task], timeout: float) -> tuple[list[TaskCycles], 
     return out, trials, ""
 
 
+def elaborate(config: VTAConfig) -> None:
+    """Elaborate the accelerator of ``config`` (``VTAShell``, every submodule, Amaranth's design
+    checks; no netlist): raises what the RTL raises for a configuration it cannot build."""
+    from amaranth.hdl import Fragment  # noqa: PLC0415 -- the HDL loads only where a job runs
+
+    from vtakit.hw.shell import VTAShell  # noqa: PLC0415
+
+    Fragment.get(VTAShell(config), None).prepare()
+
+
+def network_cycles(graph: Any, config: VTAConfig, sample: Mapping[str, Any], expected: list[Any] | None = None,
+                   tuning_log: str | None = None) -> tuple[NetworkCycles, Any]:
+    """Build ``graph`` for ``config`` (``tuning_log``: the tuned schedules, else default tilings) and
+    profile one inference of ``sample`` on the cycle model; returns its accelerator cycles and the
+    :class:`~vtakit.compiler.graph.module.Profile`. ``expected``: the integer CPU reference's outputs,
+    which the accelerator's must equal bit for bit (a :class:`DSEError` says where they differ)."""
+    import numpy as np  # noqa: PLC0415
+
+    from vtakit.compiler import graph as vg  # noqa: PLC0415 -- the graph compiler loads only when used
+
+    module = vg.build(graph, "vta", config=config, tuning_log=tuning_log)
+    profile = module.profile(sample, backend="cycle")
+    if expected is not None:
+        for name, got, want in zip(graph.outputs, profile.outputs, expected):
+            if not np.array_equal(got, want):
+                bad = int(np.count_nonzero(np.asarray(got) != np.asarray(want)))
+                raise DSEError(f"the network's output {name!r} on {config.model} differs from the integer CPU "
+                               f"reference in {bad} of {np.asarray(want).size} values")
+    steps = tuple((r.name, int(r.cycles)) for r in profile.layers if r.on_accelerator)
+    if profile.total_cycles is None:
+        raise DSEError(f"the cycle model gave no cycles for the network on {config.model}")
+    return NetworkCycles(int(profile.total_cycles), int(profile.ideal_cycles), steps), profile
+
+
 def evaluate_job(graph: Any, config: dict[str, Any], part: str, budget: dict[str, float], max_batch: int,
-                 timeout: float, round_: int, reference: bool = False) -> dict[str, Any]:
+                 timeout: float, round_: int, reference: bool = False, sample: Mapping[str, Any] | None = None,
+                 expected: list[Any] | None = None) -> dict[str, Any]:
     """Evaluate one configuration (``config``: its JSON keys) of ``graph`` on ``part``; returns
     :meth:`Evaluation.to_record`. Never raises for a bad configuration: it becomes a record.
-    ``reference``: measure even when it does not fit (the baseline)."""
+    ``reference``: measure even when it does not fit (the baseline). ``sample``: one input of the
+    network, to measure the whole network's cycles (None: the tasks' sum only); ``expected``: the
+    integer CPU reference's outputs for it, which the accelerator's must equal."""
     start = time.perf_counter()
     space = DesignSpace(part, max_batch, budget)
     cfg = VTAConfig.from_dict(config)
@@ -196,6 +277,12 @@ def evaluate_job(graph: Any, config: dict[str, Any], part: str, budget: dict[str
             ev.seconds = time.perf_counter() - start
             return ev.to_record()
     try:
+        elaborate(cfg)
+    except Exception as exc:   # noqa: BLE001 -- whatever the RTL raises is this configuration's error
+        ev.status, ev.message = "error", f"the RTL of {cfg.model} does not elaborate: {type(exc).__name__}: {exc}"
+        ev.seconds = time.perf_counter() - start
+        return ev.to_record()
+    try:
         tasks = extract_tasks(graph, target="vta", config=cfg)
     except VtakitError as exc:
         ev.status, ev.message = "error", f"the network does not compile for {cfg.model}: {exc}"
@@ -205,6 +292,11 @@ def evaluate_job(graph: Any, config: dict[str, Any], part: str, budget: dict[str
     ev.tasks, ev.trials = tuple(measured), tuple(trials)
     if error:
         ev.status, ev.message = "error", error
+    elif sample is not None:
+        try:
+            ev.network, _ = network_cycles(graph, cfg, sample, expected)
+        except VtakitError as exc:
+            ev.status, ev.message = "error", f"the whole network on {cfg.model}: {exc}"
     ev.seconds = time.perf_counter() - start
     return ev.to_record()
 

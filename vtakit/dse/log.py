@@ -4,9 +4,11 @@ flushed as each result arrives, so a killed search resumes with nothing lost.
 Each line carries the format name and version, the network, the part and the budget; a search
 reads only the lines of its own network, part and budget (others are ignored, with a note). Two
 kinds of line: ``eval`` (an :class:`~vtakit.dse.evaluate.Evaluation`: the configuration, its
-status, resources, clock and per-task cycles with default tilings) and ``tuned`` (the per-task
-cycles after tuning the schedules with a given number of trials; the trials themselves are in
-that configuration's tuning log). A line without its newline (a kill mid-write) or otherwise
+status, resources, clock, per-task cycles with default tilings and the whole network's cycles)
+and ``tuned`` (the per-task cycles after tuning the schedules with a given number of trials and
+the whole network's with them; the trials themselves are in that configuration's tuning log).
+Version 1 lines (before the whole network was measured) are ignored with a note: their
+configurations are evaluated again. A line without its newline (a kill mid-write) or otherwise
 unreadable is skipped with a warning, and the writer starts a new line before appending.
 """
 
@@ -19,14 +21,14 @@ from pathlib import Path
 from typing import Any
 
 from vtakit.compiler.autotune.record import RecordWriter
-from vtakit.dse.evaluate import Evaluation, TaskCycles
+from vtakit.dse.evaluate import Evaluation, NetworkCycles, TaskCycles
 from vtakit.dse.space import config_key
 from vtakit.errors import DSEError
 
 __all__ = ["LOG_FORMAT", "LOG_VERSION", "LogContents", "SearchLog"]
 
 LOG_FORMAT = "vtakit-dse"
-LOG_VERSION = 1
+LOG_VERSION = 2
 
 
 @dataclass
@@ -35,7 +37,7 @@ class LogContents:
     and notes on what was ignored."""
 
     evaluations: dict[str, Evaluation] = field(default_factory=dict)
-    tuned: dict[tuple[str, int], tuple[TaskCycles, ...]] = field(default_factory=dict)
+    tuned: dict[tuple[str, int], tuple[tuple[TaskCycles, ...], NetworkCycles | None]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
 
@@ -65,12 +67,15 @@ class SearchLog:
         except OSError as exc:
             raise DSEError(f"cannot read the search log {str(self.path)!r}: {exc.strerror}") from exc
         lines = text.split("\n")
-        foreign = 0
+        foreign = old = 0
         for lineno, line in enumerate(lines, 1):
             if not line.strip():
                 continue
             try:
                 raw = json.loads(line)
+                if isinstance(raw, dict) and raw.get("format") == LOG_FORMAT and raw.get("version") == 1:
+                    old += 1
+                    continue
                 if not isinstance(raw, dict) or raw.get("format") != LOG_FORMAT or raw.get("version") != LOG_VERSION:
                     raise ValueError(f"not a version-{LOG_VERSION} {LOG_FORMAT} line")
                 if any(raw.get(k) != v for k, v in self.header.items()):
@@ -81,13 +86,17 @@ class SearchLog:
                     out.evaluations.setdefault(ev.key, ev)
                 elif raw.get("kind") == "tuned":
                     tasks = tuple(TaskCycles.from_dict(t) for t in raw["tasks"])
-                    out.tuned.setdefault((str(raw["key"]), int(raw["schedule_trials"])), tasks)
+                    network = NetworkCycles.from_dict(raw.get("network_cycles"))
+                    out.tuned.setdefault((str(raw["key"]), int(raw["schedule_trials"])), (tasks, network))
                 else:
                     raise ValueError(f"unknown kind {raw.get('kind')!r}")
             except (ValueError, KeyError, TypeError) as exc:
                 where = "its last line" if lineno >= len(lines) - 1 else f"line {lineno}"
                 warnings.warn(f"search log {str(self.path)!r}: skipped {where}, not a readable record ({exc})",
                               stacklevel=2)
+        if old:
+            out.notes.append(f"{self.path}: ignored {old} version-1 record(s) (logged before the whole network's "
+                             "cycles were measured); their configurations are evaluated again")
         if foreign:
             out.notes.append(f"{self.path}: ignored {foreign} record(s) of another network, part or budget")
         return out
@@ -98,11 +107,16 @@ class SearchLog:
     def append_tuned(self, ev: Evaluation, schedule_trials: int, tuning_log: str) -> None:
         assert ev.tuned is not None
         self._write({"kind": "tuned", "key": config_key(ev.config), "schedule_trials": schedule_trials,
-                     "tasks": [t.to_dict() for t in ev.tuned], "tuning_log": tuning_log})
+                     "tasks": [t.to_dict() for t in ev.tuned],
+                     "network_cycles": None if ev.tuned_network is None else ev.tuned_network.to_dict(),
+                     "tuning_log": tuning_log})
 
     def _write(self, body: dict[str, Any]) -> None:
         if self.path is None:
             return
+        clash = set(body) & set(self.header)
+        if clash:
+            raise DSEError(f"a search log record may not reuse the header's keys {sorted(clash)}")
         if self._writer is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._writer = RecordWriter(self.path)

@@ -10,7 +10,7 @@ split (the quick network of tests and examples). Anything else is an ONNX model 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -27,12 +27,24 @@ BUILTIN_NETWORKS = ("resnet18", "digits")
 @dataclass
 class Network:
     """A quantised graph ready for ``vtakit.autotune.extract_tasks`` and ``vtakit.graph.build``, its
-    name, its batch (the first input's leading dimension) and one input for profiling."""
+    name, its batch (the first input's leading dimension), one input for profiling and checking, and
+    (:meth:`expected`) the integer CPU reference's outputs for it."""
 
     name: str
     graph: Any
     batch: int
     sample: dict[str, np.ndarray]
+    _expected: list[np.ndarray] | None = field(default=None, repr=False, compare=False)
+
+    def expected(self) -> list[np.ndarray]:
+        """The integer CPU reference's outputs for :attr:`sample` (``vtakit.graph.evaluate``, numpy; once),
+        in output order: what the accelerator's outputs must equal bit for bit."""
+        if self._expected is None:
+            from vtakit.compiler import graph as vg  # noqa: PLC0415
+
+            ref = vg.evaluate(self.graph, self.sample)
+            self._expected = [np.asarray(ref[name]) for name in self.graph.outputs]
+        return self._expected
 
 
 def load_network(network: Any, calibration: Any = None, *, image: int = 224) -> Network:

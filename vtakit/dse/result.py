@@ -27,7 +27,7 @@ from vtakit.hw.config import VTAConfig
 __all__ = ["DSEResult", "pareto_front", "OUT_FILES"]
 
 #: What :meth:`DSEResult.write` puts in its directory.
-OUT_FILES = ("best_config.json", "pareto.csv", "pareto.json", "pareto.png", "best_tuning.log")
+OUT_FILES = ("best_config.json", "pareto.csv", "pareto.json", "pareto.png", "best_tuning.log", "verification.json")
 
 
 def pareto_front(evaluations: list[Evaluation]) -> list[Evaluation]:
@@ -59,6 +59,7 @@ class DSEResult:
     notes: list[str] = field(default_factory=list)
     log: str | None = None
     space: dict[str, Any] = field(default_factory=dict)   # what was searched (DesignSpace.describe)
+    verification: dict[str, Any] | None = None            # the winner's check (vtakit.dse.verify), when run
 
     @property
     def pareto(self) -> list[Evaluation]:
@@ -98,6 +99,9 @@ class DSEResult:
                 "seed": self.seed, "schedule_trials": self.schedule_trials,
                 "best": best.config.to_dict(), "best_model": best.config.model,
                 "best_cycles": self.best_cycles, "default_cycles": self.default_cycles, "speedup": self.speedup,
+                "best_task_cycles": best.tuned_task_cycles or best.task_cycles,
+                "default_task_cycles": (ref.tuned_task_cycles or ref.task_cycles) if ref.ok else None,
+                "cycles_of": "network" if best.network is not None else "tasks",
                 "best_latency_ms": round(best.best_latency_s * 1e3, 6),
                 "default_latency_ms": round(ref.best_latency_s * 1e3, 6) if ref.ok else None,
                 "best_utilization": _util(best), "default_utilization": _util(ref),
@@ -109,7 +113,7 @@ class DSEResult:
                 "pareto": [e.summary() for e in self.pareto],
                 "evaluations": len(self.evaluations),
                 "statuses": {s: sum(e.status == s for e in self.evaluations) for s in ("ok", "rejected", "error")},
-                "space": self.space, "notes": self.notes, "log": self.log,
+                "space": self.space, "notes": self.notes, "log": self.log, "verification": self.verification,
                 "tuning_logs": [{"model": e.config.model, "best": e.key == best.key, "default": e.key == ref.key,
                                  "log": self.tuning_logs[e.key]}
                                 for e in {e.key: e for e in [ref, *self.evaluations]}.values()
@@ -133,6 +137,8 @@ class DSEResult:
                         f"{self.best_cycles:,}")
         for name, secs in self.cpu_seconds.items():
             rows.append(f"CPU part ({name}): {secs * 1e3:.3f} ms per inference")
+        if self.verification is not None:
+            rows.append(self.verification["summary"])
         return "\n".join(rows)
 
     def plot(self, path: str | Path) -> None:
@@ -167,7 +173,8 @@ class DSEResult:
         plt.close(fig)
 
     def write(self, out_dir: str | Path) -> list[Path]:
-        """Write :data:`OUT_FILES` into ``out_dir`` (the plot only with matplotlib); returns them."""
+        """Write :data:`OUT_FILES` into ``out_dir`` (the plot only with matplotlib, the verification only when
+        it ran); returns them."""
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         best = self.best_evaluation
@@ -189,6 +196,10 @@ class DSEResult:
                 with open(tuned, "rb") as src:
                     shutil.copyfileobj(src, f)
         written.append(out / "best_tuning.log")
+        if self.verification is not None:
+            with atomic_write(out / "verification.json") as f:
+                f.write(json.dumps(self.verification, indent=1).encode())
+            written.append(out / "verification.json")
         try:
             self.plot(out / "pareto.png")
             written.append(out / "pareto.png")

@@ -33,7 +33,7 @@ import numpy as np
 from vtakit.compiler.autotune.measure import LocalBuilder, LocalRunner, MeasureOption, dask_executor
 from vtakit.compiler.autotune.task import extract_tasks, split_trials
 from vtakit.compiler.autotune.tuner.xgb import XGBTuner
-from vtakit.dse.evaluate import Evaluation, TaskCycles, evaluate_job, ideal_cycles
+from vtakit.dse.evaluate import Evaluation, NetworkCycles, TaskCycles, evaluate_job, ideal_cycles, network_cycles
 from vtakit.dse.log import SearchLog
 from vtakit.dse.model import LatencyModel
 from vtakit.dse.network import Network, load_network
@@ -48,6 +48,8 @@ __all__ = ["search", "STRATEGIES", "Searcher"]
 
 #: How the next configurations are chosen: the latency model, or uniformly at random.
 STRATEGIES = ("xgb", "random")
+#: What ``verify`` may ask for: nothing, the simulations only, or synthesis too.
+VERIFY_MODES = (None, "sim", "full")
 #: Random candidates the model rates per round (besides the neighbours of the best so far).
 POOL_SIZE = 256
 #: How many of the fastest configurations so far contribute their neighbours to the pool.
@@ -58,7 +60,8 @@ def search(network: Any, part: str, *, trials: int = 32, schedule_trials: int = 
            strategy: str = "xgb", seed: int = 0, batch_size: int = 8, calibration: Any = None,
            budget: float | Mapping[str, float] = 1.0, log: str | Path | None = None,
            tuning_dir: str | Path | None = None, dask: str | None = None, n_parallel: int | None = None,
-           timeout: float = 120.0, measure_cpu: bool = False, image: int = 224) -> DSEResult:
+           timeout: float = 120.0, measure_cpu: bool = False, image: int = 224, verify: str | None = None,
+           verify_programs: int = 2) -> DSEResult:
     """Search accelerator configurations (and, for the best, schedules) for ``network`` on ``part``.
 
     ``network``: ``"resnet18"``, ``"digits"``, an ``.onnx`` path (``calibration`` quantises a float
@@ -70,15 +73,27 @@ def search(network: Any, part: str, *, trials: int = 32, schedule_trials: int = 
     ``{"bram": 0.85}``). ``log``: the search log (JSON lines) to resume from and append to; the
     tuning logs go to ``tuning_dir`` (default: ``<log>.tuning/``, else a temporary directory).
     ``dask``: a scheduler address or ``local:N``; else ``n_parallel`` local worker processes.
-    ``measure_cpu``: also build the best and the reference network and profile its CPU part."""
+    ``measure_cpu``: also build the best and the reference network and profile its CPU part.
+    ``verify``: check the best configuration afterwards (:func:`vtakit.dse.verify.verify`; the result's
+    ``verification``): ``"full"`` synthesises it too, ``"sim"`` runs ``verify_programs`` of its programs
+    on the RTL and the network against the CPU reference only."""
     _check_args(trials, schedule_trials, top_k, strategy, seed, batch_size, timeout)
+    if verify not in VERIFY_MODES:
+        raise DSEError(f"verify must be one of {list(VERIFY_MODES)}, got {verify!r}")
     part_name = get_part(part).name
     net = load_network(network, calibration, image=image)
     space = DesignSpace(part_name, net.batch, budget)
     space.check_nonempty()
-    return Searcher(net, space, strategy=strategy, seed=seed, batch_size=batch_size, log=log,
-                    tuning_dir=tuning_dir, timeout=timeout).run(trials, schedule_trials, top_k, dask, n_parallel,
-                                                                 measure_cpu)
+    result = Searcher(net, space, strategy=strategy, seed=seed, batch_size=batch_size, log=log,
+                      tuning_dir=tuning_dir, timeout=timeout).run(trials, schedule_trials, top_k, dask, n_parallel,
+                                                                   measure_cpu)
+    if verify is not None:
+        from vtakit.dse.verify import verify as check  # noqa: PLC0415
+
+        best = result.best_evaluation
+        result.verification = check(net, best.config, part_name, tuning_log=result.tuning_logs.get(best.key),
+                                    synth=verify == "full", programs=verify_programs).to_dict()
+    return result
 
 
 def _check_args(trials: int, schedule_trials: int, top_k: int, strategy: str, seed: int, batch_size: int,
@@ -182,7 +197,8 @@ class Searcher:
         futures: dict[Future, VTAConfig] = {}
         for config in configs:
             futures[pool.submit(evaluate_job, self.net.graph, config.to_dict(), self.space.part.name,
-                                self.space.budget, self.space.max_batch, self.timeout, round_, reference)] = config
+                                self.space.budget, self.space.max_batch, self.timeout, round_, reference,
+                                self.net.sample, self.net.expected())] = config
         out = []
         try:
             pending = set(futures)
@@ -239,7 +255,8 @@ class Searcher:
 
     # ------------------------------------------------------------------ tuning the top configurations
     def _tune_top(self, evaluations: list[Evaluation], reference: Evaluation, schedule_trials: int, top_k: int,
-                  option: MeasureOption, logged: dict[tuple[str, int], tuple[TaskCycles, ...]],
+                  option: MeasureOption,
+                  logged: dict[tuple[str, int], tuple[tuple[TaskCycles, ...], NetworkCycles | None]],
                   tuning_logs: dict[str, str]) -> None:
         fitting = sorted((e for e in evaluations if e.ok and e.fits), key=lambda e: (e.latency_s, e.key))
         chosen = fitting[:top_k] + ([reference] if reference.ok and reference not in fitting[:top_k] else [])
@@ -251,9 +268,12 @@ class Searcher:
             done = logged.get((ev.key, schedule_trials))
             if done is None:
                 ev.tuned = self._tune(ev, schedule_trials, option, path, f"dse: tuning {k + 1}/{len(chosen)}")
+                if ev.network is not None:   # the whole network with the tuned schedules
+                    ev.tuned_network, _ = network_cycles(self.net.graph, ev.config, self.net.sample,
+                                                         self.net.expected(), tuning_log=str(path))
                 self.log.append_tuned(ev, schedule_trials, str(path))
             else:
-                ev.tuned = done
+                ev.tuned, ev.tuned_network = done
             ev.schedule_trials = schedule_trials
 
     def _tune(self, ev: Evaluation, schedule_trials: int, option: MeasureOption, path: Path,

@@ -63,11 +63,16 @@ KNOBS: tuple[Knob, ...] = (
 #: Keys of hardware features and area choices, varied when :class:`VTAConfig` defines them.
 OPTIONAL_KNOBS: tuple[Knob, ...] = (
     Knob("alu_requant", (False, True)),          # fused requantisation (one ALU micro-op)
+    Knob("bias_preload", (False, True)),         # a GEMM reset that copies the bias into ACC
+    Knob("gemm_out_requant", (False, True)),     # GEMM write-back to OUT requantised (needs ALU_REQUANT)
     Knob("gemm_dsp_packing", (True, False)),     # two int8 products per DSP48E1
     Knob("acc_read_ports", (1, 2)),              # one ACC copy, or two for single-cycle ALU micro-ops
+    # output channels whose products are LUT multipliers, not DSPs (at most BLOCK_OUT); even counts: packed
+    # DSPs hold two channels' products, so an odd count frees no DSP
+    Knob("gemm_lut_lanes", (0, 2, 4, 6, 8, 12, 16, 24, 32, 48, 64)),
 )
 #: The keys that choose how the RTL is built (area against speed), smallest-area value first.
-AREA_KEYS = ("gemm_dsp_packing", "acc_read_ports")
+AREA_KEYS = ("gemm_dsp_packing", "acc_read_ports", "gemm_lut_lanes")
 #: The widest bus (bits) each part offers the core; xc7z020: one 64-bit HP port.
 BUS_LIMITS = {"xc7z020": 64}
 #: The bus limit of parts not in :data:`BUS_LIMITS` (ECP5: soft DRAM controllers, 128 bits assumed).
