@@ -48,7 +48,8 @@ REGISTERS = (
     Register(0x24, "GEMM_UOPS", "RO", "GEMM micro-ops executed, reset GEMMs excluded (VTA's gemm_counter)"),
     Register(0x28, "ALU_UOPS", "RO", "ALU micro-ops executed (VTA's alu_counter)"),
     Register(0x2C, "CONFIG0", "RO", "bits 3:0 LOG_BATCH, 7:4 LOG_BLOCK_IN, 11:8 LOG_BLOCK_OUT, "
-                                    "15:12 log2(BUS_WIDTH), bit 16 ALU_MUL, bit 17 ALU_REQUANT"),
+                                    "15:12 log2(BUS_WIDTH), bit 16 ALU_MUL, bit 17 ALU_REQUANT, bit 18 BIAS_PRELOAD, "
+                                    "bit 19 GEMM_OUT_REQUANT"),
     Register(0x30, "CONFIG1", "RO", "bits 7:0 LOG_UOP_BUFF_SIZE, 15:8 LOG_INP_BUFF_SIZE, 23:16 LOG_WGT_BUFF_SIZE, "
                                     "31:24 LOG_ACC_BUFF_SIZE"),
 )
@@ -62,7 +63,7 @@ def config_words(config: VTAConfig) -> tuple[int, int]:
     """The CONFIG0 and CONFIG1 register values of ``config``."""
     word0 = (config.log_batch | config.log_block_in << 4 | config.log_block_out << 8
              | (config.bus_width.bit_length() - 1) << 12 | int(config.alu_mul) << 16
-             | int(config.alu_requant) << 17)
+             | int(config.alu_requant) << 17 | int(config.bias_preload) << 18 | int(config.gemm_out_requant) << 19)
     word1 = (config.log_uop_buff_size | config.log_inp_buff_size << 8 | config.log_wgt_buff_size << 16
              | config.log_acc_buff_size << 24)
     return word0, word1
