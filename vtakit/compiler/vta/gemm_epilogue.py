@@ -178,9 +178,12 @@ def _rescope(scope: ir.AttrStmt, kind: str, change: Callable[[ir.Call], ir.Call]
     return ir.AttrStmt(scope.node, scope.key, kind, _push_rewriter(change).visit(scope.body))
 
 
-def _plan(events: list[_Event], allocs: dict[ir.Var, ir.Buffer], env: VTAEnv) -> dict[int, Any]:
-    """Replacements (by node id: a statement, or None to drop it) that fuse each eligible tile."""
+def _plan(events: list[_Event], allocs: dict[ir.Var, ir.Buffer], env: VTAEnv,
+          out_requant: bool = True) -> tuple[dict[int, Any], set[int]]:
+    """Replacements (by node id: a statement, or None to drop it) that fuse each eligible tile, and
+    the requant register values the fused tiles set."""
     cfg = env.config
+    controls: set[int] = set()
     lanes = env.lanes(env.acc_scope)
     by_buffer: dict[ir.Var, list[int]] = {}
     for k, e in enumerate(events):
@@ -230,8 +233,10 @@ def _plan(events: list[_Event], allocs: dict[ir.Var, ir.Buffer], env: VTAEnv) ->
                     replace[id(first.node)] = _rescope(first.node, PUSH_ALU, lambda c: _with_args(c, a3=c.args[2], a6=1))
                     rest[0] = _Event("alu", first.node, first.loops, b, None, (1, 0, op, 1, imm), first.visits)
         # GEMM_OUT_REQUANT: one REQUANT immediate left -> the GEMMs write OUT requantised
-        if cfg.gemm_out_requant and len(rest) == 1 and rest[0].sig[2] == AluOp.REQUANT and rest[0].sig[3] == 1:
+        if out_requant and cfg.gemm_out_requant and len(rest) == 1 and rest[0].sig[2] == AluOp.REQUANT \
+                and rest[0].sig[3] == 1:
             control = rest[0].sig[4]
+            controls.add(control)
             head = replace.get(id(reset.node), reset.node)
             setter = ir.Evaluate(ir.Call("int32", REQUANT_SET, (ir.convert(control),)))
             replace[id(reset.node)] = ir.seq(setter, head)
@@ -240,7 +245,7 @@ def _plan(events: list[_Event], allocs: dict[ir.Var, ir.Buffer], env: VTAEnv) ->
                 replace[id(g.node)] = _rescope(g.node, PUSH_GEMM,
                                                lambda c: _with_args(c, **{f"a{GEMM_EPILOGUE_ARG}": 1}))
         plan.update(replace)
-    return plan
+    return plan, controls
 
 
 class _Apply(ir.IRMutator):
@@ -287,7 +292,13 @@ def fuse_gemm_epilogue(env: VTAEnv) -> Callable[[ir.PrimFunc], ir.PrimFunc]:
         if not (env.config.bias_preload or env.config.gemm_out_requant):
             return func
         events, allocs = _events(func.body)
-        plan = _plan(events, allocs, env)
+        plan, controls = _plan(events, allocs, env)
+        # the requant register is one: fused tiles (their sets may interleave, virtual threads) and any
+        # REQUANT left on the ALU must all use one control field, else no tile writes OUT requantised
+        left = {e.sig[4] for e in events
+                if e.kind == "alu" and e.sig[2] == AluOp.REQUANT and plan.get(id(e.node), e.node) is not None}
+        if len(controls) > 1 or (controls and left - controls):
+            plan, _ = _plan(events, allocs, env, out_requant=False)
         if not plan:
             return func
         body = _Apply(plan).visit(func.body)
