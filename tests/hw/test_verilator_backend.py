@@ -222,7 +222,8 @@ def test_corpus_default_matches_rtl(name):
 
 def _compiled_layer(name):
     """ResNet-18 layer ``name`` compiled for the default configuration with 2 virtual threads, as
-    a program on a verilator device, the device's output array and numpy's expected output."""
+    a program on a verilator device, the device, its arrays (the output last; kept alive: a freed
+    array's memory may not be run) and numpy's expected output."""
     from vtakit.compiler.topi_vta.bench import CLIP, compile_conv2d, conv2d_data, range_shift
     from vtakit.compiler.topi_vta.workloads import RESNET18
     from vtakit.compiler.vta.env import get_env
@@ -235,7 +236,7 @@ def _compiled_layer(name):
     expect = data.expect(shift, CLIP)
     dev = Device(DEFAULT, backend="verilator")
     arrays = [dev.array(h) for h in data.host] + [dev.empty(expect.shape, np.int8)]
-    return compiled.module.program_for(*arrays), dev, arrays[-1], expect
+    return compiled.module.program_for(*arrays), dev, arrays, expect
 
 
 @pytest.mark.slow
@@ -244,10 +245,10 @@ def test_compiled_resnet18_layer_matches_cycle(name):
     """Compiled ResNet-18 layers (2 virtual threads; C2 ~524 000 cycles, C4 ~69 000, C10 ~50 000)
     on the default configuration: verilator equals the cycle model in every retire cycle, the
     counters and the DRAM, and computes numpy's result."""
-    program, dev, out, expect = _compiled_layer(name)
+    program, dev, arrays, expect = _compiled_layer(name)
     assert vs_cycle(program) is None
     dev.run(program)
-    np.testing.assert_array_equal(out.numpy().reshape(expect.shape), expect)
+    np.testing.assert_array_equal(arrays[-1].numpy().reshape(expect.shape), expect)
 
 
 @pytest.mark.slow
