@@ -11,6 +11,10 @@
   same budget), utilization, resources; when the speedup is below ``--goal``, which resource binds
   and by how much (the estimate of the best configuration with its array doubled).
 - **Coverage:** which values each knob took over every logged evaluation.
+- **Features** (``--features``): ResNet-18 C2-C11 on the cycle model (2 virtual threads, every run checked
+  against numpy) on ``VTAConfig()`` with each hardware feature on and off, the configuration otherwise the
+  same: cycles per layer, their sum and utilisation (sum of ideal cycles / sum of cycles, as
+  ``scripts/bench_vta.py`` reports it).
 
 ``--json`` prints the report (also written to ``--out``/report.json); the search's Pareto table,
 plot and best configuration go to ``--out``/headline/. The figures depend on the machine's load
@@ -18,11 +22,13 @@ only in seconds; cycles are deterministic.
 
     python scripts/bench_dse.py --json                                    # ResNet-18, 40 x 5 x 2 (hours)
     python scripts/bench_dse.py --network digits --trials 16 --seeds 2 --schedule-trials 0 --json   # a minute
+    python scripts/bench_dse.py --features --json                          # the features table only
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import statistics
 import sys
@@ -35,6 +41,7 @@ from vtakit.dse.evaluate import Evaluation
 from vtakit.dse.log import SearchLog
 from vtakit.dse.space import AREA_KEYS
 from vtakit.errors import VtakitError
+from vtakit.hw.config import VTAConfig
 
 
 def _best(evaluations: list[Evaluation]) -> float:
@@ -82,22 +89,68 @@ def headline(args: argparse.Namespace, log: Path, out: Path) -> dict:
 
 
 def _what_binds(best: Evaluation, part: str) -> dict:
-    """The best configuration's binding resource, and what doubling its array (with every area key at
-    its smallest-area choice) would need of the part."""
+    """The best configuration's binding resource, and what doubling its array would need of the part:
+    for each doubling, the area keys' choice (every combination of their values, SRAM depths kept) whose
+    largest resource share is smallest, whether it fits, and what binds by how much."""
     space = dse.DesignSpace(part)
-    smallest_area = {k.name: k.values[0] for k in space.knobs if k.name in AREA_KEYS}
+    area = [k for k in space.knobs if k.name in AREA_KEYS]
     config = best.config
     out = {"binding": best.binding, "binding_fraction": best.resources[best.binding]["fraction"], "doubled": []}
     for key in ("log_block_out", "log_block_in", "log_batch"):
-        try:
-            bigger = space.clocked(config.replace(**{key: getattr(config, key) + 1}, **smallest_area))
-        except VtakitError as exc:   # an unencodable doubling is itself the answer
-            out["doubled"].append({"key": key.upper(), "error": str(exc)})
-            continue
-        fit = space.fit(bigger)
-        out["doubled"].append({"key": key.upper(), "model": bigger.model, "macs": bigger.macs_per_cycle,
-                               "fits": fit.fits, "binding": fit.binding, "resources": fit.resources()})
+        tried = []
+        for values in itertools.product(*(k.values for k in area)):
+            choice = {k.name: v for k, v in zip(area, values)}
+            try:
+                bigger = space.clocked(config.replace(**{key: getattr(config, key) + 1}, **choice))
+            except VtakitError as exc:   # unencodable: the doubling's answer if no choice encodes
+                tried.append((float("inf"), {"key": key.upper(), "error": str(exc)}))
+                continue
+            fit = space.fit(bigger)
+            tried.append((max(fit.shares.values()), {
+                "key": key.upper(), "model": bigger.model, "macs": bigger.macs_per_cycle, "area_keys": choice,
+                "fits": fit.fits, "binding": fit.binding, "over": fit.describe(), "resources": fit.resources()}))
+        out["doubled"].append(min(tried, key=lambda t: t[0])[1])
     return out
+
+
+#: The hardware features the ``--features`` table turns on one at a time (each with what it needs).
+FEATURES = {"alu_requant": {"alu_requant": True},
+            "acc_read_ports=2": {"acc_read_ports": 2},
+            "bias_preload": {"bias_preload": True},
+            "gemm_out_requant": {"gemm_out_requant": True, "alu_requant": True},
+            "bias_preload+gemm_out_requant": {"bias_preload": True, "gemm_out_requant": True, "alu_requant": True},
+            "alu_mul": {"alu_mul": True}}
+
+
+def features(base: VTAConfig, vthreads: int = 2) -> dict:
+    """C2-C11 cycles and utilisation on ``base`` and on ``base`` with each of :data:`FEATURES` on (the
+    keys this VTAConfig has); ``against``: what each is compared with (``base``, or ``alu_requant`` for a
+    feature that needs it)."""
+    from vtakit.compiler.topi_vta.bench import run_conv2d  # noqa: PLC0415
+    from vtakit.compiler.topi_vta.workloads import RESNET18  # noqa: PLC0415
+
+    def run(config: VTAConfig) -> dict:
+        layers = {}
+        for name, wl in RESNET18.items():
+            r = run_conv2d(wl, config, "cycle", vthreads)
+            if not r.correct:
+                raise SystemExit(f"bench_dse: {name} on {config.model} differs from numpy")
+            layers[name] = {"cycles": r.cycles, "ideal_cycles": r.ideal_cycles}
+        cycles, ideal = sum(v["cycles"] for v in layers.values()), sum(v["ideal_cycles"] for v in layers.values())
+        return {"cycles": cycles, "ideal_cycles": ideal, "utilization": round(ideal / cycles, 4), "layers": layers}
+
+    rows = {"base": {"keys": {}, **run(base)}}
+    print(f"bench_dse: features: base {rows['base']['cycles']:,} cycles", file=sys.stderr, flush=True)
+    for name, keys in FEATURES.items():
+        if not all(hasattr(base, k) for k in keys):
+            continue
+        row = run(base.replace(**keys))
+        against = "alu_requant" if "alu_requant" in keys and name != "alu_requant" else "base"
+        row.update(keys=keys, against=against, speedup=round(rows[against]["cycles"] / row["cycles"], 4))
+        rows[name] = row
+        print(f"bench_dse: features: {name} {row['cycles']:,} cycles ({row['speedup']}x vs {against})",
+              file=sys.stderr, flush=True)
+    return {"config": base.model, "vthreads": vthreads, "rows": rows}
 
 
 def coverage(log: Path, network: str, part: str) -> dict:
@@ -129,11 +182,20 @@ def main() -> int:
     p.add_argument("--cpu-part", action="store_true", help="also profile the CPU part of best and default")
     p.add_argument("--parallel", type=int, default=None)
     p.add_argument("--out", type=Path, default=Path(tempfile.gettempdir()) / "vtakit-bench-dse")
+    p.add_argument("--features", action="store_true",
+                   help="only the features table: C2-C11 with each hardware feature on and off (--config's base)")
+    p.add_argument("--config", type=Path, help="the features table's base configuration (default VTAConfig())")
     p.add_argument("--json", action="store_true")
     args = p.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     log = args.out / "search.jsonl"
     start = time.perf_counter()
+    if args.features:
+        base = VTAConfig.from_json(args.config) if args.config else VTAConfig()
+        report = {"features": features(base), "seconds": time.perf_counter() - start}
+        (args.out / "features.json").write_text(json.dumps(report, indent=1))
+        print(json.dumps(report, indent=1))
+        return 0
     report: dict = {"network": args.network, "part": args.part}
     if args.seeds:
         report["model_vs_random"] = model_vs_random(args, log)

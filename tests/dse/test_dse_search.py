@@ -79,6 +79,18 @@ def test_every_evaluated_config_validates_fits_and_is_logged_once(small_search, 
     assert rounds == [-1] * (1 - reference_apart) + [0] * (3 + reference_apart) + [1] * 4
 
 
+def test_the_log_shows_block_buffer_bus_and_feature_keys_varied(small_search):
+    """Even the 8 evaluations of the small search move every key of the array (BATCH aside: the network's is
+    1), of the SRAMs, of the bus and of the features."""
+    _, log = small_search
+    configs = [VTAConfig.from_dict(r["config"]) for r in _eval_lines(log)]
+    keys = ["log_block_in", "log_block_out", "log_inp_buff_size", "log_wgt_buff_size", "log_acc_buff_size",
+            "bus_width", *(f for f in ("alu_mul", "alu_requant", "bias_preload", "gemm_out_requant")
+                           if hasattr(VTAConfig(), f))]
+    fixed = [k for k in keys if len({getattr(c, k) for c in configs}) < 2]
+    assert not fixed, f"{fixed} took one value over {len(configs)} evaluations"
+
+
 def test_same_seed_and_log_give_the_same_front(small_search, small_options, tmp_path):
     result, log = small_search
     opts = small_options
