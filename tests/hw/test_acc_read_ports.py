@@ -1,6 +1,6 @@
 """ACC_READ_PORTS on the RTL: one ACC copy with the src register, or two copies.
 
-docs/timing.md §4: a GEMM or ALU finishes at e = s + (cycles of its micro-ops) + 1. A micro-op takes
+docs/timing.md §4: an ALU finishes at e = s + (cycles of its micro-ops) + 4, a GEMM at + 5 + T. A micro-op takes
 one cycle, except a tensor ALU micro-op (it reads dst and src) when ACC has one read port: two,
 unless its src address is the previous micro-op's of the same instruction (it hits the src
 register). These programs chain tensor ALU micro-ops whose src is the dst of the micro-op one or
@@ -26,7 +26,10 @@ from vtakit.sim import cycle
 from vtakit.sim.backend import Launch
 from vtakit.sim.program import Program, Segment
 
-F = 5   # docs/timing.md §4: a queued GEMM/ALU without tokens retires (its micro-ops' cycles) + 5 after the previous one
+# docs/timing.md §4: a queued ALU (GEMM) without tokens retires (its micro-ops' cycles) + F (+ F_GEMM) after the
+# previous compute instruction; F_GEMM on VTAConfig.small() (one registered tree stage)
+F = 8
+F_GEMM = 10
 
 
 def _load(config, mem, sram, dram_bytes, x, **kw):
@@ -108,7 +111,7 @@ def test_tensor_alu_micro_op_cycles_per_read_port_count(ports):
     # steps between passes (uop 5 -> uop 0: src 3 -> 0) never repeat one
     assert d[0] == (24 * 2 - 12 if one else 24) + F
     assert d[1] == 24 + F                           # immediate ALU: one cycle per micro-op
-    assert d[2] == 6 + F                            # GEMM
+    assert d[2] == 6 + F_GEMM                       # GEMM
     # 18 micro-ops: passes of src (0, 0, 1, 1, 3, 3) + i, 3 hits each; i steps 3 -> 1: no hit
     assert d[3] == (18 * 2 - 9 if one else 18) + F
     assert d[4] == (2 if one else 1) + F            # one micro-op: always a miss

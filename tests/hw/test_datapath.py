@@ -1,4 +1,5 @@
-"""The execute stage alone (GEMM core and vector ALU) against numpy, edge values included."""
+"""The pipelined GEMM core and the execute stage (GEMM accumulate and vector ALU) against numpy, edge values
+included."""
 
 import numpy as np
 import pytest
@@ -6,7 +7,7 @@ from amaranth.sim import Simulator
 
 from tests.programs.corpus import alu_reference
 from vtakit.hw.config import VTAConfig
-from vtakit.hw.datapath import TensorDatapath
+from vtakit.hw.datapath import GemmPipeline, TensorDatapath
 from vtakit.hw.isa import AluOp
 
 CONFIG = VTAConfig.small(alu_mul=True, alu_requant=True)
@@ -39,18 +40,41 @@ def _run(vectors):
     return results
 
 
+def _gemm_sums(operands):
+    """GemmPipeline fed one (inp, wgt) pair per cycle: the sums that come out ``latency`` cycles later."""
+    dut = GemmPipeline(CONFIG)
+    sums = []
+
+    async def bench(ctx):
+        for cycle in range(len(operands) + dut.latency):
+            if cycle < len(operands):
+                ctx.set(dut.inp, operands[cycle][0])
+                ctx.set(dut.wgt, operands[cycle][1])
+            if cycle >= dut.latency:
+                sums.append(ctx.get(dut.sums))
+            await ctx.tick()
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(bench)
+    sim.run()
+    return sums
+
+
 def test_gemm_lanes_match_numpy():
     rng = np.random.default_rng(1)
-    vectors, expected = [], []
+    vectors, expected, operands = [], [], []
     for trial in range(20):
         inp = rng.integers(-128, 128, (CONFIG.batch, CONFIG.block_in))
         wgt = rng.integers(-128, 128, (CONFIG.block_out, CONFIG.block_in))
         acc = rng.integers(-(1 << 31), 1 << 31, (CONFIG.batch, CONFIG.block_out))
         reset = trial % 5 == 0
-        vectors.append({"inp": _pack(inp.ravel(), 8), "wgt": _pack(wgt.ravel(), 8), "acc_dst": _pack(acc.ravel(), 32),
-                        "is_alu": 0, "reset": reset})
+        operands.append((_pack(inp.ravel(), 8), _pack(wgt.ravel(), 8)))
+        vectors.append({"acc_dst": _pack(acc.ravel(), 32), "is_alu": 0, "reset": reset})
         value = np.zeros(LANES, np.int64) if reset else (acc + inp @ wgt.T).ravel()
         expected.append(((value + (1 << 31)) % (1 << 32)) - (1 << 31))
+    for v, sums in zip(vectors, _gemm_sums(operands), strict=True):
+        v["sums"] = sums
     for got, want in zip(_run(vectors), expected):
         assert np.array_equal(got, want)
 

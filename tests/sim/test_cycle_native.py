@@ -153,7 +153,7 @@ def test_long_gemm_is_one_event():
     program = Program(SMALL, insns, uops, uop_addr=0x100, segments=[Segment(0x1000, bytes(range(256)) * 16, "data")],
                       dram_size=0x4000)
     got = _native(program)
-    assert got[0].retire_cycles[4] - got[0].retire_cycles[3] == (1 << 16) + 5
+    assert got[0].retire_cycles[4] - got[0].retire_cycles[3] == (1 << 16) + 10   # GEMM: N + 10 on SMALL
     assert got[2] < 20
     _assert_same(program)
 

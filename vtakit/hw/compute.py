@@ -1,21 +1,29 @@
 """The compute module: micro-op cache, ACC and OUT, the GEMM core and the vector ALU.
 
 It runs LOAD UOP / ACC / ACC_8BIT (through its own 2-D DMA engine), GEMM, ALU and FINISH in
-program order. GEMM and ALU share one three-stage micro-op pipeline, one micro-op per cycle:
+program order. GEMM and ALU share one micro-op pipeline, one micro-op per cycle (the depths are in
+vtakit/hw/pipeline.py, the timing in docs/timing.md §4):
 
     A  issue: loop counters produce the micro-op address; the uop SRAM is read
-    B  index: uop fields + loop offsets give the ACC / INP / WGT addresses; the SRAMs are read
-    C  execute: the BATCH x BLOCK_IN x BLOCK_OUT GEMM or the vector ALU; ACC and OUT written
+    U  the uop SRAM's data is registered
+    B  index: uop fields + loop offsets give the ACC / INP / WGT addresses; INP and WGT are read
+    GEMM only: operands registered, products registered, adder-tree stages (GemmPipeline)
+    R  ACC dst is read (GEMM: two cycles before X; ALU: in B)
+    Q  the read data is registered
+    X  execute: acc + sums (GEMM) or the vector ALU, from registers; ACC written
+    W  OUT written from the registered result
 
-ACC's read ports are transparent to its write port, so a micro-op reading the entry that the
-micro-op just before it writes (distance 1) sees the new value, and every greater distance reads
-the SRAM after the write: the strict micro-op order of docs/architecture.md §2 holds with no stalls.
+R, Q, X and W are shared: GEMM and ALU instructions never overlap, so each uses them at its own
+depth. ACC's read port is transparent to its write port, so a micro-op reading in R the entry
+written in R sees the new value; an entry written in Q (by the micro-op just before) is taken in X
+from that micro-op's registered result (W); every later write comes after. The read-modify-write
+loop is one cycle (X), so the strict micro-op order of docs/architecture.md §2 holds with no stalls.
 
 A tensor ALU micro-op reads two ACC entries (dst and src) and writes one. With ACC_READ_PORTS 2,
 ACC has two read ports, which a two-port block RAM can only give by storing ACC twice. With
 ACC_READ_PORTS 1 (the default) ACC is stored once and such a micro-op takes two cycles, as in
 VTA's own designs: stage B becomes B1 (read src, keep dst's address) and B2 (read dst, keep src's
-data), and issue pauses in B1. Unless it hits the src register: one entry (valid, address, data)
+data), and A and U hold in B1. Unless it hits the src register: one entry (valid, address, data)
 that each such two-cycle micro-op loads and every write-back to its address updates, emptied when
 an ALU instruction starts. A micro-op whose src address is the register's reads dst alone and
 takes one cycle, so a loop that adds one bias entry to many dst entries runs at one per cycle.
@@ -32,7 +40,7 @@ from amaranth.utils import exact_log2
 from vtakit.hw import isa
 from vtakit.hw.bus import ReadPortSignature
 from vtakit.hw.config import ITER_BITS, VTAConfig
-from vtakit.hw.datapath import TensorDatapath
+from vtakit.hw.datapath import GemmPipeline, TensorDatapath
 from vtakit.hw.dma import DmaLoad2D
 from vtakit.hw.layouts import insn_layout, uop_layout
 from vtakit.hw.sequencer import Sequencer, sequencer_ports
@@ -131,19 +139,27 @@ class ComputeModule(wiring.Component):
                 alu_op.eq(alu.alu_opcode), imm.eq(alu.imm),
             ]
 
-        v_b = Signal()
+        v_u, v_b = Signal(), Signal()
         # two_read: a tensor ALU micro-op on a single ACC read port; miss_b: the one in stage B reads its
-        # src from ACC (stages B1 and B2, issue pauses a cycle) instead of the src register (see below)
+        # src from ACC (stages B1 and B2: A and U hold for a cycle) instead of the src register (see below)
         two_read = Signal()
         miss_b = Signal()
-        m.d.comb += two_read.eq(is_alu_l & ~use_imm if one_port else 0)
+        hold = Signal()
+        m.d.comb += [two_read.eq(is_alu_l & ~use_imm if one_port else 0), hold.eq(v_b & miss_b)]
         issue = Signal()
-        m.d.comb += issue.eq(issuing & ~(miss_b & v_b))
+        m.d.comb += issue.eq(issuing & ~hold)
+        dst_off_u, src_off_u, wgt_off_u = Signal.like(dst_ij), Signal.like(src_ij), Signal.like(wgt_ij)
         dst_off_b, src_off_b, wgt_off_b = Signal.like(dst_ij), Signal.like(src_ij), Signal.like(wgt_ij)
-        m.d.comb += [uop_rd.addr.eq(k)]
-        m.d.sync += v_b.eq(issue)
+        uop_b = Signal(32)
+        # stage U: the uop SRAM's data (held by its read enable while B holds) is registered for B
+        m.d.comb += [uop_rd.addr.eq(k), uop_rd.en.eq(~hold)]
+        with m.If(hold):
+            m.d.sync += v_b.eq(0)
+        with m.Else():
+            m.d.sync += [v_u.eq(issue), v_b.eq(v_u), uop_b.eq(uop_rd.data),
+                         dst_off_b.eq(dst_off_u), src_off_b.eq(src_off_u), wgt_off_b.eq(wgt_off_u)]
         with m.If(issue):
-            m.d.sync += [dst_off_b.eq(dst_ij), src_off_b.eq(src_ij), wgt_off_b.eq(wgt_ij)]
+            m.d.sync += [dst_off_u.eq(dst_ij), src_off_u.eq(src_ij), wgt_off_u.eq(wgt_ij)]
             with m.If(k == gemm.uop_end - 1):
                 m.d.sync += k.eq(gemm.uop_bgn)
                 with m.If(j == gemm.iter_in - 1):
@@ -160,7 +176,7 @@ class ComputeModule(wiring.Component):
                 m.d.sync += k.eq(k + 1)
 
         # stage B: indices
-        uop = data.View(uop_layout(cfg), uop_rd.data)
+        uop = data.View(uop_layout(cfg), uop_b)
         dst_b = (uop.dst_idx + dst_off_b)[:cfg.log_acc_depth]
         src_b = (uop.src_idx + src_off_b)[:src_bits]
         wgt_b = (uop.wgt_idx + wgt_off_b)[:cfg.log_wgt_depth]
@@ -177,38 +193,70 @@ class ComputeModule(wiring.Component):
         m.d.comb += src_want.eq(src_addr - src_off_b)
         m.d.comb += miss_b.eq(two_read & ~(src_valid & (uop.src_idx[:cfg.log_acc_depth] == src_want)))
         m.d.sync += [v_b2.eq(v_b & miss_b), dst_b2.eq(dst_b)]
-        v_c = Signal()
-        dst_c = Signal(cfg.log_acc_depth)
-        m.d.sync += [v_c.eq(v_b2 | (v_b & ~miss_b)), dst_c.eq(Mux(v_b2, dst_b2, dst_b))]
         m.d.comb += [
-            acc_rd_dst.addr.eq(Mux(v_b2, dst_b2, Mux(miss_b, src_b, dst_b))),
             self.inp_rd.addr.eq(src_b), self.wgt_rd.addr.eq(wgt_b),
             self.inp_rd.en.eq(1), self.wgt_rd.en.eq(1),
         ]
-        if not one_port:
-            m.d.comb += [acc_rd_src.addr.eq(src_b), src_data.eq(acc_rd_src.data)]
 
-        # stage C: execute and write back
-        lanes = cfg.batch * cfg.block_out
-        m.submodules.datapath = datapath = TensorDatapath(cfg)
+        # GEMM: the products and the adder tree (vtakit/hw/pipeline.py), the dst address beside them
+        m.submodules.gemm_core = gemm_core = GemmPipeline(cfg)
+        m.d.comb += [gemm_core.inp.eq(self.inp_rd.data), gemm_core.wgt.eq(self.wgt_rd.data)]
+        v_g = [Signal(name=f"v_g{n}") for n in range(gemm_core.latency)]
+        dst_g = [Signal(cfg.log_acc_depth, name=f"dst_g{n}") for n in range(gemm_core.latency)]
+        m.d.sync += [v_g[0].eq(v_b & ~is_alu_l), dst_g[0].eq(dst_b)]
+        m.d.sync += [v.eq(prev) for v, prev in zip(v_g[1:], v_g)]
+        m.d.sync += [d.eq(prev) for d, prev in zip(dst_g[1:], dst_g)]
+
+        # The ACC loop, shared by GEMM and ALU (never in flight together): R reads dst (GEMM: the
+        # cycle its sums enter the last tree stage; ALU: B, or B2 of a missing micro-op), Q registers
+        # the operands, X executes and writes ACC, W writes OUT from the registered result. The read
+        # in R is transparent to the write in R; the write in Q (by the micro-op then in X, the
+        # previous one) is forwarded into Q's operand registers; later writes come after the read.
+        v_r = Signal()
+        dst_r = Signal(cfg.log_acc_depth)
         m.d.comb += [
-            datapath.inp.eq(self.inp_rd.data), datapath.wgt.eq(self.wgt_rd.data),
-            datapath.acc_dst.eq(acc_rd_dst.data), datapath.acc_src.eq(src_data),
+            v_r.eq(Mux(is_alu_l, v_b2 | (v_b & ~miss_b), v_g[-2])),
+            dst_r.eq(Mux(is_alu_l, Mux(v_b2, dst_b2, dst_b), dst_g[-2])),
+            acc_rd_dst.addr.eq(Mux(is_alu_l & v_b & miss_b, src_b, dst_r)),
+        ]
+        v_q, v_x, v_w = Signal(), Signal(), Signal()
+        dst_q, dst_x, dst_w = Signal.like(dst_r), Signal.like(dst_r), Signal.like(dst_r)
+        m.d.sync += [v_q.eq(v_r), dst_q.eq(dst_r), v_x.eq(v_q), dst_x.eq(dst_q), v_w.eq(v_x), dst_w.eq(dst_x)]
+        m.submodules.datapath = datapath = TensorDatapath(cfg)
+        result = datapath.result
+        result_w = Signal(cfg.acc_elem_bits)  # W: the written-back element, for OUT and forwarding
+        m.d.sync += result_w.eq(result)
+        # Q registers the read data as it comes (the block RAM's slow output meets no logic but the
+        # transparency mux); X takes result_w instead where the micro-op before it wrote the entry
+        dst_val, src_val = Signal(cfg.acc_elem_bits), Signal(cfg.acc_elem_bits)
+        fwd_dst, fwd_src = Signal(), Signal()
+        m.d.sync += [dst_val.eq(acc_rd_dst.data), fwd_dst.eq(v_x & (dst_x == dst_q))]
+        if one_port:
+            # src_addr is this micro-op's src in Q (a later miss changes it at the end of Q at the earliest)
+            m.d.sync += [src_val.eq(src_data), fwd_src.eq(v_x & (dst_x == src_addr))]
+        else:
+            src_q = Signal(cfg.log_acc_depth)
+            m.d.sync += src_q.eq(src_acc)
+            m.d.comb += acc_rd_src.addr.eq(src_acc)
+            m.d.sync += [src_val.eq(acc_rd_src.data), fwd_src.eq(v_x & (dst_x == src_q))]
+        m.d.comb += [
+            datapath.sums.eq(gemm_core.sums),
+            datapath.acc_dst.eq(Mux(fwd_dst, result_w, dst_val)), datapath.acc_src.eq(Mux(fwd_src, result_w, src_val)),
             datapath.is_alu.eq(is_alu_l), datapath.reset.eq(reset), datapath.use_imm.eq(use_imm),
             datapath.alu_op.eq(alu_op), datapath.imm.eq(imm),
         ]
-        result = datapath.result
 
+        lanes = cfg.batch * cfg.block_out
         acc_ld_we = dma.wr_en & (is_acc_ld | is_acc8_ld)
         m.d.comb += [
             uop_wr.en.eq(dma.wr_en & is_uop_ld), uop_wr.addr.eq(dma.wr_addr), uop_wr.data.eq(dma.wr_data),
-            acc_wr.en.eq(v_c | acc_ld_we),
-            acc_wr.addr.eq(Mux(v_c, dst_c, dma.wr_addr)),
-            acc_wr.data.eq(Mux(v_c, result, Mux(is_acc8_ld, acc8, dma.wr_data))),
-            self.out_wr.en.eq(v_c), self.out_wr.addr.eq(dst_c),
-            self.out_wr.data.eq(Cat(*(result.word_select(lane, 32)[:8] for lane in range(lanes)))),
-            self.gemm_uop.eq(v_c & ~is_alu_l & ~reset),
-            self.alu_uop.eq(v_c & is_alu_l),
+            acc_wr.en.eq(v_x | acc_ld_we),
+            acc_wr.addr.eq(Mux(v_x, dst_x, dma.wr_addr)),
+            acc_wr.data.eq(Mux(v_x, result, Mux(is_acc8_ld, acc8, dma.wr_data))),
+            self.out_wr.en.eq(v_w), self.out_wr.addr.eq(dst_w),
+            self.out_wr.data.eq(Cat(*(result_w.word_select(lane, 32)[:8] for lane in range(lanes)))),
+            self.gemm_uop.eq(v_x & ~is_alu_l & ~reset),
+            self.alu_uop.eq(v_x & is_alu_l),
         ]
         if one_port:
             # The src register. A missing micro-op loads it: the address in B1, the data read in B2. A
@@ -219,11 +267,11 @@ class ComputeModule(wiring.Component):
                 m.d.sync += [src_valid.eq(1), src_addr.eq(src_acc)]
             with m.If(v_b2):
                 m.d.sync += src_data.eq(acc_rd_dst.data)
-            with m.If(v_c & (dst_c == src_addr)):
+            with m.If(v_x & (dst_x == src_addr)):
                 m.d.sync += src_data.eq(result)
             with m.If(seq.start & is_alu):
                 m.d.sync += src_valid.eq(0)
-        m.d.sync += Assert(~(v_c & acc_ld_we), "compute: micro-op and ACC load write in the same cycle")
+        m.d.sync += Assert(~(v_x & acc_ld_we), "compute: micro-op and ACC load write in the same cycle")
         m.d.sync += Assert(~dma.wr_en | (dma.wr_addr < Mux(is_uop_ld, cfg.uop_depth, cfg.acc_depth)), Format(
             f"compute: SRAM write to entry {{}} is out of range (UOP has {cfg.uop_depth} entries, ACC {cfg.acc_depth})",
             dma.wr_addr))
@@ -233,7 +281,7 @@ class ComputeModule(wiring.Component):
             with m.Case(isa.Opcode.LOAD):
                 m.d.comb += seq.finish.eq(dma.finish)
             with m.Case(isa.Opcode.GEMM, isa.Opcode.ALU):
-                m.d.comb += seq.finish.eq(~issuing & ~v_b & ~v_b2)
+                m.d.comb += seq.finish.eq(~issuing & ~v_u & ~v_b & ~v_b2 & ~Cat(*v_g).any() & ~v_q & ~v_x)
             with m.Default():
                 m.d.comb += seq.finish.eq(1)
         m.d.comb += self.finished.eq(self.retire.valid & (opcode == isa.Opcode.FINISH))

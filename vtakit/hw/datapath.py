@@ -1,37 +1,88 @@
-"""The execute stage of compute: the GEMM core and the vector ALU, one micro-op per cycle.
+"""Compute's datapath: the pipelined GEMM core and the execute stage (GEMM accumulate, vector ALU).
 
-A separate component so that it is also a separate fragment of the simulation: pysim re-evaluates
-a fragment's combinational logic whenever one of its inputs changes, and keeping the
-BATCH x BLOCK_IN x BLOCK_OUT multiply-add tree apart from compute's counters means it is only
-recomputed when its operands change.
+:class:`GemmPipeline` turns the INP and WGT read data into the per-lane dot products through
+registered operands, registered products and a registered adder tree (depths in
+:mod:`vtakit.hw.pipeline`), one micro-op per cycle. :class:`TensorDatapath` is the execute stage X
+that closes the read-modify-write loop on ACC: ``acc + sums`` for GEMM, the ALU op for ALU, from
+registered operands. Both are separate components so that they are separate fragments of the
+simulation: pysim re-evaluates a fragment's combinational logic whenever one of its inputs changes,
+and keeping the multiply-add tree apart from compute's counters means it is only recomputed when
+its operands change.
 """
 
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Const, Module, Mux
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from vtakit.hw import isa
 from vtakit.hw.config import VTAConfig
 from vtakit.hw.mac import lane_terms
+from vtakit.hw.pipeline import TREE_LEVELS_PER_STAGE, gemm_product_latency, gemm_tree_stages
 
-__all__ = ["TensorDatapath", "gemm_datapath", "alu_datapath"]
+__all__ = ["GemmPipeline", "TensorDatapath", "alu_datapath"]
 
-
-def _tree_sum(terms):
-    while len(terms) > 1:
-        terms = [terms[i] + terms[i + 1] if i + 1 < len(terms) else terms[i] for i in range(0, len(terms), 2)]
-    return terms[0]
+#: Width of a lane sum on :class:`GemmPipeline`'s output (sign-extended; the accumulate wraps to 32 bits).
+_SUM_BITS = 32
 
 
-def gemm_datapath(config: VTAConfig, inp, wgt, acc):
-    """acc[b][o] + sum_i inp[b][i] * wgt[o][i] for every lane, wrapped to 32 bits (a list of lanes).
+def _registered(m: Module, values, name: str) -> list[Signal]:
+    """Registers holding ``values`` (one cycle later), each of its value's shape."""
+    regs = []
+    for index, value in enumerate(values):
+        reg = Signal(value.shape(), name=f"{name}_{index}")
+        m.d.sync += reg.eq(value)
+        regs.append(reg)
+    return regs
 
-    The products come from :func:`vtakit.hw.mac.lane_terms` (two per DSP48E1 with GEMM_DSP_PACKING)."""
-    terms = lane_terms(config, inp, wgt)
-    return [(acc.word_select(b * config.block_out + o, 32) + _tree_sum(terms[b][o]))[:32]
-            for b in range(config.batch) for o in range(config.block_out)]
+
+class GemmPipeline(wiring.Component):
+    """``sums[b][o] = sum_i inp[b][i] * wgt[o][i]`` for every lane, :func:`gemm_product_latency`
+    cycles after ``inp`` and ``wgt`` (the SRAMs' read data) present the operands.
+
+    Stages: the operands registered; the products of :func:`vtakit.hw.mac.lane_terms` registered;
+    the adder tree, registered after every :data:`TREE_LEVELS_PER_STAGE` levels. The registers
+    load every cycle (no enable): one micro-op per cycle flows through, and only the ones compute
+    marks valid are written back.
+
+    Interface attributes: ``inp``, ``wgt`` in; ``sums`` (BATCH x BLOCK_OUT lanes of 32 bits) out.
+    """
+
+    def __init__(self, config: VTAConfig):
+        self._config = config
+        super().__init__({
+            "inp": In(config.inp_elem_bits), "wgt": In(config.wgt_elem_bits),
+            "sums": Out(config.batch * config.block_out * _SUM_BITS),
+        })
+
+    @property
+    def latency(self) -> int:
+        return gemm_product_latency(self._config)
+
+    def elaborate(self, platform):
+        cfg = self._config
+        m = Module()
+        inp_q = Signal.like(self.inp, name="inp_q")
+        wgt_q = Signal.like(self.wgt, name="wgt_q")
+        m.d.sync += [inp_q.eq(self.inp), wgt_q.eq(self.wgt)]
+        terms = lane_terms(cfg, inp_q, wgt_q)
+        lanes = []
+        for b in range(cfg.batch):
+            for o in range(cfg.block_out):
+                level = _registered(m, terms[b][o], f"prod_{b}_{o}")
+                for stage in range(gemm_tree_stages(cfg)):
+                    for _ in range(TREE_LEVELS_PER_STAGE):
+                        if len(level) > 1:
+                            level = [level[i] + level[i + 1] if i + 1 < len(level) else level[i]
+                                     for i in range(0, len(level), 2)]
+                    level = _registered(m, level, f"tree{stage}_{b}_{o}")
+                assert len(level) == 1, "the tree stages reduce every lane to one sum"
+                lane = Signal(signed(_SUM_BITS), name=f"sum_{b}_{o}")
+                m.d.comb += lane.eq(level[0])          # sign-extended to 32 bits
+                lanes.append(lane)
+        m.d.comb += self.sums.eq(Cat(*lanes))
+        return m
 
 
 def _requant_sum(a, addend, imm):
@@ -77,17 +128,20 @@ def alu_datapath(config: VTAConfig, alu_opcode, lhs, rhs, imm=None, use_imm=None
 
 
 class TensorDatapath(wiring.Component):
-    """result = ALU(acc_dst, imm or acc_src) if is_alu else (0 if reset else acc_dst + inp . wgt^T).
+    """The execute stage X: ``result = ALU(acc_dst, imm or acc_src)`` if ``is_alu`` else (0 if ``reset``
+    else ``acc_dst + sums``), every lane wrapped to 32 bits. Combinational: compute feeds it
+    registered operands and writes ``result`` to ACC in the same cycle (the one-cycle
+    read-modify-write loop of docs/timing.md §4).
 
-    Interface attributes: ``inp``, ``wgt``, ``acc_dst``, ``acc_src`` (operand elements),
-    ``is_alu``, ``reset``, ``use_imm``, ``alu_op``, ``imm`` (sign-extended to 32 bits) in;
-    ``result`` (an ACC element) out.
+    Interface attributes: ``sums`` (:class:`GemmPipeline`'s lane sums), ``acc_dst``, ``acc_src``
+    (operand elements), ``is_alu``, ``reset``, ``use_imm``, ``alu_op``, ``imm`` (sign-extended to
+    32 bits) in; ``result`` (an ACC element) out.
     """
 
     def __init__(self, config: VTAConfig):
         self._config = config
         super().__init__({
-            "inp": In(config.inp_elem_bits), "wgt": In(config.wgt_elem_bits),
+            "sums": In(config.batch * config.block_out * _SUM_BITS),
             "acc_dst": In(config.acc_elem_bits), "acc_src": In(config.acc_elem_bits),
             "is_alu": In(1), "reset": In(1), "use_imm": In(1), "alu_op": In(3), "imm": In(32),
             "result": Out(config.acc_elem_bits),
@@ -96,9 +150,11 @@ class TensorDatapath(wiring.Component):
     def elaborate(self, platform):
         cfg = self._config
         m = Module()
-        gemm_lanes = gemm_datapath(cfg, self.inp, self.wgt, self.acc_dst)
+        lanes = range(cfg.batch * cfg.block_out)
+        gemm_lanes = [(self.acc_dst.word_select(lane, 32) + self.sums.word_select(lane, _SUM_BITS))[:32]
+                      for lane in lanes]
         alu_lanes = [alu_datapath(cfg, self.alu_op, self.acc_dst.word_select(lane, 32),
                                   Mux(self.use_imm, self.imm, self.acc_src.word_select(lane, 32)), self.imm, self.use_imm)
-                     for lane in range(cfg.batch * cfg.block_out)]
+                     for lane in lanes]
         m.d.comb += self.result.eq(Mux(self.is_alu, Cat(*alu_lanes), Mux(self.reset, 0, Cat(*gemm_lanes))))
         return m

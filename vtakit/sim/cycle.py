@@ -66,6 +66,7 @@ from vtakit.errors import DeadlockError, MemoryAccessError, ProgramError, RaceEr
 from vtakit.hw import isa
 from vtakit.hw.config import VTAConfig
 from vtakit.hw.isa import AluInsn, FinishInsn, GemmInsn, MemId, MemInsn, Opcode
+from vtakit.hw.pipeline import finish_delay
 from vtakit.sim import native
 from vtakit.sim.backend import Launch
 from vtakit.sim.fsim import check_finish, check_program
@@ -322,6 +323,7 @@ class _Core:
         self.tokens: list[deque] = [deque() for _ in QUEUE_NAMES]
         self.timing = [InsnTiming(r.module) for r in self.routes]
         self.bus = config.bus_bytes
+        self.finish_delay = (finish_delay(config, False), finish_delay(config, True))   # e - s - M: GEMM, ALU
         self.elem_bytes = {MemId.INP: config.inp_elem_bytes, MemId.WGT: config.wgt_elem_bytes,   # DRAM side (§4)
                            MemId.UOP: config.uop_elem_bytes, MemId.ACC: config.acc_elem_bytes,
                            MemId.ACC_8BIT: config.acc8_elem_bytes}
@@ -369,7 +371,7 @@ class _Core:
         if isinstance(insn, (GemmInsn, AluInsn)):
             n = micro_op_cycles(insn, self.config, self.machine.uop[insn.uop_bgn:insn.uop_end])
             if n:
-                mod.finish = s + n + 1
+                mod.finish = s + n + self.finish_delay[isinstance(insn, AluInsn)]
         elif isinstance(insn, MemInsn) and insn.x_size:
             if insn.opcode == Opcode.STORE:
                 self._start_store(mod, insn, s)
@@ -670,6 +672,7 @@ class _Solver:
         self.machine = Machine(config, launch.dram, self.hb)
         self.apply = self.machine.apply
         self.uop = self.machine.uop                     # the micro-op cache (tensor ALU timing, §4)
+        self.finish_delay = (finish_delay(config, False), finish_delay(config, True))   # e - s - M: GEMM, ALU
         self.elem_bytes, self.out_elem_bytes = _element_bytes(config)
         self.bus = config.bus_bytes
         self.latency = config.dram_latency
@@ -843,11 +846,11 @@ class _Solver:
                     break
                 started[i] = cursor
                 insn = insns[i]
-                if isinstance(insn, _MICRO_CODED):  # GEMM, ALU: e = s + N * m + 1 (s for N = 0), §4
+                if isinstance(insn, _MICRO_CODED):  # GEMM, ALU: e = s + M + D (s for N = 0), §4
                     hb.module = m
                     apply(insn, i, validate=False)
                     n = micro_op_cycles(insn, self.config, self.uop[insn.uop_bgn:insn.uop_end])
-                    e = cursor + n + 2 if n > 0 else cursor + 1
+                    e = cursor + 1 + n + self.finish_delay[isinstance(insn, AluInsn)] if n > 0 else cursor + 1
                 else:
                     e = self._start(m, i, insn, cursor)
                     if e < 0:                  # a LOAD's bursts: the arbiter finishes it
@@ -1171,7 +1174,8 @@ def _native_params(config: VTAConfig) -> tuple[bytes, tuple[int, ...]]:
         params = (min(config.cmd_queue_depth, huge), min(config.token_queue_depth, huge),
                   min(config.dram_latency, huge), min(config.dram_outstanding, huge), config.bus_bytes,
                   alu_flags, out, elem[MemId.UOP], elem[MemId.WGT], elem[MemId.INP], elem[MemId.ACC],
-                  elem[MemId.ACC_8BIT], config.uop_depth, config.acc_depth)
+                  elem[MemId.ACC_8BIT], config.uop_depth, config.acc_depth,
+                  finish_delay(config, False), finish_delay(config, True))
         if len(_NATIVE_PARAMS) >= 64:
             _NATIVE_PARAMS.clear()
         entry = _NATIVE_PARAMS[id(config)] = (config, native.layout_table(config), params)

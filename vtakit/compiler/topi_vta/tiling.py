@@ -15,12 +15,12 @@ from vtakit.compiler.topi_vta.knobs import Conv2dKnobs, DenseKnobs, conv2d_block
 from vtakit.compiler.topi_vta.workloads import Conv2dWorkload
 from vtakit.compiler.vta.env import VTAEnv
 from vtakit.errors import CompileError
-from vtakit.hw.config import ITER_BITS
+from vtakit.hw.config import ITER_BITS, VTAConfig
+from vtakit.hw.pipeline import finish_delay
 
-__all__ = ["choose_conv2d_tiles", "choose_dense_tiles", "divisors"]
+__all__ = ["choose_conv2d_tiles", "choose_dense_tiles", "divisors", "insn_overhead"]
 
 _DMA_LATENCY = 40       # cycles per DMA instruction beyond its beats (request + DRAM latency)
-_INSN_OVERHEAD = 5      # cycles per compute instruction (F in docs/timing.md)
 _EPILOGUE_OPS = 4       # shift, bias, max, min (one REQUANT with ALU_REQUANT)
 _LOAD_MARGIN = 1.5      # overlapped loads must leave slack: threads and fetch share the DRAM port
 
@@ -30,20 +30,27 @@ def divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
+def insn_overhead(config: VTAConfig, alu: bool) -> int:
+    """Cycles a GEMM (``alu`` false) or ALU instruction costs beyond its micro-ops when it follows another
+    compute instruction: F in docs/timing.md §4 (``D + 4``: take, start, the pipeline's depth, retire)."""
+    return finish_delay(config, alu) + 4
+
+
 def _cost(env: VTAEnv, threads: int, n_tiles: int, n_k: int, gemm: int, load_bytes: int, dma_insns: int,
           acc_entries: int, store_bytes: int, extra_ops: int = 0, acc_load_bytes: int = 0) -> float:
     bus = env.config.bus_bytes
     load = load_bytes / bus + _DMA_LATENCY * dma_insns
     c = env.config   # epilogue ALU passes: none when the GEMMs requantise (GEMM_OUT_REQUANT after a BIAS_PRELOAD reset)
     ops = 0 if c.gemm_out_requant and c.bias_preload else (1 if c.alu_requant else _EPILOGUE_OPS - c.bias_preload)
-    epilogue = (ops + extra_ops + 1) * (acc_entries + _INSN_OVERHEAD)
+    gemm_overhead, alu_overhead = insn_overhead(env.config, False), insn_overhead(env.config, True)
+    epilogue = (ops + extra_ops) * (acc_entries + alu_overhead) + acc_entries + gemm_overhead   # ALUs + reset
     if acc_load_bytes:      # a fused residual: an ACC_8BIT load on the compute module, per tile
         epilogue += acc_load_bytes / bus + _DMA_LATENCY
     store = store_bytes / bus + _DMA_LATENCY
     if threads == 1:
-        per_tile = n_k * (gemm + load + _INSN_OVERHEAD) + epilogue + store
+        per_tile = n_k * (gemm + load + gemm_overhead) + epilogue + store
     else:   # loads overlap other threads' compute, except a tile's first load waits for its reset
-        per_tile = max(n_k * (gemm + _INSN_OVERHEAD) + epilogue, _LOAD_MARGIN * n_k * load, store) \
+        per_tile = max(n_k * (gemm + gemm_overhead) + epilogue, _LOAD_MARGIN * n_k * load, store) \
             + (load + store) / threads
     return n_tiles * per_tile + load + store
 

@@ -22,8 +22,9 @@
  *     (cycles, retire_cycles: list, stats: 12-tuple, dram_read_bytes, dram_write_bytes, events, detail: bytes)
  *   stream: the encoded program (16 bytes per instruction); layout: native.layout_table(config);
  *   params: (Qc, Qt, L, O, bus bytes, ALU flags, out elem bytes, elem bytes of UOP, WGT, INP, ACC,
- *            ACC_8BIT, UOP depth, ACC depth); insn_addr: the stream's byte address in DRAM; dram: the
+ *            ACC_8BIT, UOP depth, ACC depth, D of GEMM, D of ALU); insn_addr: the stream's byte address in DRAM; dram: the
  *            DRAM before the run (a contiguous buffer), or its size in bytes (then it reads as zeros).
+ *   D: e - s - M of a GEMM or ALU with micro-ops (docs/timing.md section 4, vtakit/hw/pipeline.py).
  *   ALU flags: bit 0, ALU MUL is legal (ALU_MUL); bit 1, a tensor ALU micro-op takes 2 cycles unless
  *            it hits the src register (ACC_READ_PORTS 1, docs/timing.md section 4); bit 2, ALU
  *            REQUANT is legal (ALU_REQUANT).
@@ -70,7 +71,7 @@ static const int CONSUMER[NQUEUES] = {COMPUTE, LOAD, STORE, COMPUTE};
 typedef struct {
     int8_t kind, module, npop, npush, pop[2], push[2];
     int8_t mem;                 /* LOAD: memory type */
-    int64_t micro;              /* GEMM/ALU: the micro-ops' cycles (may be <= 0: e = s) */
+    int64_t micro;              /* GEMM/ALU: e - s, the micro-ops' cycles M plus D (0 without micro-ops) */
     int64_t x_size, y_size, pads, dram_base, x_stride;
 } insn_t;
 
@@ -119,6 +120,7 @@ typedef struct {
      * 1 when it hits the src register (docs/timing.md §4) */
     uint32_t *uop_src;
     int64_t uop_depth, acc_depth;
+    int64_t gemm_delay, alu_delay;   /* D = e - s - M of a GEMM, an ALU with micro-ops (§4) */
     int log_acc_depth;
     const uint8_t *dram;        /* the DRAM before the run (NULL: zeros) */
     vec_t uop_reads, stores;    /* (first, end) DRAM bytes of each LOAD UOP and each STORE */
@@ -349,12 +351,13 @@ static const char *load_program(solver_t *s, const uint8_t *stream, const vta_la
             t->kind = K_MICRO;
             t->micro = F(ITER_OUT) * F(ITER_IN) * (F(UOP_END) - F(UOP_BGN));
             if (opcode == VTA_ALU && !F(USE_IMM) && s->uop_src && t->micro > 0) {
-                /* 2 cycles per micro-op, 1 for each that hits the src register: e = s + micro + 1 */
+                /* 2 cycles per micro-op, 1 for each that hits the src register */
                 const int64_t hits = src_hits(s, F(UOP_BGN), F(UOP_END), F(ITER_OUT), F(ITER_IN),
                                               (uint64_t)F(SRC_FACTOR_OUT), (uint64_t)F(SRC_FACTOR_IN));
                 t->micro = 2 * t->micro - hits;
                 s->uop_timed = 1;
             }
+            t->micro = t->micro > 0 ? t->micro + (opcode == VTA_ALU ? s->alu_delay : s->gemm_delay) : 0;
             break;
         case VTA_FINISH:
             t->module = COMPUTE;
@@ -596,8 +599,8 @@ static int advance(solver_t *s, int m)
             }
             s->started[i] = cursor;
             int64_t e;
-            if (t->kind == K_MICRO) {       /* GEMM, ALU: e = s + N * m + 1 (s for N = 0), §4 */
-                e = t->micro > 0 ? cursor + t->micro + 2 : cursor + 1;
+            if (t->kind == K_MICRO) {       /* GEMM, ALU: e = s + M + D (s for N = 0), §4 */
+                e = cursor + 1 + t->micro;
             } else {
                 e = start_dma(s, m, i, cursor);
                 if (e < 0) {               /* a LOAD's bursts: the arbiter finishes it */
@@ -976,10 +979,12 @@ static PyObject *solve(PyObject *self, PyObject *args)
     (void)self;
     Py_buffer stream, layout, image = {0};
     long long qc, qt, latency, limit, bus, alu_mul, out_elem, e_uop, e_wgt, e_inp, e_acc, e_acc8, uop_depth, acc_depth;
+    long long gemm_delay, alu_delay;
     long long dram, insn_addr;
     PyObject *dram_obj;
-    if (!PyArg_ParseTuple(args, "y*y*(LLLLLLLLLLLLLL)LO:solve", &stream, &layout, &qc, &qt, &latency, &limit, &bus,
+    if (!PyArg_ParseTuple(args, "y*y*(LLLLLLLLLLLLLLLL)LO:solve", &stream, &layout, &qc, &qt, &latency, &limit, &bus,
                           &alu_mul, &out_elem, &e_uop, &e_wgt, &e_inp, &e_acc, &e_acc8, &uop_depth, &acc_depth,
+                          &gemm_delay, &alu_delay,
                           &insn_addr, &dram_obj))
         return NULL;
     PyObject *out = NULL;
@@ -1015,6 +1020,8 @@ static PyObject *solve(PyObject *self, PyObject *args)
     else if (uop_depth < 1 || uop_depth > MAX_DEPTH || acc_depth < 1 || acc_depth > MAX_DEPTH
              || (acc_depth & (acc_depth - 1)))
         why = "configuration";
+    else if (gemm_delay < 1 || gemm_delay > 64 || alu_delay < 1 || alu_delay > 64)
+        why = "configuration";
     if (why)
         goto done;
     s.qc = qc;
@@ -1026,6 +1033,8 @@ static PyObject *solve(PyObject *self, PyObject *args)
     s.alu_requant = (alu_mul & 4) != 0;
     s.uop_depth = uop_depth;
     s.acc_depth = acc_depth;
+    s.gemm_delay = gemm_delay;
+    s.alu_delay = alu_delay;
     while ((1LL << s.log_acc_depth) < acc_depth)
         s.log_acc_depth++;
     if (alu_mul & 2) {                 /* one ACC read port: tensor ALU timing reads the micro-op cache */
