@@ -72,12 +72,13 @@ def headline(args: argparse.Namespace, log: Path, out: Path) -> dict:
     result = dse.search(args.network, args.part, trials=args.trials, strategy="xgb", seed=0,
                         batch_size=args.batch_size, log=log, n_parallel=args.parallel,
                         schedule_trials=args.schedule_trials, top_k=args.top_k, image=args.image,
-                        measure_cpu=args.cpu_part)
+                        measure_cpu=args.cpu_part, verify=args.verify)
     result.write(out)
     d = result.to_dict()
     report = {k: d[k] for k in ("best_model", "best", "best_cycles", "default_cycles", "speedup",
+                                "best_task_cycles", "default_task_cycles", "cycles_of",
                                 "best_utilization", "default_utilization", "fmax_mhz", "resources", "default",
-                                "cpu_seconds", "schedule_trials")}
+                                "cpu_seconds", "schedule_trials", "verification")}
     report["pareto"] = [{k: p[k] for k in ("model", "latency_ms", "cycles", "tuned_cycles", "utilization",
                                            "largest_fraction", "binding")} for p in d["pareto"]]
     report["table"] = result.table()
@@ -180,6 +181,7 @@ def main() -> int:
     p.add_argument("--top-k", type=int, default=3)
     p.add_argument("--goal", type=float, default=1.5, help="the headline's speedup goal (default 1.5)")
     p.add_argument("--cpu-part", action="store_true", help="also profile the CPU part of best and default")
+    p.add_argument("--verify", choices=("full", "sim"), help="check the headline's best (docs/dse.md §7)")
     p.add_argument("--parallel", type=int, default=None)
     p.add_argument("--out", type=Path, default=Path(tempfile.gettempdir()) / "vtakit-bench-dse")
     p.add_argument("--features", action="store_true",

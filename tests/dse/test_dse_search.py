@@ -128,6 +128,16 @@ def test_a_log_of_another_part_is_ignored_with_a_note(small_search, tmp_path):
         contents.notes[0]
 
 
+def test_a_version_1_log_is_evaluated_again_with_a_note(small_search, tmp_path):
+    """Version 1 lines hold no whole-network cycles: ignored (no warning per line), one note."""
+    _, log = small_search
+    old = tmp_path / "old.jsonl"
+    old.write_text(log.read_text().replace('"version":2', '"version":1'))
+    contents = SearchLog(old, "digits", "xc7z020", dse.DesignSpace("xc7z020").budget).load()
+    lines = len(_eval_lines(log))
+    assert not contents.evaluations and f"ignored {lines} version-1 record(s)" in contents.notes[0]
+
+
 def test_random_strategy_and_the_model_propose_differently(small_search, small_options):
     result, _ = small_search
     opts = small_options
