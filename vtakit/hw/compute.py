@@ -28,6 +28,12 @@ that each such two-cycle micro-op loads and every write-back to its address upda
 an ALU instruction starts. A micro-op whose src address is the register's reads dst alone and
 takes one cycle, so a loop that adds one bias entry to many dst entries runs at one per cycle.
 GEMM and immediate ALU micro-ops read dst alone and keep one per cycle (docs/timing.md §4).
+
+GEMM's epilogue bit (docs/isa.md) changes no timing. A bias reset (BIAS_PRELOAD) carries its src
+address beside dst through the GEMM stages and reads it in R where a GEMM reads dst (forwarded
+alike), and X writes it to dst. A requantising write-back (GEMM_OUT_REQUANT) writes OUT in W with
+the REQUANT of the written element under the requant register, which every ALU REQUANT sets when
+it starts; the ALU lanes, idle during a GEMM, compute it.
 """
 
 from __future__ import annotations
@@ -118,6 +124,13 @@ class ComputeModule(wiring.Component):
         reset = Signal()
         alu_op = Signal(3)
         imm = Signal(32)
+        # GEMM's epilogue bit (docs/isa.md): a bias reset reads its src entry of ACC where a GEMM reads
+        # dst and writes it to dst; a requantising write-back writes OUT through the requant register,
+        # which every ALU REQUANT sets when it starts
+        epilogue = gemm.epilogue if cfg.bias_preload or cfg.gemm_out_requant else 0
+        bias = Signal()
+        out_requant = Signal()
+        requant = Signal(7)
 
         src_bits = cfg.uop_src_bits
         issuing = Signal()
@@ -137,7 +150,12 @@ class ComputeModule(wiring.Component):
                 dst_i.eq(0), dst_ij.eq(0), src_i.eq(0), src_ij.eq(0), wgt_i.eq(0), wgt_ij.eq(0),
                 is_alu_l.eq(is_alu), use_imm.eq(alu.use_imm), reset.eq(gemm.reset_reg),
                 alu_op.eq(alu.alu_opcode), imm.eq(alu.imm),
+                bias.eq(is_gemm & gemm.reset_reg & epilogue if cfg.bias_preload else 0),
+                out_requant.eq(is_gemm & ~gemm.reset_reg & epilogue if cfg.gemm_out_requant else 0),
             ]
+        if cfg.gemm_out_requant:
+            with m.If(seq.start & is_alu & (alu.alu_opcode == isa.AluOp.REQUANT)):
+                m.d.sync += requant.eq(alu.imm[:7])
 
         v_u, v_b = Signal(), Signal()
         # two_read: a tensor ALU micro-op on a single ACC read port; miss_b: the one in stage B reads its
@@ -206,6 +224,10 @@ class ComputeModule(wiring.Component):
         m.d.sync += [v_g[0].eq(v_b & ~is_alu_l), dst_g[0].eq(dst_b)]
         m.d.sync += [v.eq(prev) for v, prev in zip(v_g[1:], v_g)]
         m.d.sync += [d.eq(prev) for d, prev in zip(dst_g[1:], dst_g)]
+        if cfg.bias_preload:   # a bias reset's ACC src address travels beside dst, read in R instead of it
+            bias_g = [Signal(cfg.log_acc_depth, name=f"bias_g{n}") for n in range(gemm_core.latency)]
+            m.d.sync += [bias_g[0].eq(src_b[:cfg.log_acc_depth])]
+            m.d.sync += [d.eq(prev) for d, prev in zip(bias_g[1:], bias_g)]
 
         # The ACC loop, shared by GEMM and ALU (never in flight together): R reads dst (GEMM: the
         # cycle its sums enter the last tree stage; ALU: B, or B2 of a missing micro-op), Q registers
@@ -214,14 +236,17 @@ class ComputeModule(wiring.Component):
         # previous one) is forwarded into Q's operand registers; later writes come after the read.
         v_r = Signal()
         dst_r = Signal(cfg.log_acc_depth)
+        rd_r = Signal(cfg.log_acc_depth)     # the entry R reads as the operand acc_dst: dst, a bias reset's src
         m.d.comb += [
             v_r.eq(Mux(is_alu_l, v_b2 | (v_b & ~miss_b), v_g[-2])),
             dst_r.eq(Mux(is_alu_l, Mux(v_b2, dst_b2, dst_b), dst_g[-2])),
-            acc_rd_dst.addr.eq(Mux(is_alu_l & v_b & miss_b, src_b, dst_r)),
+            rd_r.eq(Mux(bias, bias_g[-2], dst_r) if cfg.bias_preload else dst_r),
+            acc_rd_dst.addr.eq(Mux(is_alu_l & v_b & miss_b, src_b, rd_r)),
         ]
         v_q, v_x, v_w = Signal(), Signal(), Signal()
-        dst_q, dst_x, dst_w = Signal.like(dst_r), Signal.like(dst_r), Signal.like(dst_r)
-        m.d.sync += [v_q.eq(v_r), dst_q.eq(dst_r), v_x.eq(v_q), dst_x.eq(dst_q), v_w.eq(v_x), dst_w.eq(dst_x)]
+        dst_q, dst_x, dst_w, rd_q = Signal.like(dst_r), Signal.like(dst_r), Signal.like(dst_r), Signal.like(dst_r)
+        m.d.sync += [v_q.eq(v_r), dst_q.eq(dst_r), v_x.eq(v_q), dst_x.eq(dst_q), v_w.eq(v_x), dst_w.eq(dst_x),
+                     rd_q.eq(rd_r)]
         m.submodules.datapath = datapath = TensorDatapath(cfg)
         result = datapath.result
         result_w = Signal(cfg.acc_elem_bits)  # W: the written-back element, for OUT and forwarding
@@ -230,7 +255,7 @@ class ComputeModule(wiring.Component):
         # transparency mux); X takes result_w instead where the micro-op before it wrote the entry
         dst_val, src_val = Signal(cfg.acc_elem_bits), Signal(cfg.acc_elem_bits)
         fwd_dst, fwd_src = Signal(), Signal()
-        m.d.sync += [dst_val.eq(acc_rd_dst.data), fwd_dst.eq(v_x & (dst_x == dst_q))]
+        m.d.sync += [dst_val.eq(acc_rd_dst.data), fwd_dst.eq(v_x & (dst_x == rd_q))]
         if one_port:
             # src_addr is this micro-op's src in Q (a later miss changes it at the end of Q at the earliest)
             m.d.sync += [src_val.eq(src_data), fwd_src.eq(v_x & (dst_x == src_addr))]
@@ -245,6 +270,11 @@ class ComputeModule(wiring.Component):
             datapath.is_alu.eq(is_alu_l), datapath.reset.eq(reset), datapath.use_imm.eq(use_imm),
             datapath.alu_op.eq(alu_op), datapath.imm.eq(imm),
         ]
+        if cfg.bias_preload:
+            m.d.comb += datapath.bias.eq(bias)
+        if cfg.gemm_out_requant:
+            m.d.comb += [datapath.written.eq(result_w), datapath.requant_out.eq(out_requant),
+                         datapath.requant_ctl.eq(requant)]
 
         lanes = cfg.batch * cfg.block_out
         acc_ld_we = dma.wr_en & (is_acc_ld | is_acc8_ld)
@@ -254,7 +284,8 @@ class ComputeModule(wiring.Component):
             acc_wr.addr.eq(Mux(v_x, dst_x, dma.wr_addr)),
             acc_wr.data.eq(Mux(v_x, result, Mux(is_acc8_ld, acc8, dma.wr_data))),
             self.out_wr.en.eq(v_w), self.out_wr.addr.eq(dst_w),
-            self.out_wr.data.eq(Cat(*(result_w.word_select(lane, 32)[:8] for lane in range(lanes)))),
+            self.out_wr.data.eq(datapath.out if cfg.gemm_out_requant
+                                else Cat(*(result_w.word_select(lane, 32)[:8] for lane in range(lanes)))),
             self.gemm_uop.eq(v_x & ~is_alu_l & ~reset),
             self.alu_uop.eq(v_x & is_alu_l),
         ]

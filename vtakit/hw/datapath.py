@@ -136,6 +136,12 @@ class TensorDatapath(wiring.Component):
     Interface attributes: ``sums`` (:class:`GemmPipeline`'s lane sums), ``acc_dst``, ``acc_src``
     (operand elements), ``is_alu``, ``reset``, ``use_imm``, ``alu_op``, ``imm`` (sign-extended to
     32 bits) in; ``result`` (an ACC element) out.
+
+    With BIAS_PRELOAD, ``bias`` in: a reset passes ``acc_dst`` (compute read the bias entry there)
+    instead of 0. With GEMM_OUT_REQUANT, ``written`` (the element written back the cycle before,
+    stage W), ``requant_out`` and ``requant_ctl`` (the requant register) in, ``out`` (the OUT element
+    for ``written``) out: its lanes' low 8 bits, or with ``requant_out`` REQUANT immediate of them
+    with the register's control bits, computed by the ALU lanes, which a GEMM leaves idle.
     """
 
     def __init__(self, config: VTAConfig):
@@ -145,6 +151,9 @@ class TensorDatapath(wiring.Component):
             "acc_dst": In(config.acc_elem_bits), "acc_src": In(config.acc_elem_bits),
             "is_alu": In(1), "reset": In(1), "use_imm": In(1), "alu_op": In(3), "imm": In(32),
             "result": Out(config.acc_elem_bits),
+            **({"bias": In(1)} if config.bias_preload else {}),
+            **({"written": In(config.acc_elem_bits), "requant_out": In(1), "requant_ctl": In(7),
+                "out": Out(config.out_elem_bits)} if config.gemm_out_requant else {}),
         })
 
     def elaborate(self, platform):
@@ -153,8 +162,19 @@ class TensorDatapath(wiring.Component):
         lanes = range(cfg.batch * cfg.block_out)
         gemm_lanes = [(self.acc_dst.word_select(lane, 32) + self.sums.word_select(lane, _SUM_BITS))[:32]
                       for lane in lanes]
-        alu_lanes = [alu_datapath(cfg, self.alu_op, self.acc_dst.word_select(lane, 32),
-                                  Mux(self.use_imm, self.imm, self.acc_src.word_select(lane, 32)), self.imm, self.use_imm)
+        op, imm, use_imm, lhs = self.alu_op, self.imm, self.use_imm, self.acc_dst
+        if cfg.gemm_out_requant:   # a requantising GEMM's W stage: the idle ALU lanes run REQUANT imm on it
+            requant = self.requant_out
+            op = Mux(requant, int(isa.AluOp.REQUANT), op)
+            imm = Mux(requant, self.requant_ctl, imm)
+            use_imm = use_imm | requant
+            lhs = Mux(requant, self.written, lhs)
+        alu_lanes = [alu_datapath(cfg, op, lhs.word_select(lane, 32),
+                                  Mux(use_imm, imm, self.acc_src.word_select(lane, 32)), imm, use_imm)
                      for lane in lanes]
-        m.d.comb += self.result.eq(Mux(self.is_alu, Cat(*alu_lanes), Mux(self.reset, 0, Cat(*gemm_lanes))))
+        init = Mux(self.bias, self.acc_dst, 0) if cfg.bias_preload else 0   # a bias reset copies the entry read
+        m.d.comb += self.result.eq(Mux(self.is_alu, Cat(*alu_lanes), Mux(self.reset, init, Cat(*gemm_lanes))))
+        if cfg.gemm_out_requant:
+            low = Cat(*(self.written.word_select(lane, 32)[:8] for lane in lanes))
+            m.d.comb += self.out.eq(Mux(self.requant_out, Cat(*(lane[:8] for lane in alu_lanes)), low))
         return m
