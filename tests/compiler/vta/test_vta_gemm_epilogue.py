@@ -107,3 +107,17 @@ def test_tiled_layers_with_virtual_threads_lose_every_alu_pass(wl, vthreads):
     assert _ops(compiled.module) == [] and _ops(compile_conv2d(wl, REQUANT, vthreads).module)
     fused, plain = run_conv2d(wl, config, "cycle", vthreads), run_conv2d(wl, REQUANT, "cycle", vthreads)
     assert fused.correct and plain.correct and fused.cycles < plain.cycles
+
+
+def test_fused_conv_on_the_rtl_is_exact_and_timed_as_the_cycle_model():
+    config = REQUANT.replace(**KEYS["both"])
+    mod, rtl = _layer_on(config, "conv2d", "rtl")
+    _, cycle = _layer_on(config, "conv2d", "cycle")
+    assert _ops(mod) == [] and rtl.cycles == cycle.cycles
+
+
+def _layer_on(config, op, backend):
+    env = get_env(config)
+    host, acc, add_, _, pack = _case(env, op, None, 1, addend=True)
+    s, tensors = conv2d(env, EPILOGUE_CONV, shift=9, clip=(0, 127))
+    return build_and_run(s, tensors, host, pack(requantize(acc, add_, 9, (0, 127), None, 0)), config, backend=backend)
