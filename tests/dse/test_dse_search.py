@@ -128,6 +128,26 @@ def test_a_log_of_another_part_is_ignored_with_a_note(small_search, tmp_path):
         contents.notes[0]
 
 
+def test_an_error_record_is_evaluated_again_on_resume(small_search, small_options, tmp_path):
+    """An error in the log may be the machine's (a killed worker, code changing under the search): resuming
+    evaluates that configuration again, and the front is the one of the log without the error."""
+    result, log = small_search
+    lines = log.read_text().splitlines()
+    raw = json.loads(lines[3])
+    assert raw["kind"] == "eval" and raw["status"] == "ok"
+    broken = {**raw, "status": "error", "message": "the evaluation job failed: BrokenProcessPool", "tasks": [],
+              "network_cycles": None}
+    flaky = tmp_path / "flaky.jsonl"
+    flaky.write_text("\n".join([*lines[:3], json.dumps(broken, separators=(",", ":")), *lines[4:]]) + "\n")
+    again = dse.search("digits", "xc7z020", log=flaky, **small_options)
+    evals = _eval_lines(flaky)
+    assert len(evals) == len(lines) + 1 and evals[-1]["config"] == raw["config"] and evals[-1]["status"] == "ok"
+    assert evals[-1]["network_cycles"] == raw["network_cycles"]           # deterministic
+    assert _front(again) == _front(result)
+    contents = SearchLog(flaky, "digits", "xc7z020", dse.DesignSpace("xc7z020").budget).load()
+    assert contents.evaluations[config_key(VTAConfig.from_dict(raw["config"]))].ok   # the later line stands
+
+
 def test_a_version_1_log_is_evaluated_again_with_a_note(small_search, tmp_path):
     """Version 1 lines hold no whole-network cycles: ignored (no warning per line), one note."""
     _, log = small_search

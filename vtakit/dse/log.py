@@ -83,7 +83,9 @@ class SearchLog:
                     continue
                 if raw.get("kind") == "eval":
                     ev = Evaluation.from_record(raw)
-                    out.evaluations.setdefault(ev.key, ev)
+                    prev = out.evaluations.get(ev.key)
+                    if prev is None or prev.status == "error":   # an error evaluated again: the later line
+                        out.evaluations[ev.key] = ev
                 elif raw.get("kind") == "tuned":
                     tasks = tuple(TaskCycles.from_dict(t) for t in raw["tasks"])
                     network = NetworkCycles.from_dict(raw.get("network_cycles"))

@@ -12,7 +12,8 @@ tasks with default tilings on the cycle model. Results are appended to the log a
 A round's batch depends only on the seed, the round number and the earlier rounds' results, so a
 search given its log replays the same batches, takes what the log holds and evaluates only the
 rest: a killed search resumes with nothing lost and nothing evaluated twice, and the same seed and
-log give the same Pareto front. After the rounds, the ``top_k`` fastest fitting configurations and
+log give the same Pareto front. An *error* record of the log is evaluated again (it may be the
+machine's, not the configuration's). After the rounds, the ``top_k`` fastest fitting configurations and
 the reference (``VTAConfig()`` on the part) get their schedules tuned with the XGB tuner for
 ``schedule_trials`` trials each (split over the network's tasks by weight), each into its own
 tuning log, which the tuner resumes in the same way.
@@ -167,7 +168,7 @@ class Searcher:
     def _reference(self, pool: Any, logged: dict[str, Evaluation]) -> Evaluation:
         ref = self.space.reference()
         key = config_key(ref)
-        if key in logged:
+        if _reusable(logged, key):
             return logged[key]
         return self._collect(pool, [ref], -1, reference=True)[0]
 
@@ -179,7 +180,7 @@ class Searcher:
                 batch = self.propose(r, min(self.batch_size, trials - len(self.history)))
                 if not batch:
                     break   # nothing valid and fitting is left to propose
-                reused = {config_key(c): logged[config_key(c)] for c in batch if config_key(c) in logged}
+                reused = {config_key(c): logged[config_key(c)] for c in batch if _reusable(logged, config_key(c))}
                 todo = [c for c in batch if config_key(c) not in reused]
                 bar.advance(len(reused))
                 fresh = self._collect(pool, todo, r, bar=bar) if todo else []
@@ -311,6 +312,12 @@ class Searcher:
             out[name] = float(profile.cpu_seconds)
         return out
 
+
+
+def _reusable(logged: dict[str, Evaluation], key: str) -> bool:
+    """Whether the log's evaluation of ``key`` stands; an error (a worker killed, a timeout under load, code
+    changing under a running search) is evaluated again."""
+    return key in logged and logged[key].status != "error"
 
 
 def _short_hash(text: str) -> str:
