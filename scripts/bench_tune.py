@@ -92,6 +92,7 @@ class MemoExecutor(Executor):
         self.inner = inner
         self.cache: dict[tuple[str, int], Future] = {}
         self.submitted = 0
+        self.preloaded = 0
 
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future:
         task, index = args[0], args[1]
@@ -100,6 +101,20 @@ class MemoExecutor(Executor):
         if key not in self.cache or self.cache[key].cancelled():   # a tuner that stopped early cancels
             self.cache[key] = self.inner.submit(fn, *args, **kwargs)
         return self.cache[key]
+
+    def preload(self, records: list[TuningRecord]) -> int:
+        """Answer the configs of ``records`` (an earlier run's logs: ``--memo``) from them: the first
+        record of each (task, config) is its measurement. Returns how many configs it added."""
+        added = 0
+        for r in records:
+            key = (r.task_key, r.index)
+            if key not in self.cache:
+                fut: Future = Future()
+                fut.set_result(r.result)
+                self.cache[key] = fut
+                self.preloaded += 1
+                added += 1
+        return added
 
     def measured(self, task: autotune.Task | None = None) -> int:
         return sum(1 for k in self.cache if task is None or k[0] == task.key())
@@ -112,8 +127,9 @@ class MemoExecutor(Executor):
         self.inner.shutdown(wait=wait, cancel_futures=cancel_futures)
 
     def stats(self) -> dict[str, int]:
-        return {"trials_submitted": self.submitted, "configs_measured": len(self.cache),
-                "trials_answered_from_memo": self.submitted - len(self.cache)}
+        return {"trials_submitted": self.submitted, "configs_measured": len(self.cache) - self.preloaded,
+                "configs_preloaded": self.preloaded,
+                "trials_answered_from_memo": self.submitted - len(self.cache) + self.preloaded}
 
 
 OPTION: list[autotune.MeasureOption] = []
@@ -419,6 +435,9 @@ def main() -> int:
     p.add_argument("--plan-size", type=int, default=64, help="XGB's plan size (default 64, AutoTVM's)")
     p.add_argument("--out", type=Path, default=Path(tempfile.gettempdir()) / "vtakit-bench-tune",
                    help="where the logs, curves.json and curves.png go")
+    p.add_argument("--memo", nargs="*", default=[], metavar="LOG", help="answer the configs these logs hold "
+                   "(an earlier run's, e.g. its exhaustive log) from them instead of measuring them again; "
+                   "for the deterministic cycle model, or CPU timings of the same build and host")
     p.add_argument("--json", action="store_true")
     args = p.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -428,6 +447,7 @@ def main() -> int:
     OPTION.append(autotune.measure_option(builder, runner))
     MEMO.append(MemoExecutor(ProcessPoolExecutor(OPTION[0].n_parallel, mp_context=get_context("fork"))))
     OPTION[0].executor = MEMO[0]
+    preloaded = MEMO[0].preload([r for path in args.memo for r in load_records(path)])
     curves: dict[str, list[float]] = {}
     start = time.perf_counter()
     report: dict[str, Any] = {"machine": {"llvm_cpu": host_target().cpu, "vector_bits": host_target().vector_width,
@@ -435,7 +455,8 @@ def main() -> int:
                                           "load_average_at_start": os.getloadavg()},
                               "measurement": {"number": args.number, "repeat": args.repeat, "run_timeout": args.timeout,
                                               "timer": args.timer,
-                                              "trials_in_flight": OPTION[0].n_parallel, "plan_size": args.plan_size}}
+                                              "trials_in_flight": OPTION[0].n_parallel, "plan_size": args.plan_size,
+                                              "memo_logs": args.memo, "configs_preloaded": preloaded}}
     layers = [x for x in args.layers.split(",") if x]
     try:
         if args.ratio_only:

@@ -136,3 +136,52 @@ def test_xgb_measures_the_default_first_unless_told_not_to(small_dense_task):
     assert autotune.XGBTuner(small_dense_task, seed=0).next_batch(1)[0].index == fallback
     first = {autotune.XGBTuner(small_dense_task, seed=s, fallback_first=False).next_batch(1)[0].index for s in range(8)}
     assert len(first) > 1
+
+
+class _PreferHighIndices:
+    """A stand-in cost model for the annealer: rates a config by its index, remembers what it rated."""
+
+    def __init__(self):
+        self.rated = set()
+
+    def cached(self):
+        return len(self.rated)
+
+    def predict(self, indices):
+        self.rated.update(int(i) for i in indices)
+        return np.asarray(indices, dtype=np.float64)
+
+
+def test_annealing_spends_its_ratings_on_configs_the_filter_accepts():
+    """ResNet-18 C9's space is 95% filtered: the chains start and walk on valid configs only, so
+    a plan is full and every rating goes to a config a tuner may measure."""
+    from vtakit.compiler.autotune.tuner.sa import SimulatedAnnealingOptimizer
+
+    space = autotune.create_task("vta.conv2d", "resnet18.C9").config_space
+    invalid = space.invalid_indices()
+    assert len(invalid) > 0.9 * len(space)
+    model = _PreferHighIndices()
+    sa = SimulatedAnnealingOptimizer(space, n_iter=40, parallel_size=32, rng=np.random.default_rng(0),
+                                     max_new_features=200)
+    plan = sa.find_maximums(model, 16, set(invalid))
+    assert len(plan) == 16 == len(set(plan)) and not set(plan) & invalid
+    assert not model.rated & invalid and 32 < len(model.rated) <= 200 + 2 * 32   # the budget is checked per step
+    top = max(set(range(len(space))) - invalid)   # the model's favourite, given as a chain's start
+    fresh = SimulatedAnnealingOptimizer(space, n_iter=0, parallel_size=8, rng=np.random.default_rng(1))
+    assert fresh.find_maximums(_PreferHighIndices(), 1, set(invalid), starts=[top]) == [top]
+
+
+def test_features_are_computed_once_per_process(small_dense_task, monkeypatch):
+    """Two models of one task (two seeds, a resumed run) share the lowered configs' features; each
+    still counts its own ratings, so a tuner's feature budget does not depend on what ran before."""
+    from vtakit.compiler.autotune.tuner import cost_model, features
+
+    calls = []
+    real = features.config_features
+    monkeypatch.setattr(cost_model, "config_features", lambda *a: calls.append(a[1].index) or real(*a))
+    features.shared_features(small_dense_task, "itervar").clear()
+    a = XGBoostCostModel(small_dense_task, "itervar")
+    b = XGBoostCostModel(small_dense_task, "itervar")
+    xa, xb = a.features([3, 5, 7]), b.features([7, 5, 3, 9])
+    assert sorted(calls) == [3, 5, 7, 9]
+    assert np.array_equal(xa, xb[[2, 1, 0]]) and (a.cached(), b.cached()) == (3, 4)

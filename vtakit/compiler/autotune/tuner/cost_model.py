@@ -16,7 +16,7 @@ import numpy as np
 import xgboost as xgb
 
 from vtakit.compiler.autotune.task import Task
-from vtakit.compiler.autotune.tuner.features import config_features
+from vtakit.compiler.autotune.tuner.features import config_features, shared_features
 from vtakit.errors import TuningError
 
 __all__ = ["XGBoostCostModel", "LOSS_TYPES"]
@@ -47,16 +47,20 @@ class XGBoostCostModel:
 
     def features(self, indices: Sequence[int]) -> np.ndarray:
         space = self.task.config_space
+        shared = shared_features(self.task, self.feature_type)
         rows = []
         for i in indices:
             i = int(i)
             if i not in self._cache:
-                self._cache[i] = config_features(self.task, space.get(i), self.feature_type)
+                if i not in shared:
+                    shared[i] = config_features(self.task, space.get(i), self.feature_type)
+                self._cache[i] = shared[i]
             rows.append(self._cache[i])
         return np.stack(rows) if rows else np.zeros((0, 1), np.float32)
 
     def cached(self) -> int:
-        """How many configs' features are known."""
+        """How many configs this model has rated (its feature budget counts these, whether or not
+        another model of the same task computed them first, so a tuner behaves the same either way)."""
         return len(self._cache)
 
     def fit(self, indices: Sequence[int], scores: Sequence[float]) -> None:

@@ -13,11 +13,15 @@
   iteration product): coarser, and independent of the order loops appear in.
 
 A config the template cannot instantiate gets a zero vector (it will be measured as an error).
+A config's features depend only on the task and the config, so they are computed once per process
+(:func:`shared_features`, the last :data:`_SHARED_TASKS` tasks): tuners of the same task (seeds,
+a resumed run, a benchmark's repeats) do not lower the same config again.
 """
 
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from typing import Any
 
 import numpy as np
@@ -28,7 +32,7 @@ from vtakit.compiler.autotune.task import Task
 from vtakit.compiler.lower.schedule_ops import schedule_to_primfunc
 from vtakit.errors import TuningError
 
-__all__ = ["FEATURE_TYPES", "MAX_LOOPS", "feature_length", "config_features", "loop_stats"]
+__all__ = ["FEATURE_TYPES", "MAX_LOOPS", "feature_length", "config_features", "loop_stats", "shared_features"]
 
 FEATURE_TYPES = ("itervar", "knob", "curve")
 MAX_LOOPS = 24
@@ -36,6 +40,19 @@ _KINDS = (ir.ForKind.SERIAL, ir.ForKind.PARALLEL, ir.ForKind.VECTORIZED, ir.ForK
           ir.ForKind.THREAD_BINDING)
 _PER_LOOP = 5 + len(_KINDS)
 _HIST_BINS = 12
+_SHARED_TASKS = 16
+_SHARED: "OrderedDict[tuple[str, str], dict[int, np.ndarray]]" = OrderedDict()
+
+
+def shared_features(task: Task, feature_type: str) -> dict[int, np.ndarray]:
+    """This process's cache of ``task``'s ``feature_type`` vectors, by config index."""
+    key = (task.key(), feature_type)
+    if key not in _SHARED:
+        _SHARED[key] = {}
+        while len(_SHARED) > _SHARED_TASKS:
+            _SHARED.popitem(last=False)
+    _SHARED.move_to_end(key)
+    return _SHARED[key]
 
 
 def loop_stats(func: ir.PrimFunc) -> list[tuple[float, ...]]:
