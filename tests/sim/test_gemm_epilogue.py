@@ -53,6 +53,7 @@ def test_the_bit_is_free_and_plain_gemms_keep_vtas_bits(config):
     assert isa.encode(_gemms(), on) == isa.encode(_gemms(), config)
     flagged = [dataclasses.replace(g, epilogue=True) for g in _gemms()]
     data = isa.encode(flagged, on)
+    assert isa._fast_encoder(on)(flagged) is not None   # the generated encoder takes them (no fallback)
     assert isa.decode(data, on) == flagged
     words = np.frombuffer(data, "<u8").reshape(-1, 2)
     assert all(int(w) >> 63 == 1 for w in words[:, 0])
