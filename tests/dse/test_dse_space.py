@@ -71,6 +71,26 @@ def test_lut_lanes_let_512_macs_fit_the_xc7z020():
     lanes = space.config({**point, "gemm_lut_lanes": 4})
     assert lanes.macs_per_cycle == 512 and space.fit(lanes).fits
     assert lanes in space.neighbours(space.config({**point, "gemm_lut_lanes": 2}))   # one knob step away
+    # doubling VTA's default array is one step when the step is repaired: LUT lanes for the DSPs
+    ref = space.reference()
+    doubled = [c for c in space.neighbours(ref) if c.macs_per_cycle == 2 * ref.macs_per_cycle]
+    assert doubled and all(space.fit(c).fits and c.gemm_lut_lanes > 0 for c in doubled)
+    assert {(c.block_in, c.block_out) for c in doubled} <= {(32, 16), (16, 32)}
+
+
+def test_repair_moves_the_area_knobs_until_it_fits():
+    space = DesignSpace("xc7z020")
+    point = space.point(space.reference())
+    big = {**point, "log_block_in": 5}
+    assert not space.fit(space.config(big)).fits
+    fixed = space.repair(big, keep="log_block_in")
+    assert fixed is not None and space.fit(space.config(fixed)).fits and fixed["log_block_in"] == 5
+    assert {k for k in fixed if fixed[k] != big[k]} <= {"gemm_lut_lanes", "gemm_dsp_packing", "log_wgt_depth",
+                                                         "log_acc_depth", "log_inp_depth", "log_uop_depth",
+                                                         "acc_read_ports"}
+    assert space.repair(point) == point                                   # a fitting point as it is
+    huge = {**point, "log_block_in": 6, "log_block_out": 6}
+    assert space.repair(huge) is None                                     # 4096 MACs: no repair fits
 
 
 def test_ecp5_clock_model_reproduces_its_calibration_and_slows_with_the_tree():

@@ -1,7 +1,8 @@
 """The model over configurations that chooses what the search evaluates next.
 
 Gradient-boosted trees (XGBoost, as the schedule tuner's cost model) regress the log of a
-configuration's accelerator latency on its features (:meth:`DesignSpace.features`: every knob,
+configuration's accelerator latency (the search gives latency x MACs, so that the array's size
+enters the rating analytically) on its features (:meth:`DesignSpace.features`: every knob,
 the MACs, the largest resource share). Each round, the search ranks a pool of candidates (random
 valid, fitting configurations plus the one-knob neighbours of the best so far) by the prediction
 and evaluates the best-rated; a few random picks keep the model honest (epsilon-greedy). One

@@ -235,8 +235,11 @@ class Searcher:
             return first + self.space.sample(rng, n - len(first), seen | {config_key(c) for c in first})
         if self.strategy == "random" or len(measured) < 2:
             return self.space.sample(rng, n, seen)
+        # the model learns latency x MACs (time per ideal cycle: how well the array is used) and the array
+        # size enters analytically, so a larger array than any measured one is rated by what it adds
+        # (trees do not extrapolate: rated on latency, 512 MACs would look like the best 256-MAC point)
         self.model.fit(np.stack([self.space.features(e.config) for e in self.history]),
-                       [e.latency_s for e in self.history])
+                       [e.latency_s * e.config.macs_per_cycle for e in self.history])
         pool = self.space.sample(rng, POOL_SIZE, seen)
         taken = seen | {config_key(c) for c in pool}
         for parent in sorted(measured, key=lambda e: (e.latency_s, e.key))[:NEIGHBOUR_PARENTS]:
@@ -245,7 +248,8 @@ class Searcher:
             pool.extend(near)
         if not pool:
             return []
-        scores = self.model.predict(np.stack([self.space.features(c) for c in pool]))
+        scores = self.model.predict(np.stack([self.space.features(c) for c in pool])) \
+            - np.log([c.macs_per_cycle for c in pool])
         order = [int(i) for i in np.argsort(scores, kind="stable")]
         greedy = n - 1 if n > 1 else n
         batch = [pool[i] for i in order[:greedy]]

@@ -31,7 +31,7 @@ from vtakit.hw.config import VTAConfig
 from vtakit.hw.estimate import ResourceEstimate, estimate
 from vtakit.hw.parts import KINDS, Part, get_part
 
-__all__ = ["Knob", "KNOBS", "OPTIONAL_KNOBS", "AREA_KEYS", "BUS_LIMITS", "DEFAULT_BUS_LIMIT", "Fit", "DesignSpace",
+__all__ = ["Knob", "KNOBS", "OPTIONAL_KNOBS", "AREA_KEYS", "REPAIRS", "BUS_LIMITS", "DEFAULT_BUS_LIMIT", "Fit", "DesignSpace",
            "config_key"]
 
 
@@ -73,6 +73,11 @@ OPTIONAL_KNOBS: tuple[Knob, ...] = (
 )
 #: The keys that choose how the RTL is built (area against speed), smallest-area value first.
 AREA_KEYS = ("gemm_dsp_packing", "acc_read_ports", "gemm_lut_lanes")
+#: How :meth:`DesignSpace.repair` lowers each resource kind: knob -> index step (+1: the next value).
+REPAIRS: dict[str, dict[str, int]] = {
+    "dsp": {"gemm_lut_lanes": +1, "gemm_dsp_packing": -1},
+    "bram": {"log_wgt_depth": -1, "log_acc_depth": -1, "log_inp_depth": -1, "log_uop_depth": -1, "acc_read_ports": -1},
+}
 #: The widest bus (bits) each part offers the core; xc7z020: one 64-bit HP port.
 BUS_LIMITS = {"xc7z020": 64}
 #: The bus limit of parts not in :data:`BUS_LIMITS` (ECP5: soft DRAM controllers, 128 bits assumed).
@@ -232,10 +237,48 @@ class DesignSpace:
             i = knob.values.index(point[knob.name])
             for j in (i - 1, i + 1):
                 if 0 <= j < len(knob.values):
-                    found = self.admit({**point, knob.name: knob.values[j]}, seen)
+                    step = {**point, knob.name: knob.values[j]}
+                    found = self.admit(step, seen)
+                    if found is None:   # a step over the budget, repaired by the keys that trade area
+                        repaired = self.repair(step, keep=knob.name)
+                        found = None if repaired is None else self.admit(repaired, seen)
                     if found is not None:
                         out.append(found)
         return out
+
+    def repair(self, point: Mapping[str, Any], keep: str = "", steps: int = 8) -> dict[str, Any] | None:
+        """``point`` made to fit by moving the knobs of :data:`REPAIRS` (never ``keep``) one step at a time:
+        each step moves the knob that most lowers the binding resource's share (more LUT lanes for DSPs,
+        shallower SRAMs for block RAM); None when the point does not encode, or does not fit within
+        ``steps`` steps. A fitting point is returned as it is. This is what lets a neighbour double the
+        array: 1x16x16 to 1x32x16 needs LUT lanes to fit the DSPs at the same time."""
+        point = dict(point)
+        for _ in range(steps + 1):
+            try:
+                fit = self.fit(self.config(point))
+            except ConfigError:
+                return None
+            if fit.fits:
+                return point
+            kind, best = fit.binding, None
+            for knob in self.knobs:
+                direction = REPAIRS.get(kind, {}).get(knob.name)
+                if direction is None or knob.name == keep or point.get(knob.name) not in knob.values:
+                    continue
+                j = knob.values.index(point[knob.name]) + direction
+                if not 0 <= j < len(knob.values):
+                    continue
+                moved = {**point, knob.name: knob.values[j]}
+                try:
+                    share = self.fit(self.config(moved)).shares[kind]
+                except ConfigError:
+                    continue
+                if share < fit.shares[kind] and (best is None or share < best[0]):
+                    best = (share, moved)
+            if best is None:
+                return None
+            point = best[1]
+        return None
 
     def admit(self, point: Mapping[str, Any], seen: set[str]) -> VTAConfig | None:
         """The configuration of ``point`` when it is valid, fits and is not in ``seen`` (then added)."""
