@@ -29,7 +29,10 @@ a config measured before gets the first measurement again, not a new one (the JS
 says how many trials were answered so). On the CPU this makes every tuner see the same value for
 a config (the noise of a loaded host is not re-drawn per tuner), and it bounds the wall time by
 the configs measured, not the trials; on the accelerator the cycle model is deterministic, so it
-changes nothing but the time. Every run still writes its own log under ``--out``. The curves
+changes nothing but the time. ``--memo LOG ...`` answers the configs that earlier runs' logs hold
+from them (the first record per task and config; a record of another VTAConfig is another task),
+so comparing tuner variants measures only the configs no earlier run did. Every run still writes
+its own log under ``--out``. The curves
 (best-so-far per trial) go to ``curves.json`` and, with matplotlib, ``curves.png``. ``--json``
 prints the summary. The figures depend on the machine (and for the CPU on its load); the script
 reports, it asserts nothing.

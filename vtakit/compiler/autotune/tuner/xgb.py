@@ -4,8 +4,10 @@ It measures ``plan_size`` configs at a time: at first the template's fallback (s
 never worse than the default schedule; ``fallback_first=False`` leaves it to the search) and
 random ones, or after :meth:`XGBTuner.load_history` the base model's favourites; each time
 another ``plan_size`` results arrive it refits the cost model and lets simulated annealing pick
-the next plan, the ``plan_size`` unvisited configs the model rates best. The last 5% of each
-plan are random (epsilon-greedy), so the model keeps seeing configs it would not choose.
+the next plan, the ``plan_size`` unvisited configs the model rates best, searched from random
+valid configs and from the best ``sa_starts`` measured ones (their one-knob neighbours are where
+good configs are likeliest). The last 5% of each plan are random (epsilon-greedy), so the model
+keeps seeing configs it would not choose.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import numpy as np
 
 from vtakit.compiler.autotune.measure import MeasureInput, MeasureResult
 from vtakit.compiler.autotune.record import TuningRecord
-from vtakit.compiler.autotune.space import ConfigEntity, ConfigSpace
+from vtakit.compiler.autotune.space import ConfigEntity
 from vtakit.compiler.autotune.task import Task, create_task
 from vtakit.compiler.autotune.tuner.base import Tuner
 from vtakit.compiler.autotune.tuner.cost_model import XGBoostCostModel
@@ -26,55 +28,9 @@ from vtakit.compiler.autotune.tuner.sa import SimulatedAnnealingOptimizer
 from vtakit.errors import TuningError, VtakitError
 from vtakit.hw.config import VTAConfig
 
-__all__ = ["XGBTuner", "FIRST_PLANS", "space_filling"]
+__all__ = ["XGBTuner"]
 
 _EPS_GREEDY = 0.05
-FIRST_PLANS = ("space_filling", "random")
-_POOL = 32
-
-
-def space_filling(space: ConfigSpace, n: int, exclude: set[int], rng: np.random.Generator,
-                  chosen: Sequence[int] = ()) -> list[int]:
-    """``chosen`` followed by configs up to ``n`` in all that spread over every knob's values: each
-    pick is, of a pool of random unvisited valid configs, the one whose knob values the plan holds
-    least often (ties: the one farthest, in knobs changed, from the plan), so 16 picks see each of
-    a knob's 7 values about twice where 16 random ones miss one of them with a chance of 1 in 12."""
-    dims = space.dims
-    counts = [np.zeros(d) for d in dims]
-    out = list(chosen)
-    points = [space.index_to_point(i) for i in out]
-    for p in points:
-        for j, v in enumerate(p):
-            counts[j][v] += 1
-    size = len(space)
-    taken = set(out)
-    free = size - len(exclude) - sum(1 for i in out if i not in exclude)
-    while len(out) < n and free > 0:
-        pool: list[int] = []
-        for _ in range(64 * _POOL):
-            i = int(rng.integers(size))
-            if i not in exclude and i not in taken and i not in pool:
-                pool.append(i)
-                if len(pool) == _POOL:
-                    break
-        if not pool:
-            break
-        best, key = pool[0], None
-        for i in pool:
-            p = space.index_to_point(i)
-            seen = sum(counts[j][v] / (len(out) or 1) for j, v in enumerate(p))
-            spread = min((sum(a != b for a, b in zip(p, q)) for q in points), default=len(p))
-            k = (seen, -spread)
-            if key is None or k < key:
-                best, key = i, k
-        p = space.index_to_point(best)
-        for j, v in enumerate(p):
-            counts[j][v] += 1
-        points.append(p)
-        out.append(best)
-        taken.add(best)
-        free -= 1
-    return out
 
 
 class XGBTuner(Tuner):
@@ -83,12 +39,8 @@ class XGBTuner(Tuner):
     def __init__(self, task: Task, plan_size: int = 64, feature_type: str = "itervar", loss_type: str = "rank",
                  num_threads: int | None = None, seed: int | None = None, sa_iters: int = 500,
                  sa_parallel: int = 128, max_new_features: int | None = None, fallback_first: bool = True,
-                 first_plan: str = "random", first_fit: int | None = None, sa_starts: int | None = None,
-                 feature_budget: int = 8) -> None:
+                 sa_starts: int | None = None) -> None:
         super().__init__(task, seed)
-        if first_plan not in FIRST_PLANS:
-            raise TuningError(f"unknown first_plan {first_plan!r}; expected one of {FIRST_PLANS}")
-        self.first_fit = first_fit or plan_size
         self.sa_starts = plan_size if sa_starts is None else sa_starts
         self.fallback_first = fallback_first
         if feature_type not in FEATURE_TYPES:
@@ -97,15 +49,13 @@ class XGBTuner(Tuner):
         self.feature_type = feature_type
         self.model = XGBoostCostModel(task, feature_type, loss_type, num_threads, seed)
         if max_new_features is None and feature_type != "knob":
-            max_new_features = feature_budget * plan_size   # loop-IR features cost milliseconds each
+            max_new_features = 8 * plan_size   # loop-IR features cost milliseconds each
         self.optimizer = SimulatedAnnealingOptimizer(self.space, n_iter=sa_iters, parallel_size=sa_parallel,
                                                      rng=self.rng, max_new_features=max_new_features)
         self.xs: list[int] = []
         self.ys: list[float] = []
         # the template's default first, so the result is never worse than it (``fallback_first``)
         self.plan: list[int] = [self.space.fallback.index] if fallback_first else []
-        if first_plan == "space_filling":
-            self.plan = space_filling(self.space, self.plan_size, self.visited, self.rng, self.plan)
         self._eps = 0                                          # random picks at the end of the plan
         self._pos = 0
         self._fits = 0
@@ -139,7 +89,7 @@ class XGBTuner(Tuner):
         for inp, res in zip(inputs, results):
             self.xs.append(inp.config.index)
             self.ys.append(flop / res.cost if res.ok and res.cost > 0 else 0.0)
-        if len(self.xs) >= self.first_fit + self.plan_size * self._fits and max(self.ys) > 0:
+        if len(self.xs) >= self.plan_size * (self._fits + 1) and max(self.ys) > 0:
             self.model.fit(self.xs, self.ys)
             self._fits += 1
             self._replan()
