@@ -12,7 +12,7 @@ from tests.hw.rtl_cache import rtl_run
 from tests.programs import CASES, run_program
 from vtakit.hw.config import VTAConfig
 from vtakit.hw.isa import AluInsn, AluOp, FinishInsn, GemmInsn, MemId, MemInsn, Opcode, Uop
-from vtakit.hw.pipeline import finish_delay
+from vtakit.hw.pipeline import LOAD_PREP_CYCLES, finish_delay
 from vtakit.sim.program import Program, Segment
 
 DEFAULT = VTAConfig()
@@ -89,8 +89,9 @@ def test_long_load_streams_one_beat_per_cycle(x_size, base):
     stats = _run(cfg, insns, dram_size=1 << 15)
     beats = x_size * e // cfg.bus_bytes
     r = stats.retire_cycles
-    # take r0+1, start r0+2, s = r0+3, request accepted at s, beats s+L .. s+L+beats-1, retire +1
-    assert r[1] - r[0] == 3 + cfg.dram_latency + beats
+    # take r0+1, start r0+2, s = r0+3, prepared in s, s+1 (LOAD_PREP_CYCLES), request accepted at s+2,
+    # beats s+2+L .. s+1+L+beats, retire +1
+    assert r[1] - r[0] == 3 + LOAD_PREP_CYCLES + cfg.dram_latency + beats
 
 
 def test_store_timing():

@@ -121,9 +121,10 @@ def alu_datapath(config: VTAConfig, alu_opcode, lhs, rhs, imm=None, use_imm=None
         choices[isa.AluOp.MUL] = (a * rhs[:16].as_signed())[:32]
     if config.alu_requant:
         choices[isa.AluOp.REQUANT] = _requant_clip(right.as_signed(), imm)
+    # a parallel AND-OR select (not a chain of muxes): one level after the slowest operation
     expr = Const(0, 32)
     for op, value in choices.items():
-        expr = Mux(alu_opcode == op, value, expr)
+        expr = expr | Mux(alu_opcode == op, value, 0)
     return expr
 
 

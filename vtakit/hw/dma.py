@@ -4,16 +4,20 @@ Both walk VTA's 2-D pattern (``y_size`` rows of ``x_size`` elements, rows ``x_st
 apart in DRAM) and cut every row into AXI4 INCR bursts (at most 256 beats, never across 4 KiB).
 Their timing is part of the contract in docs/timing.md and is kept deliberately simple:
 
-* Load: zero-padding entries are written first, one per cycle (``P`` = footprint - data
-  entries), by a walker that jumps over the data runs; read requests start as soon as at most
-  DRAM_LATENCY pad writes remain, so data can never arrive while pads are still being written.
-  R beats are always accepted: each element is written to SRAM in the cycle its last beat arrives.
+* Load: the footprint's geometry is computed in :data:`LOAD_PREP_CYCLES` registered steps (the
+  start cycle and the first execution cycles), so that no step is a long chain of adders; then
+  zero-padding entries are written, one per cycle (``P`` = footprint - data entries), by a walker
+  that jumps over the data runs; read requests start as soon as at most DRAM_LATENCY pad writes
+  remain, so data can never arrive while pads are still being written. R beats are always
+  accepted: each element is complete in the cycle its last beat arrives and is written to SRAM
+  in the next (the write port is registered). A load with
+  ``x_size`` 0 finishes in its first execution cycle.
 * Store: AW requests stream one per cycle; OUT is read one element ahead so W beats stream one
   per cycle; the instruction finishes in the cycle its last B response arrives.
 
 ``start`` is pulsed in the cycle before the first execution cycle with the instruction fields
-valid; ``finish`` is high in the engine's last active cycle (its last write, or its first cycle
-when there is nothing to do).
+valid; ``finish`` is high in the engine's last active cycle (its last pad cycle, last beat or last B
+response, or its first execution cycle when there is nothing to do).
 
 Multiplies are kept out of the engines where the structure allows, so that DSP blocks go to the
 GEMM core (docs/fpga.md): row addresses accumulate the stride, completion is counted in rows and
@@ -24,14 +28,15 @@ data block in one step.
 
 from __future__ import annotations
 
-from amaranth.hdl import Assert, Const, Module, Mux, Signal
+from amaranth.hdl import Assert, Cat, Const, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
 from vtakit.hw.bus import ADDR_BITS, BOUNDARY_BYTES, MAX_BURST_BEATS, ReadPortSignature, WritePortSignature
+from vtakit.hw.pipeline import LOAD_PREP_CYCLES
 
-__all__ = ["DmaLoad2D", "DmaStore2D", "SRAM_ADDR_BITS", "mem_fields"]
+__all__ = ["DmaLoad2D", "DmaStore2D", "SRAM_ADDR_BITS", "LOAD_PREP_CYCLES", "mem_fields"]
 
 #: Width of SRAM addresses inside the engines (callers keep the low bits their SRAM needs).
 SRAM_ADDR_BITS = 20
@@ -53,10 +58,25 @@ def _narrow_product(narrow, wide):
     return terms[0]
 
 
-def _burst_beats(row_left, to_boundary):
-    """Beats of the next burst: the rest of the row, capped at 256 beats and at the 4 KiB boundary."""
-    capped = Mux(row_left < MAX_BURST_BEATS, row_left, MAX_BURST_BEATS)
-    return Mux(to_boundary < capped, to_boundary, capped)
+class _NextBurst:
+    """The next burst from ``addr`` (aligned to ``2**log_size``) with ``row_left`` beats left in the row:
+    the rest of the row, capped at 256 beats and at the 4 KiB boundary. Built shallow (no comparison of
+    the wide ``row_left``, only of its low bits): ``cap`` = min(256, beats to the boundary) depends
+    on ``addr`` alone, ``row_end`` (the burst ends the row) = row_left <= cap, ``beats``, and
+    ``after``: the address after a burst that does not end the row (the boundary, or 256 beats on)."""
+
+    def __init__(self, m: Module, row_left, addr, log_size):
+        to_boundary = Signal(13)
+        m.d.comb += to_boundary.eq((BOUNDARY_BYTES - addr[:12]) >> log_size)
+        self.at_boundary = to_boundary <= MAX_BURST_BEATS
+        self.cap = Signal(range(MAX_BURST_BEATS + 1))
+        m.d.comb += self.cap.eq(Mux(self.at_boundary, to_boundary, MAX_BURST_BEATS))
+        low = exact_log2(MAX_BURST_BEATS) + 1
+        self.row_end = (row_left[low:] == 0) & (row_left[:low] <= self.cap)
+        self.beats = Signal(range(MAX_BURST_BEATS + 1))
+        m.d.comb += self.beats.eq(Mux(self.row_end, row_left[:low], self.cap))
+        self.after = Mux(self.at_boundary, Cat(Const(0, 12), addr[12:] + 1),
+                         addr + (Const(MAX_BURST_BEATS, low) << log_size))[:len(addr)]
 
 
 class _BurstGenerator:
@@ -75,9 +95,8 @@ class _BurstGenerator:
         self.stride_bytes = Signal(ADDR_BITS)
         self.log_size = log_size
 
-        to_boundary = (BOUNDARY_BYTES - self.addr[:12]) >> log_size
-        beats = Signal(range(MAX_BURST_BEATS + 1))
-        m.d.comb += beats.eq(_burst_beats(self.rem, to_boundary))
+        nxt = _NextBurst(m, self.rem, self.addr, log_size)
+        beats = nxt.beats
         m.d.comb += [
             req.valid.eq(self.active & enable),
             req.payload.addr.eq(self.addr),
@@ -86,14 +105,14 @@ class _BurstGenerator:
         ]
         self.fire = req.valid & req.ready
         with m.If(self.fire):
-            with m.If(self.rem == beats):
+            with m.If(nxt.row_end):
                 next_row = self.row_addr + self.stride_bytes
                 m.d.sync += [self.row_addr.eq(next_row), self.addr.eq(next_row), self.rem.eq(self.row_beats),
                              self.rows_left.eq(self.rows_left - 1)]
                 with m.If(self.rows_left == 1):
                     m.d.sync += self.active.eq(0)
             with m.Else():
-                m.d.sync += [self.addr.eq(self.addr + (beats << log_size)), self.rem.eq(self.rem - beats)]
+                m.d.sync += [self.addr.eq(nxt.after), self.rem.eq(self.rem - nxt.cap)]
 
     def start(self, m: Module, *, base, stride_bytes, rows, row_beats):
         m.d.sync += [self.active.eq((rows != 0) & (row_beats != 0)), self.rows_left.eq(rows),
@@ -118,7 +137,8 @@ class DmaLoad2D(wiring.Component):
     start, <instruction fields>, log_elem : in
         ``log_elem`` is log2 of the DRAM element size in bytes.
     wr_en, wr_addr, wr_data : out
-        One SRAM write per cycle at most (pad entries are written with zeros).
+        One SRAM write per cycle at most (pad entries are written with zeros), registered: it comes
+        the cycle after the pad cycle or the last beat that docs/timing.md §4 counts.
     finish, active : out
     mem : ReadPortSignature
     """
@@ -138,24 +158,46 @@ class DmaLoad2D(wiring.Component):
         m = Module()
         bus = self._bus_width
         log_bus = exact_log2(bus // 8)
-        narrow = self.log_elem <= log_bus
-        log_size = Mux(narrow, self.log_elem, log_bus)
-        log_k = Mux(narrow, 0, (self.log_elem - log_bus)[:4])
-
-        # Geometry of the footprint (computed in the start cycle from the instruction fields).
-        width = self.x_pad_0 + self.x_size + self.x_pad_1
-        height = self.y_pad_0 + self.y_size + self.y_pad_1
-        n_data = self.x_size * self.y_size
-        top = _narrow_product(self.y_pad_0, width)            # entries of the top and bottom pad rows
-        bottom = _narrow_product(self.y_pad_1, width)
-        # H*W - X*Y, as (y_pad_0 + y_pad_1) * W + Y * (x_pad_0 + x_pad_1)
-        n_pads = Mux(self.x_size == 0, 0, top + bottom + _narrow_product(self.x_pad_0 + self.x_pad_1, self.y_size))
-        run0 = top + self.x_pad_0
+        # Geometry of the footprint, in LOAD_PREP_CYCLES = 2 registered steps before the walk ("go"):
+        # the start cycle latches the fields with W and the x padding; the first execution cycle forms
+        # the pad products (shift-and-add, at most three adder levels) and X * Y; "go" (the second)
+        # adds them up and sets the walk.
+        assert LOAD_PREP_CYCLES == 2
+        p1, p2 = Signal(), Signal()                   # the step in its cycle: after the start, go
+        f = {name: Signal(len(getattr(self, name)), name=f"f_{name}")
+             for name in ("sram_base", "dram_base", "y_size", "x_size", "x_stride", "y_pad_0", "y_pad_1", "x_pad_0",
+                          "x_pad_1", "log_elem")}
+        width = Signal(18)
+        mid = Signal(5)              # x_pad_1 + x_pad_0: the pad run (SRAM entries) between two data rows
+        top, bottom, across = Signal(_COUNT_BITS), Signal(_COUNT_BITS), Signal(_COUNT_BITS)
+        n_data = Signal(32)
+        base_bytes = Signal(ADDR_BITS)
+        stride_bytes = Signal(ADDR_BITS)
+        m.d.sync += [p1.eq(self.start & (self.x_size != 0)), p2.eq(p1)]
+        with m.If(self.start):
+            m.d.sync += [reg.eq(getattr(self, name)) for name, reg in f.items()]
+            m.d.sync += [width.eq(self.x_pad_0 + self.x_size + self.x_pad_1), mid.eq(self.x_pad_0 + self.x_pad_1)]
+        with m.If(p1):
+            m.d.sync += [
+                top.eq(_narrow_product(f["y_pad_0"], width)),      # entries of the top and bottom pad rows
+                bottom.eq(_narrow_product(f["y_pad_1"], width)),
+                across.eq(_narrow_product(mid, f["y_size"])),      # the pads beside the data rows
+                n_data.eq(f["x_size"] * f["y_size"]),
+                base_bytes.eq(f["dram_base"] << f["log_elem"]),
+                stride_bytes.eq(f["x_stride"] << f["log_elem"]),
+            ]
+        go = p2
+        # log_elem from the latched field: the walk runs after the start cycle
+        narrow = f["log_elem"] <= log_bus
+        log_size = Mux(narrow, f["log_elem"], log_bus)
+        log_k = Mux(narrow, 0, (f["log_elem"] - log_bus)[:4])
+        # H*W - X*Y, as (y_pad_0 + y_pad_1) * W + Y * (x_pad_0 + x_pad_1) (x_size != 0 on this path)
+        n_pads = top + bottom + across
+        run0 = top + f["x_pad_0"]
 
         # Latched per-instruction values.
         active = Signal()
-        x_size = Signal(16)
-        mid = Signal(5)              # x_pad_1 + x_pad_0: the pad run (SRAM entries) between two data rows
+        x_size = f["x_size"]
         data_jump = Signal(33)       # entries jumped after a pad run: x_size, or all data if mid == 0
         last_run = Signal(_COUNT_BITS)
         m.d.comb += [self.active.eq(active)]
@@ -165,10 +207,11 @@ class DmaLoad2D(wiring.Component):
         cur = Signal(SRAM_ADDR_BITS)
         left = Signal(_COUNT_BITS)
         runs_left = Signal(16)
-        pad_we = Signal()
-        m.d.comb += pad_we.eq(active & (pads_left != 0))
+        pad_we = Signal()            # active and pads_left != 0, kept as a register (no wide OR before the writes)
         with m.If(pad_we):
             m.d.sync += pads_left.eq(pads_left - 1)
+            with m.If(pads_left == 1):
+                m.d.sync += pad_we.eq(0)
             with m.If(left > 1):
                 m.d.sync += [cur.eq(cur + 1), left.eq(left - 1)]
             with m.Elif((mid != 0) & (runs_left != 0)):
@@ -178,7 +221,7 @@ class DmaLoad2D(wiring.Component):
 
         # ---- request side
         row_beats = Signal(_COUNT_BITS)
-        m.d.comb += row_beats.eq(self.x_size << log_k)
+        m.d.comb += row_beats.eq(f["x_size"] << log_k)
         reqs = _BurstGenerator(m, self.mem.ar, log_size=log_size,
                                enable=active & (pads_left <= self._latency))
 
@@ -214,44 +257,45 @@ class DmaLoad2D(wiring.Component):
             with m.Else():
                 m.d.sync += beat.eq(beat + 1)
 
-        # ---- start: latch everything
-        with m.If(self.start):
-            base_bytes = Signal(ADDR_BITS)
-            stride_bytes = Signal(ADDR_BITS)
-            m.d.comb += [base_bytes.eq(self.dram_base << self.log_elem),
-                         stride_bytes.eq(self.x_stride << self.log_elem)]
-            mid_now = self.x_pad_0 + self.x_pad_1
-            jump_now = Mux(mid_now != 0, self.x_size, n_data)
-            last_now = self.x_pad_1 + bottom
+        # ---- go: set the walk up
+        with m.If(go):
+            jump_now = Mux(mid != 0, f["x_size"], n_data)
+            last_now = f["x_pad_1"] + bottom
+            y_size = f["y_size"]
             m.d.sync += [
-                active.eq(1), x_size.eq(self.x_size), mid.eq(mid_now),
+                active.eq(1),
                 data_jump.eq(jump_now), last_run.eq(last_now), pads_left.eq(n_pads),
+                # n_pads != 0 without the sum: x_size != 0 here, so W != 0
+                pad_we.eq((f["y_pad_0"] != 0) | (f["y_pad_1"] != 0) | ((mid != 0) & (y_size != 0))),
                 beat.eq(0), beats_per_elem_m1.eq((Const(1, 1) << log_k) - 1), narrow_l.eq(narrow),
-                rows_left.eq(Mux(self.x_size == 0, 0, self.y_size)), x_left.eq(self.x_size), d_addr.eq(self.sram_base + run0),
+                rows_left.eq(y_size), x_left.eq(f["x_size"]), d_addr.eq(f["sram_base"] + run0),
                 lane.eq(base_bytes), row_lane.eq(base_bytes), stride_lanes.eq(stride_bytes),
-                elem_bytes.eq(Mux(narrow, Const(1, 1) << self.log_elem, 0)),
+                elem_bytes.eq(Mux(narrow, Const(1, 1) << f["log_elem"], 0)),
             ]
             # The first pad run; an empty first run starts at the next non-empty one.
-            with m.If((self.y_size == 0) | (run0 != 0)):
-                m.d.sync += [cur.eq(self.sram_base), left.eq(Mux(self.y_size == 0, n_pads, run0)),
-                             runs_left.eq(Mux(self.y_size == 0, 0, self.y_size - 1))]
-            with m.Elif((mid_now != 0) & (self.y_size > 1)):
-                m.d.sync += [cur.eq(self.sram_base + self.x_size), left.eq(mid_now), runs_left.eq(self.y_size - 2)]
+            with m.If((y_size == 0) | (run0 != 0)):
+                m.d.sync += [cur.eq(f["sram_base"]), left.eq(Mux(y_size == 0, n_pads, run0)),
+                             runs_left.eq(Mux(y_size == 0, 0, y_size - 1))]
+            with m.Elif((mid != 0) & (y_size > 1)):
+                m.d.sync += [cur.eq(f["sram_base"] + f["x_size"]), left.eq(mid), runs_left.eq(y_size - 2)]
             with m.Else():
-                m.d.sync += [cur.eq(self.sram_base + jump_now), left.eq(last_now), runs_left.eq(0)]
-            reqs.start(m, base=base_bytes, stride_bytes=stride_bytes,
-                       rows=Mux(self.x_size == 0, 0, self.y_size), row_beats=row_beats)
+                m.d.sync += [cur.eq(f["sram_base"] + jump_now), left.eq(last_now), runs_left.eq(0)]
+            reqs.start(m, base=base_bytes, stride_bytes=stride_bytes, rows=y_size, row_beats=row_beats)
 
         finish = Signal()
         data_done = (rows_left == 0) | ((rows_left == 1) & (x_left == 1) & data_we)
-        m.d.comb += finish.eq(active & ((pads_left - pad_we) == 0) & data_done)
+        empty = Signal()             # x_size 0: nothing to do, done in the first execution cycle
+        m.d.sync += empty.eq(self.start & (self.x_size == 0))
+        m.d.comb += finish.eq(empty | (active & (~pad_we | (pads_left == 1)) & data_done))
         with m.If(finish):
             m.d.sync += active.eq(0)
         m.d.comb += self.finish.eq(finish)
 
         # ---- SRAM write port
         narrow_data = (self.mem.r.payload.data >> (lane << 3))
-        m.d.comb += [
+        # registered: each write lands in the SRAM the cycle after its pad cycle or last beat (before any
+        # later instruction can read it: the earliest reads follow this one's retire cycle)
+        m.d.sync += [
             self.wr_en.eq(pad_we | data_we),
             self.wr_addr.eq(Mux(pad_we, cur, d_addr)),
             self.wr_data.eq(Mux(pad_we, 0, Mux(narrow_l, narrow_data, assembled))),
@@ -312,9 +356,7 @@ class DmaStore2D(wiring.Component):
         bursts_issued = Signal(_COUNT_BITS)
         b_seen = Signal(_COUNT_BITS)
 
-        to_boundary = (BOUNDARY_BYTES - w_addr[:12]) >> log_size
-        new_burst = Signal(range(MAX_BURST_BEATS + 1))
-        m.d.comb += new_burst.eq(_burst_beats(w_rem, to_boundary))
+        new_burst = _NextBurst(m, w_rem, w_addr, log_size).beats
         cur_burst = Mux(w_burst_left == 0, new_burst, w_burst_left)
 
         if narrow:

@@ -64,7 +64,7 @@ class FetchModule(wiring.Component):
 
         m.submodules.buffer = buffer = fifo.SyncFIFO(width=INSN_BITS, depth=FETCH_DEPTH)
         count = Signal(INDEX_BITS)
-        requested = Signal(INDEX_BITS)
+        remaining = Signal(INDEX_BITS)      # count - instructions requested (a register: no subtraction before AR)
         dispatched = Signal(INDEX_BITS)
         addr = Signal(32)
         in_flight = Signal(range(FETCH_DEPTH + 1))
@@ -73,9 +73,9 @@ class FetchModule(wiring.Component):
         # ---- requests: FETCH_BURST-aligned groups of instructions, when the buffer has room.
         slot = addr[4:4 + exact_log2(FETCH_BURST)]
         to_align = FETCH_BURST - slot
-        remaining = count - requested
         n = Signal(range(FETCH_BURST + 1))
-        m.d.comb += n.eq(Mux(remaining < to_align, remaining, to_align))
+        low = exact_log2(FETCH_BURST) + 1
+        m.d.comb += n.eq(Mux((remaining[low:] == 0) & (remaining[:low] < to_align), remaining[:low], to_align))
         ar = self.mem.ar
         m.d.comb += [
             ar.valid.eq(active & (remaining != 0) & (buffer.level + in_flight + n <= FETCH_DEPTH)),
@@ -106,7 +106,7 @@ class FetchModule(wiring.Component):
         m.d.sync += Assert(~complete | buffer.w_rdy, "fetch: instruction buffer overflow")
         m.d.sync += in_flight.eq(in_flight + Mux(ar_fire, n, 0) - complete)
         with m.If(ar_fire):
-            m.d.sync += [requested.eq(requested + n), addr.eq(addr + (n << 4))]
+            m.d.sync += [remaining.eq(remaining - n), addr.eq(addr + (n << 4))]
 
         # ---- dispatch the buffer head.
         head = data.View(insn_layout(isa.Opcode.LOAD, cfg), buffer.r_data)
@@ -126,7 +126,7 @@ class FetchModule(wiring.Component):
             m.d.sync += dispatched.eq(dispatched + 1)
 
         with m.If(self.start):
-            m.d.sync += [active.eq(1), count.eq(self.insn_count), requested.eq(0), dispatched.eq(0),
+            m.d.sync += [active.eq(1), count.eq(self.insn_count), remaining.eq(self.insn_count), dispatched.eq(0),
                          addr.eq(self.insn_addr), in_flight.eq(0), beat.eq(0)]
         done = active & (dispatched == count)
         m.d.comb += [

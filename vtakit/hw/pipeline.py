@@ -1,8 +1,8 @@
 """The depths of compute's micro-op pipeline, shared by the RTL and the cycle model.
 
-The RTL (:mod:`vtakit.hw.compute`, :mod:`vtakit.hw.datapath`) builds its GEMM and ALU pipelines
+The RTL (:mod:`vtakit.hw.compute`, :mod:`vtakit.hw.datapath`, :mod:`vtakit.hw.dma`) builds its pipelines
 from these numbers and the cycle model (:mod:`vtakit.sim.cycle`, its C engine) times GEMM and ALU
-instructions with them, so both change together (docs/timing.md §4). Cycles after a micro-op's
+and LOAD instructions with them, so both change together (docs/timing.md §4). Cycles after a micro-op's
 issue cycle ``a`` (uop SRAM read):
 
 ``a + 1`` registers the micro-op (stage U) and ``b = a + 2`` indexes the SRAMs (stage B); then
@@ -21,7 +21,11 @@ from __future__ import annotations
 
 from vtakit.hw.config import VTAConfig
 
-__all__ = ["TREE_LEVELS_PER_STAGE", "gemm_tree_stages", "gemm_product_latency", "finish_delay"]
+__all__ = ["LOAD_PREP_CYCLES", "TREE_LEVELS_PER_STAGE", "gemm_tree_stages", "gemm_product_latency", "finish_delay"]
+
+#: Cycles a LOAD with ``x_size`` != 0 spends computing its footprint before its first pad write or read
+#: request (vtakit/hw/dma.py): its rules in docs/timing.md §4 count from ``s + LOAD_PREP_CYCLES``.
+LOAD_PREP_CYCLES = 2
 
 #: Adder-tree levels between two pipeline registers of the GEMM core.
 TREE_LEVELS_PER_STAGE = 2

@@ -66,7 +66,7 @@ from vtakit.errors import DeadlockError, MemoryAccessError, ProgramError, RaceEr
 from vtakit.hw import isa
 from vtakit.hw.config import VTAConfig
 from vtakit.hw.isa import AluInsn, FinishInsn, GemmInsn, MemId, MemInsn, Opcode
-from vtakit.hw.pipeline import finish_delay
+from vtakit.hw.pipeline import LOAD_PREP_CYCLES, finish_delay
 from vtakit.sim import native
 from vtakit.sim.backend import Launch
 from vtakit.sim.fsim import check_finish, check_program
@@ -376,9 +376,10 @@ class _Core:
             if insn.opcode == Opcode.STORE:
                 self._start_store(mod, insn, s)
             else:
-                self._start_load(mod, insn, s)
+                self._start_load(mod, insn, s + LOAD_PREP_CYCLES)
 
     def _start_load(self, mod: _Module, insn: MemInsn, s: int) -> None:
+        """``s``: the first cycle after the engine's preparation (§4: s + LOAD_PREP_CYCLES)."""
         elem = self.elem_bytes[insn.memory_type]
         width = insn.x_pad_0 + insn.x_size + insn.x_pad_1
         height = insn.y_pad_0 + insn.y_size + insn.y_pad_1
@@ -922,6 +923,7 @@ class _Solver:
             data = x_size * y_size
             pads = self.pads[index] = ((insn.y_pad_0 + y_size + insn.y_pad_1) * (insn.x_pad_0 + x_size + insn.x_pad_1)
                                        - data)
+            s += LOAD_PREP_CYCLES                 # the engine prepares first (§4); those cycles are memory stalls
             if not data:
                 return s + pads - 1 if pads else s
             elem = self.elem_bytes[insn.memory_type]
@@ -1175,7 +1177,7 @@ def _native_params(config: VTAConfig) -> tuple[bytes, tuple[int, ...]]:
                   min(config.dram_latency, huge), min(config.dram_outstanding, huge), config.bus_bytes,
                   alu_flags, out, elem[MemId.UOP], elem[MemId.WGT], elem[MemId.INP], elem[MemId.ACC],
                   elem[MemId.ACC_8BIT], config.uop_depth, config.acc_depth,
-                  finish_delay(config, False), finish_delay(config, True))
+                  finish_delay(config, False), finish_delay(config, True), LOAD_PREP_CYCLES)
         if len(_NATIVE_PARAMS) >= 64:
             _NATIVE_PARAMS.clear()
         entry = _NATIVE_PARAMS[id(config)] = (config, native.layout_table(config), params)

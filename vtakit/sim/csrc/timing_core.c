@@ -22,7 +22,7 @@
  *     (cycles, retire_cycles: list, stats: 12-tuple, dram_read_bytes, dram_write_bytes, events, detail: bytes)
  *   stream: the encoded program (16 bytes per instruction); layout: native.layout_table(config);
  *   params: (Qc, Qt, L, O, bus bytes, ALU flags, out elem bytes, elem bytes of UOP, WGT, INP, ACC,
- *            ACC_8BIT, UOP depth, ACC depth, D of GEMM, D of ALU); insn_addr: the stream's byte address in DRAM; dram: the
+ *            ACC_8BIT, UOP depth, ACC depth, D of GEMM, D of ALU, LOAD preparation cycles); insn_addr: the stream's byte address in DRAM; dram: the
  *            DRAM before the run (a contiguous buffer), or its size in bytes (then it reads as zeros).
  *   D: e - s - M of a GEMM or ALU with micro-ops (docs/timing.md section 4, vtakit/hw/pipeline.py).
  *   ALU flags: bit 0, ALU MUL is legal (ALU_MUL); bit 1, a tensor ALU micro-op takes 2 cycles unless
@@ -121,6 +121,7 @@ typedef struct {
     uint32_t *uop_src;
     int64_t uop_depth, acc_depth;
     int64_t gemm_delay, alu_delay;   /* D = e - s - M of a GEMM, an ALU with micro-ops (§4) */
+    int64_t load_prep;               /* a LOAD with x_size != 0 starts its pads and requests from s + load_prep */
     int log_acc_depth;
     const uint8_t *dram;        /* the DRAM before the run (NULL: zeros) */
     vec_t uop_reads, stores;    /* (first, end) DRAM bytes of each LOAD UOP and each STORE */
@@ -539,15 +540,16 @@ static int64_t start_dma(solver_t *s, int m, Py_ssize_t i, int64_t cycle)
     }
     const int64_t data = t->x_size * t->y_size, pads = t->pads;
     s->pads[i] = pads;
+    const int64_t start_walk = start + s->load_prep;   /* the engine prepares first (§4): memory stalls */
     if (!data)
-        return pads ? start + pads - 1 : start;
+        return pads ? start_walk + pads - 1 : start_walk;
     const int64_t elem = s->elem[t->mem], beat = elem < s->bus ? elem : s->bus, k = elem / beat;
     if (__builtin_add_overflow(s->read_bytes, data * elem, &s->read_bytes))
         s->why = "byte count overflow";
     s->memory_stall[m] -= cycle + pads + data * k;       /* + e when the last beat is known */
     bursts_init(&s->reading[m], t->x_size * k, t->y_size, (uint64_t)(t->dram_base * elem),
                 (uint64_t)(t->x_stride * elem), beat);
-    s->present[m] = pads > s->latency ? start + pads - s->latency : start;
+    s->present[m] = pads > s->latency ? start_walk + pads - s->latency : start_walk;
     return -1;
 }
 
@@ -979,12 +981,12 @@ static PyObject *solve(PyObject *self, PyObject *args)
     (void)self;
     Py_buffer stream, layout, image = {0};
     long long qc, qt, latency, limit, bus, alu_mul, out_elem, e_uop, e_wgt, e_inp, e_acc, e_acc8, uop_depth, acc_depth;
-    long long gemm_delay, alu_delay;
+    long long gemm_delay, alu_delay, load_prep;
     long long dram, insn_addr;
     PyObject *dram_obj;
-    if (!PyArg_ParseTuple(args, "y*y*(LLLLLLLLLLLLLLLL)LO:solve", &stream, &layout, &qc, &qt, &latency, &limit, &bus,
+    if (!PyArg_ParseTuple(args, "y*y*(LLLLLLLLLLLLLLLLL)LO:solve", &stream, &layout, &qc, &qt, &latency, &limit, &bus,
                           &alu_mul, &out_elem, &e_uop, &e_wgt, &e_inp, &e_acc, &e_acc8, &uop_depth, &acc_depth,
-                          &gemm_delay, &alu_delay,
+                          &gemm_delay, &alu_delay, &load_prep,
                           &insn_addr, &dram_obj))
         return NULL;
     PyObject *out = NULL;
@@ -1020,7 +1022,7 @@ static PyObject *solve(PyObject *self, PyObject *args)
     else if (uop_depth < 1 || uop_depth > MAX_DEPTH || acc_depth < 1 || acc_depth > MAX_DEPTH
              || (acc_depth & (acc_depth - 1)))
         why = "configuration";
-    else if (gemm_delay < 1 || gemm_delay > 64 || alu_delay < 1 || alu_delay > 64)
+    else if (gemm_delay < 1 || gemm_delay > 64 || alu_delay < 1 || alu_delay > 64 || load_prep < 0 || load_prep > 64)
         why = "configuration";
     if (why)
         goto done;
@@ -1035,6 +1037,7 @@ static PyObject *solve(PyObject *self, PyObject *args)
     s.acc_depth = acc_depth;
     s.gemm_delay = gemm_delay;
     s.alu_delay = alu_delay;
+    s.load_prep = load_prep;
     while ((1LL << s.log_acc_depth) < acc_depth)
         s.log_acc_depth++;
     if (alu_mul & 2) {                 /* one ACC read port: tensor ALU timing reads the micro-op cache */
