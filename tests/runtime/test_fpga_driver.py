@@ -44,7 +44,8 @@ class Recording:
 def _board(size=1 << 16, config=SMALL):
     shell = SimulatedShell(config, size=size, phys_addr=PHYS)
     mmio = Recording(shell)
-    return shell, mmio, FPGADevice(mmio, shell.buffer, config)
+    # the shell is an RTL simulation: a board's 10 s default is far too short on a loaded test machine
+    return shell, mmio, FPGADevice(mmio, shell.buffer, config, timeout=600)
 
 
 def _check_run(program, stats, dev, log):
