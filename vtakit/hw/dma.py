@@ -88,7 +88,7 @@ class _BurstGenerator:
     def __init__(self, m: Module, req, *, log_size, enable):
         self.active = Signal()
         self.rows_left = Signal(16)
-        self.row_addr = Signal(ADDR_BITS)
+        self.next_row = Signal(ADDR_BITS)   # the next row's first address, kept ahead (no adder behind the grant)
         self.addr = Signal(ADDR_BITS)
         self.rem = Signal(_COUNT_BITS)      # beats left in the current row
         self.row_beats = Signal(_COUNT_BITS)
@@ -106,8 +106,8 @@ class _BurstGenerator:
         self.fire = req.valid & req.ready
         with m.If(self.fire):
             with m.If(nxt.row_end):
-                next_row = self.row_addr + self.stride_bytes
-                m.d.sync += [self.row_addr.eq(next_row), self.addr.eq(next_row), self.rem.eq(self.row_beats),
+                m.d.sync += [self.addr.eq(self.next_row),
+                             self.next_row.eq(self.next_row + self.stride_bytes), self.rem.eq(self.row_beats),
                              self.rows_left.eq(self.rows_left - 1)]
                 with m.If(self.rows_left == 1):
                     m.d.sync += self.active.eq(0)
@@ -116,7 +116,8 @@ class _BurstGenerator:
 
     def start(self, m: Module, *, base, stride_bytes, rows, row_beats):
         m.d.sync += [self.active.eq((rows != 0) & (row_beats != 0)), self.rows_left.eq(rows),
-                     self.row_addr.eq(base), self.addr.eq(base), self.rem.eq(row_beats),
+                     self.next_row.eq(base + stride_bytes), self.addr.eq(base),
+                     self.rem.eq(row_beats),
                      self.row_beats.eq(row_beats), self.stride_bytes.eq(stride_bytes)]
 
 
@@ -345,7 +346,7 @@ class DmaStore2D(wiring.Component):
         # W side: its own copy of the burst walk, to mark the last beat of every burst.
         w_valid = Signal()
         w_addr = Signal(ADDR_BITS)
-        w_row_addr = Signal(ADDR_BITS)
+        w_next_row = Signal(ADDR_BITS)      # the next row's first address, kept ahead
         w_rem = Signal(_COUNT_BITS)
         w_row_beats = Signal(_COUNT_BITS)
         w_stride = Signal(ADDR_BITS)
@@ -377,7 +378,7 @@ class DmaStore2D(wiring.Component):
         with m.If(w_fire):
             m.d.sync += w_burst_left.eq(cur_burst - 1)
             with m.If(w_rem == 1):
-                m.d.sync += [w_row_addr.eq(w_row_addr + w_stride), w_addr.eq(w_row_addr + w_stride),
+                m.d.sync += [w_addr.eq(w_next_row), w_next_row.eq(w_next_row + w_stride),
                              w_rem.eq(w_row_beats), w_rows_left.eq(w_rows_left - 1)]
             with m.Else():
                 m.d.sync += [w_addr.eq(w_addr + (1 << log_size)), w_rem.eq(w_rem - 1)]
@@ -406,7 +407,7 @@ class DmaStore2D(wiring.Component):
             row_beats = self.x_size * beats_per_elem
             reqs.start(m, base=base_bytes, stride_bytes=stride_bytes, rows=rows, row_beats=row_beats)
             m.d.sync += [
-                active.eq(1), w_valid.eq(rows != 0), w_addr.eq(base_bytes), w_row_addr.eq(base_bytes),
+                active.eq(1), w_valid.eq(rows != 0), w_addr.eq(base_bytes), w_next_row.eq(base_bytes + stride_bytes),
                 w_rem.eq(row_beats), w_row_beats.eq(row_beats), w_stride.eq(stride_bytes),
                 w_burst_left.eq(0), w_rows_left.eq(rows), beat.eq(0),
                 rd_addr.eq(self.sram_base), bursts_issued.eq(0), b_seen.eq(0),
