@@ -23,15 +23,15 @@ REQUANT = VTAConfig.small(alu_requant=True)
 EDGES = [0, 1, -1, 127, 128, -128, -129, 255, 1 << 30, (1 << 31) - 1, -(1 << 31), 12345, -54321, 1 << 20]
 
 
-def _engines(program):
-    """(DRAM, cycles) of ``program`` on fsim and cycle, compiled and Python engines each."""
+def engines(program, counter: str = "alu_counter"):
+    """(DRAM, cycles, ``counter``) of ``program`` on fsim and cycle, compiled and Python engines each."""
     results = {}
     for native in ("1", "0"):
         os.environ["VTAKIT_NATIVE"] = native
         try:
             for backend in ("fsim", "cycle"):
                 stats, dram = run_fresh(program, backend)
-                results[backend, native] = (dram, stats.cycles, stats.counters["alu_counter"])
+                results[backend, native] = (dram, stats.cycles, stats.counters[counter])
         finally:
             os.environ.pop("VTAKIT_NATIVE")
     return results
@@ -68,7 +68,7 @@ CONTROLS = [isa.requant_imm(s, relu, rnd) for s in (0, 1, 7, 16, 31) for relu in
 @pytest.mark.parametrize("tensor", [False, True], ids=["imm", "tensor"])
 def test_requant_semantics_on_every_engine(tensor):
     program, out, expected = _requant_program(tensor, CONTROLS)
-    results = _engines(program)
+    results = engines(program)
     for (backend, native), (dram, cycles, alu) in results.items():
         got = dram[out:out + expected.size].view(np.int8)
         np.testing.assert_array_equal(got, expected.reshape(-1), err_msg=f"{backend} native={native}")
@@ -87,7 +87,7 @@ def test_reserved_bits_are_ignored_by_every_engine():
     noisy = dataclasses.replace(program, insns=[
         dataclasses.replace(i, imm=i.imm | -0x80) if isinstance(i, AluInsn) else i for i in program.insns])
     assert any(isinstance(i, AluInsn) and i.imm < 0 for i in noisy.insns)
-    for (backend, native), (dram, _, _) in _engines(noisy).items():
+    for (backend, native), (dram, _, _) in engines(noisy).items():
         np.testing.assert_array_equal(dram[out:out + expected.size].view(np.int8), expected.reshape(-1),
                                       err_msg=f"{backend} native={native}")
 
@@ -149,12 +149,12 @@ def test_requant_disassembles_with_its_control_bits():
     assert isa.requant_fields(0xFF80 | 0x27) == (7, True, False)
 
 
-def test_random_programs_use_requant_and_agree_across_engines():
+def test_random_programs_use_requant_and_agree_acrossengines():
     features = set()
     for seed in range(12):
         program = random_program(REQUANT, seed)
         features |= coverage(program)
-        results = _engines(program)
+        results = engines(program)
         (dram, cycles, _), *others = results.values()
         for key, (other, other_cycles, _) in results.items():
             np.testing.assert_array_equal(other, dram, err_msg=f"seed {seed} {key}")

@@ -4,19 +4,18 @@ compiled fsim, Python and compiled cycle model) against a numpy reference writte
 and random programs that use both forms and the requant register (every engine agrees)."""
 
 import dataclasses
-import os
 
 import numpy as np
 import pytest
 
 from tests.programs.corpus import alu_reference
+from tests.sim.test_alu_requant import engines
 from vtakit.errors import ConfigError, ISAError, ProgramError
 from vtakit.hw import isa
 from vtakit.hw.config import VTAConfig
 from vtakit.hw.isa import AluInsn, AluOp, GemmInsn, MemId, Stage, Uop
 from vtakit.runtime import ProgramBuilder
 from vtakit.runtime.random_program import coverage, random_program
-from vtakit.runtime.replay import run_fresh
 from vtakit.sim.machine import Machine
 
 SMALL = VTAConfig.small(alu_requant=True)
@@ -82,20 +81,6 @@ def test_each_form_needs_its_key():
 
 
 # ---------------------------------------------------------------------------- semantics
-def _engines(program):
-    """DRAM and cycles of ``program`` on fsim and cycle, compiled and Python engines each."""
-    results = {}
-    for native in ("1", "0"):
-        os.environ["VTAKIT_NATIVE"] = native
-        try:
-            for backend in ("fsim", "cycle"):
-                stats, dram = run_fresh(program, backend)
-                results[backend, native] = (dram, stats.cycles, stats.counters["gemm_counter"])
-        finally:
-            os.environ.pop("VTAKIT_NATIVE")
-    return results
-
-
 def _epilogue_program(control: int, seed: int = 0):
     """Bias rows in ACC, a bias reset (in place over an overlapping range too: micro-op order), GEMMs
     with the requantising write-back after a register set, stored; returns the program and the
@@ -147,7 +132,7 @@ def _epilogue_program(control: int, seed: int = 0):
                                      isa.requant_imm(4, True)], ids=str)
 def test_bias_reset_and_requantising_write_back_on_every_engine(control):
     program, out, expected = _epilogue_program(control)
-    results = _engines(program)
+    results = engines(program, "gemm_counter")
     for (backend, native), (dram, _, gemms) in results.items():
         got = dram[out:out + expected.size].view(np.int8).reshape(expected.shape)
         np.testing.assert_array_equal(got, expected, err_msg=f"{backend} native={native}")
@@ -179,7 +164,7 @@ def test_random_programs_agree_on_every_engine(config):
     for seed in range(12):
         program = random_program(config, seed)
         features |= coverage(program)
-        results = _engines(program)
+        results = engines(program, "gemm_counter")
         reference = results["fsim", "0"][0]
         for key, (dram, _, _) in results.items():
             assert np.array_equal(dram, reference), (seed, key)
