@@ -19,11 +19,12 @@ from vtakit.runtime.random_program import coverage, random_program
 SMALL = {"log_batch": (0, 1), "log_block_in": (2, 3), "log_block_out": (2, 3), "log_uop_depth": (10,),
          "log_inp_depth": (8, 9), "log_wgt_depth": (6, 7), "log_acc_depth": (8, 9)}
 #: Features turned on in every sampled configuration, so that the random programs use them (the RTL
-#: implements these; BIAS_PRELOAD and GEMM_OUT_REQUANT join when it does).
-FEATURES = {"alu_mul": True, "alu_requant": True}
+#: implements every one).
+FEATURES = {"alu_mul": True, "alu_requant": True, "bias_preload": True, "gemm_out_requant": True}
 #: What the programs of a configuration with FEATURES must exercise (random_program's coverage names):
 #: one of each group.
-USED = ({"alu.REQUANT.imm", "alu.REQUANT.tensor"}, {"alu.MUL.imm", "alu.MUL.tensor"})
+USED = ({"alu.REQUANT.imm", "alu.REQUANT.tensor"}, {"alu.MUL.imm", "alu.MUL.tensor"}, {"gemm.bias"},
+        {"gemm.requant_out"})
 
 
 @pytest.fixture(scope="session")
