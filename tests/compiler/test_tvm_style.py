@@ -16,7 +16,7 @@ import pytest
 import vtakit
 from vtakit import te
 from vtakit.compiler.interpreter import run
-from vtakit.compiler import ir_builder
+from vtakit.compiler import ir, ir_builder
 from vtakit.errors import CompileError, ScheduleError
 
 HAVE_LLVM = importlib.util.find_spec("llvmlite") is not None
@@ -351,6 +351,11 @@ def test_compute_at_with_symbolic_shapes(how):
         at, _ = s[Z].split(s[Z].fuse(*Z.op.axis), nparts=4)
     s[Y].compute_at(s[Z], at)
     func = vtakit.lower(s, [X, Z])
+    # the attached buffer's size is symbolic or small, never a bound taken from int32's range
+    # (``(m + 2) // 3`` once allocated 715,827,883 floats)
+    sizes = []
+    ir.walk(func.body, lambda node: sizes.extend(node.buffer.shape) if isinstance(node, ir.Allocate) else None)
+    assert sizes and all(not isinstance(e, (int, ir.IntImm)) or int(getattr(e, "value", e)) < 1 << 20 for e in sizes)
     mod = vtakit.build(s, [X, Z], target="llvm") if HAVE_LLVM else None
     for shape in ((5, 7), (1, 1), (3, 10)):
         x = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)

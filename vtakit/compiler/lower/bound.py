@@ -285,9 +285,14 @@ def _buffer_extent(ext: ir.PrimExpr, an: Analyzer, stage: Stage, dim: int,
     allocates ``n`` elements when the region is the whole of a symbolic dimension)."""
     forms = _bounding_forms(ext, True)
     ub = min([an.const_int_bound(ext)[1]] + [an.const_int_bound(an.simplify(c))[1] for c in forms[1:]])
-    if ub != float("inf") and ub < 2 ** 31 - 1:  # bounded by more than the dtype range
+    bounded = ub != float("inf") and ub < 2 ** 31 - 1  # by more than the dtype range
+    # A shape variable's only constant bound is its dtype's range, so a constant that still depends on
+    # one (``(m + 2) // 3`` <= 715,827,883) is no allocation size: take the loop-invariant form then.
+    if bounded and not ir.uses_var(ext, lambda v: v not in loop_vars and an.const_int_bound(v)[1] >= 2 ** 31 - 1):
         return max(int(ub), 0)
     invariant = _invariant_upper(ext, loop_vars)
+    if invariant is None and bounded:
+        return max(int(ub), 0)
     if invariant is None:
         raise CompileError(f"stage {stage.name}: cannot bound the extent {ext} of dimension {dim} by a constant "
                            "or a loop-invariant expression")
