@@ -113,13 +113,19 @@ def fake_gpu(monkeypatch):
     return install
 
 
-def test_a_call_copies_in_launches_and_copies_the_outputs_back(fake_gpu):
+def _int_gemm(fake_gpu, seed):
+    """The 16x32 @ 32x16 int32 shared-memory GEMM built for cuda on the fake driver, its library, and
+    random operands ``a``, ``b`` with a zeroed output ``c``."""
     s, args = shared_gemm(16, 32, 8, "int32")
     mod = vtakit.build(s, args, target="cuda")
     lib = fake_gpu(mod)
-    rng = np.random.default_rng(3)
+    rng = np.random.default_rng(seed)
     a, b = rng.integers(-9, 9, (16, 32)).astype("int32"), rng.integers(-9, 9, (32, 16)).astype("int32")
-    c = np.zeros((16, 16), "int32")
+    return mod, lib, a, b, np.zeros((16, 16), "int32")
+
+
+def test_a_call_copies_in_launches_and_copies_the_outputs_back(fake_gpu):
+    mod, lib, a, b, c = _int_gemm(fake_gpu, 3)
     mod(a, b, c)
     np.testing.assert_array_equal(c, a @ b)
     assert lib.ptx.startswith(b"//") and b".entry main_kernel0" in lib.ptx
@@ -187,11 +193,7 @@ def test_time_evaluator_times_the_kernels_with_resident_operands(fake_gpu):
 
 
 def test_device_arrays_stay_on_the_gpu(fake_gpu):
-    s, args = shared_gemm(16, 32, 8, "int32")
-    mod = vtakit.build(s, args, target="cuda")
-    lib = fake_gpu(mod)
-    rng = np.random.default_rng(5)
-    a, b = rng.integers(-9, 9, (16, 32)).astype("int32"), rng.integers(-9, 9, (32, 16)).astype("int32")
+    mod, lib, a, b, _ = _int_gemm(fake_gpu, 5)
     da, db, dc = cuda_array(a), cuda_array(b), CUDAArray.empty((16, 16), "int32")
     assert len(lib.memory) == 3
     copies = []
@@ -226,12 +228,7 @@ def test_device_arrays_need_a_gpu():
 def test_time_kernels_runs_the_loaded_module_and_copies_the_outputs_back(fake_gpu):
     from vtakit.compiler.backend.nvptx.timer import time_kernels
 
-    s, args = shared_gemm(16, 32, 8, "int32")
-    mod = vtakit.build(s, args, target="cuda")
-    lib = fake_gpu(mod)
-    rng = np.random.default_rng(4)
-    a, b = rng.integers(-9, 9, (16, 32)).astype("int32"), rng.integers(-9, 9, (32, 16)).astype("int32")
-    c = np.zeros((16, 16), "int32")
+    mod, lib, a, b, c = _int_gemm(fake_gpu, 4)
     times = time_kernels(mod, [a, b, c], number=2, repeat=3)
     assert len(times) == 3 and all(t >= 0 for t in times)
     np.testing.assert_array_equal(c, a @ b)
