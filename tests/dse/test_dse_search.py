@@ -8,8 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import vtakit
 from vtakit import dse
 from vtakit.dse import config_key
+from vtakit.dse.fingerprint import code_fingerprint, fingerprint_of
 from vtakit.dse.log import SearchLog
 from vtakit.errors import ConfigError, DSEError
 from vtakit.hw.config import VTAConfig
@@ -230,3 +232,76 @@ def test_a_batch_never_holds_a_configuration_twice():
     keys = [config_key(c) for c in batch]
     assert len(keys) == len(set(keys)) > 256
     assert config_key(space.clocked(base.replace(dram_outstanding=4))) in keys
+
+
+# ---------------------------------------------------------------------- the code fingerprint
+def _fingerprint_of(log: Path) -> str:
+    return json.loads(log.read_text().splitlines()[0])["fingerprint"]
+
+
+def test_every_record_carries_the_running_codes_fingerprint(small_search):
+    _, log = small_search
+    prints = {json.loads(line)["fingerprint"] for line in log.read_text().splitlines()}
+    assert prints == {code_fingerprint()} and code_fingerprint().startswith(f"{vtakit.__version__}-")
+
+
+def test_records_of_other_code_are_ignored_with_a_warning_that_counts_them(small_search, tmp_path):
+    """A log written before the cycle model (or the compiler, the estimator...) changed is not reused:
+    one warning says how many records were ignored and of which fingerprint; newer records stand."""
+    _, log = small_search
+    lines = log.read_text().splitlines()
+    mine = _fingerprint_of(log)
+    stale = [line.replace(f'"fingerprint":"{mine}"', '"fingerprint":"0.0.9-0123456789abcdef"') for line in lines[:3]]
+    unprinted = [json.dumps({k: v for k, v in json.loads(line).items() if k != "fingerprint"}) for line in lines[3:5]]
+    mixed = tmp_path / "mixed.jsonl"
+    mixed.write_text("\n".join([*stale, *unprinted, *lines[5:]]) + "\n")
+    with pytest.warns(UserWarning) as caught:
+        contents = SearchLog(mixed, "digits", "xc7z020", dse.DesignSpace("xc7z020").budget).load()
+    messages = [str(w.message) for w in caught]
+    assert len(messages) == 1, messages
+    assert (f"ignored 5 record(s) measured by other code (code fingerprint 3 of 0.0.9-0123456789abcdef, 2 of none; "
+            f"this code's is {mine})") in messages[0]
+    assert messages[0] in contents.notes
+    kept = {config_key(VTAConfig.from_dict(json.loads(line)["config"])) for line in lines[5:]}
+    assert set(contents.evaluations) == kept and len(kept) == len(lines) - 5
+
+
+def test_a_malformed_log_keeps_its_readable_records_and_warns_for_each_other_line(small_search, tmp_path):
+    _, log = small_search
+    lines = log.read_text().splitlines()
+    first = json.loads(lines[1])
+    bad_status = json.dumps({**first, "status": "fine"})
+    no_config = json.dumps({k: v for k, v in first.items() if k != "config"})
+    wrong_kind = json.dumps({**first, "kind": "guess"})
+    broken = tmp_path / "broken.jsonl"
+    body = [lines[0], "not json at all", "[1, 2, 3]", bad_status, no_config, wrong_kind, "", *lines[1:]]
+    broken.write_text("\n".join(body) + "\n" + lines[1][:40])      # and a line cut by a kill
+    with pytest.warns(UserWarning) as caught:
+        contents = SearchLog(broken, "digits", "xc7z020", dse.DesignSpace("xc7z020").budget).load()
+    messages = sorted(str(w.message) for w in caught)
+    assert len(messages) == 6, messages
+    assert all("not a readable record" in m for m in messages)
+    assert any("line 2," in m for m in messages) and any("status 'fine' is not one of" in m for m in messages)
+    assert any("unknown kind 'guess'" in m for m in messages) and any("skipped its last line" in m for m in messages)
+    assert set(contents.evaluations) == {config_key(VTAConfig.from_dict(json.loads(x)["config"])) for x in lines}
+
+
+def test_the_fingerprint_follows_the_code_that_computes_the_figures(tmp_path):
+    root = tmp_path / "pkg"
+    (root / "sim").mkdir(parents=True)
+    (root / "sim" / "cycle.py").write_text("LATENCY = 4\n")
+    (root / "sim" / "__pycache__").mkdir()
+    (root / "cli.py").write_text("print('hi')\n")
+    sources = ("sim",)
+    before = fingerprint_of(root, sources, "1.0")
+    assert before.startswith("1.0-") and len(before) == len("1.0-") + 16
+    (root / "cli.py").write_text("print('bye')\n")                              # not a timing source
+    (root / "sim" / "__pycache__" / "cycle.cpython-311.pyc").write_bytes(b"\0")  # nor a compiled cache
+    assert fingerprint_of(root, sources, "1.0") == before
+    (root / "sim" / "cycle.py").write_text("LATENCY = 5\n")
+    changed = fingerprint_of(root, sources, "1.0")
+    assert changed != before
+    assert fingerprint_of(root, sources, "1.1") != changed                       # the version counts too
+    with pytest.raises(FileNotFoundError, match="hw"):
+        fingerprint_of(root, ("sim", "hw"), "1.0")
+    assert code_fingerprint() == fingerprint_of(Path(vtakit.__file__).resolve().parent, version=vtakit.__version__)

@@ -8,7 +8,11 @@ status, resources, clock, per-task cycles with default tilings and the whole net
 and ``tuned`` (the per-task cycles after tuning the schedules with a given number of trials and
 the whole network's with them; the trials themselves are in that configuration's tuning log).
 Version 1 lines (before the whole network was measured) are ignored with a note: their
-configurations are evaluated again. A line without its newline (a kill mid-write) or otherwise
+configurations are evaluated again. Every line also carries the code fingerprint
+(:func:`~vtakit.dse.fingerprint.code_fingerprint`: vtakit's version and a digest of the code that
+computes an evaluation's figures); a line of another fingerprint, or of none (written before
+fingerprints), was measured by other code and is ignored with one warning that counts them: its
+configuration is evaluated again. A line without its newline (a kill mid-write) or otherwise
 unreadable is skipped with a warning, and the writer starts a new line before appending.
 """
 
@@ -22,6 +26,7 @@ from typing import Any
 
 from vtakit.compiler.autotune.record import RecordWriter
 from vtakit.dse.evaluate import Evaluation, NetworkCycles, TaskCycles
+from vtakit.dse.fingerprint import code_fingerprint
 from vtakit.dse.space import config_key
 from vtakit.errors import DSEError
 
@@ -52,10 +57,12 @@ class _Line:
 class SearchLog:
     """The log of one search (``path`` None: nothing is stored)."""
 
-    def __init__(self, path: str | Path | None, network: str, part: str, budget: dict[str, float]) -> None:
+    def __init__(self, path: str | Path | None, network: str, part: str, budget: dict[str, float],
+                 fingerprint: str | None = None) -> None:
         self.path = None if path is None else Path(path)
+        self.fingerprint = code_fingerprint() if fingerprint is None else fingerprint
         self.header = {"format": LOG_FORMAT, "version": LOG_VERSION, "network": network, "part": part,
-                       "budget": budget}
+                       "budget": budget, "fingerprint": self.fingerprint}
         self._writer: RecordWriter | None = None
 
     def load(self) -> LogContents:
@@ -68,6 +75,7 @@ class SearchLog:
             raise DSEError(f"cannot read the search log {str(self.path)!r}: {exc.strerror}") from exc
         lines = text.split("\n")
         foreign = old = 0
+        stale: dict[str, int] = {}   # records of other code, by their fingerprint
         for lineno, line in enumerate(lines, 1):
             if not line.strip():
                 continue
@@ -78,8 +86,12 @@ class SearchLog:
                     continue
                 if not isinstance(raw, dict) or raw.get("format") != LOG_FORMAT or raw.get("version") != LOG_VERSION:
                     raise ValueError(f"not a version-{LOG_VERSION} {LOG_FORMAT} line")
-                if any(raw.get(k) != v for k, v in self.header.items()):
+                if any(raw.get(k) != v for k, v in self.header.items() if k != "fingerprint"):
                     foreign += 1
+                    continue
+                if raw.get("fingerprint") != self.fingerprint:
+                    other = str(raw.get("fingerprint", "none"))
+                    stale[other] = stale.get(other, 0) + 1
                     continue
                 if raw.get("kind") == "eval":
                     ev = Evaluation.from_record(raw)
@@ -101,6 +113,14 @@ class SearchLog:
                              "cycles were measured); their configurations are evaluated again")
         if foreign:
             out.notes.append(f"{self.path}: ignored {foreign} record(s) of another network, part or budget")
+        if stale:
+            count = sum(stale.values())
+            which = ", ".join(f"{n} of {fp}" for fp, n in sorted(stale.items()))
+            message = (f"search log {str(self.path)!r}: ignored {count} record(s) measured by other code (code "
+                       f"fingerprint {which}; this code's is {self.fingerprint}); their configurations are "
+                       "evaluated again")
+            warnings.warn(message, stacklevel=2)
+            out.notes.append(message)
         return out
 
     def append_eval(self, ev: Evaluation) -> None:

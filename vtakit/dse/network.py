@@ -10,7 +10,7 @@ split (the quick network of tests and examples). Anything else is an ONNX model 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -47,10 +47,28 @@ class Network:
         return self._expected
 
 
+#: The built-in networks loaded so far in this process, by (name, image): quantising ResNet-18 and its
+#: CPU reference take seconds, and a process that runs several searches (a benchmark, the tests) needs
+#: them once. Every load returns its own :class:`Network` (the graph, sample and reference are shared:
+#: nothing modifies them).
+_BUILTIN_CACHE: dict[tuple[str, int], Network] = {}
+
+
 def load_network(network: Any, calibration: Any = None, *, image: int = 224) -> Network:
     """``network``: ``"resnet18"``, ``"digits"``, an ``.onnx`` path, an onnx ``ModelProto`` or a
     :class:`vtakit.graph.Graph`; ``calibration`` quantises a float model (what
     :func:`vtakit.graph.quantize` takes). ``image`` sizes the built-in ResNet-18."""
+    if isinstance(network, str) and network in BUILTIN_NETWORKS and calibration is None:
+        key = (network, image if network == "resnet18" else 0)
+        if key not in _BUILTIN_CACHE:
+            _BUILTIN_CACHE[key] = _load(network, None, image)
+        net = _BUILTIN_CACHE[key]
+        net.expected()   # computed once, shared by every later load
+        return replace(net)
+    return _load(network, calibration, image)
+
+
+def _load(network: Any, calibration: Any, image: int) -> Network:
     from vtakit.compiler import graph as vg  # noqa: PLC0415 -- the graph compiler (onnx) loads only when used
 
     rng = np.random.default_rng(0)

@@ -5,6 +5,8 @@ Graph passes are ``Graph -> Graph`` functions, but the accelerator's depend on t
 runs where, and why) must reach the build's steps. :func:`vta_build_context` makes a
 :class:`VTABuildContext` current for the duration of a build (or of ``optimize``/``extract_tasks``);
 :func:`current_context` returns it, or a default one (``VTAConfig()``, no log) outside a build.
+Inside :func:`shared_kernels`, the builds of one configuration and tuning log share their compiled
+accelerator kernels (``extract_tasks`` then ``build`` of the same network compile each layer once).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from vtakit.compiler.vta.env import VTAEnv, get_env
 from vtakit.errors import GraphError
 from vtakit.hw.config import VTAConfig
 
-__all__ = ["VTABuildContext", "vta_build_context", "current_context", "check_config"]
+__all__ = ["VTABuildContext", "vta_build_context", "current_context", "check_config", "shared_kernels"]
 
 _local = threading.local()
 
@@ -67,12 +69,31 @@ def check_config(config: Any) -> VTAConfig:
 def vta_build_context(config: Any = None, tuning_log: str | Path | None = None) -> Iterator[VTABuildContext]:
     """Make a fresh :class:`VTABuildContext` for ``config`` current inside the ``with`` block."""
     ctx = VTABuildContext(check_config(config), tuning_log)
+    memo = getattr(_local, "shared", None)
+    if memo is not None:   # a kernel depends on its LayerSpec, the configuration and the tuning log only
+        ctx.kernels = memo.setdefault((ctx.config.to_json(), None if tuning_log is None else str(tuning_log)), {})
     stack = _stack()
     stack.append(ctx)
     try:
         yield ctx
     finally:
         stack.pop()
+
+
+@contextlib.contextmanager
+def shared_kernels() -> Iterator[None]:
+    """Inside the ``with`` block (this thread), every build context of the same configuration and tuning
+    log shares one ``kernels`` table: a layer compiled by one build (or ``extract_tasks``) is not compiled
+    again by the next. Nested blocks share the outer table; it is dropped when the outermost block ends.
+    The tuning log is keyed by its path, so it must not change inside the block."""
+    outer = getattr(_local, "shared", None)
+    if outer is None:
+        _local.shared = {}
+    try:
+        yield
+    finally:
+        if outer is None:
+            _local.shared = None
 
 
 def _stack() -> list[VTABuildContext]:
