@@ -13,11 +13,14 @@ and 4096^3), with their instruction counts.
     python scripts/bench_vta.py                     # C2-C11, 1 and 2 threads, cycle backend
     python scripts/bench_vta.py --backend fsim --layers C2 C5 --json
     python scripts/bench_vta.py --layers --compile-dense 4096 --json   # compile times only
+    python scripts/bench_vta.py --set alu_requant=1 bias_preload=1 gemm_out_requant=1 --vthreads 2 \
+        --compile-dense --json                     # C2-C11 with the hardware features on
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 
@@ -44,6 +47,27 @@ def _compile_times(config: VTAConfig, layers: list[str], dense_sizes: list[int],
     return times
 
 
+def _changes(ap: argparse.ArgumentParser, pairs: list[str]) -> dict:
+    """``KEY=VALUE`` pairs as configuration changes: ``true``/``false`` (or 1/0 for a boolean key) and
+    integers; the configuration validates names and values."""
+    bools = {f.name for f in dataclasses.fields(VTAConfig) if f.type in (bool, "bool")}
+    changes = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        name = key.lower()
+        if not sep or not key:
+            ap.error(f"--set {pair!r}: expected KEY=VALUE")
+        if value.lower() in ("true", "false"):
+            changes[key] = value.lower() == "true"
+            continue
+        try:
+            number = int(value)
+        except ValueError:
+            ap.error(f"--set {pair!r}: expected an integer or true/false")
+        changes[key] = bool(number) if name in bools and number in (0, 1) else number
+    return changes
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--backend", default="cycle", choices=["fsim", "cycle", "rtl"])
@@ -53,10 +77,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--compile-dense", nargs="*", type=int, default=[1024, 4096], metavar="N",
                     help="time the compilation (no run) of N x N x N dense GEMMs (default 1024 4096)")
     ap.add_argument("--config", help="VTA config JSON (default: VTAConfig())")
+    ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
+                    help="change configuration keys (snake_case or JSON names; integers, 1/0 for booleans), "
+                         "e.g. --set alu_requant=1 bias_preload=1 gemm_out_requant=1")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     config = VTAConfig.from_json(args.config) if args.config else VTAConfig()
-    results: dict = {"backend": args.backend, "config": config.model, "layers": {}, "total": {},
+    if args.set:
+        config = config.replace(**_changes(ap, args.set))
+    results: dict = {"backend": args.backend, "config": config.model, "keys": config.to_dict(), "layers": {},
+                     "total": {},
                      "compile": _compile_times(config, args.layers, args.compile_dense, args.vthreads, args.json)}
     for name in args.layers:
         results["layers"][name] = {}

@@ -3,7 +3,8 @@
 The host part of the function (loops, lets, conditions around the commands) is executed once at
 compile time by the reference interpreter, with the VTA intrinsics as callbacks that drive a
 :class:`~vtakit.runtime.builder.ProgramBuilder` (VTA's command queue: micro-op kernel caching,
-dependence-flag placement, the final synchronisation). SRAM buffers get static entry addresses
+dependence-flag placement, the final synchronisation); each compute -> store token then moves to
+the last compute instruction its stores need (:mod:`.store_tokens`). SRAM buffers get static entry addresses
 (a stack per scope, following the allocation nesting). DRAM operands are the function's
 parameters: each DMA instruction records a relocation (instruction, parameter, memory) and the
 micro-op image is placed at run time, so one template serves any set of device arrays.
@@ -21,6 +22,7 @@ from vtakit.compiler.interpreter import Interpreter, Pointer
 from vtakit.compiler.vta.env import (ACC_SCOPE, DEP_POP, DEP_PUSH, INP_SCOPE, LOAD_2D, PUSH_ALU, PUSH_GEMM,
                                      SCOPE_MEM, STORE_2D, UOP_LOOP_BEGIN, UOP_LOOP_END, UOP_PUSH, WGT_SCOPE, VTAEnv)
 from vtakit.compiler.vta.gemm_epilogue import REQUANT_SET
+from vtakit.compiler.vta.store_tokens import hoist_store_pushes
 from vtakit.errors import CompileError, DeadlockError, ISAError, MemoryAccessError, ProgramError
 from vtakit.hw import isa
 from vtakit.hw.config import ITER_BITS
@@ -86,15 +88,17 @@ class _CodeGen(Interpreter):
         except (ISAError, ProgramError) as exc:
             raise CompileError(f"{self.func.name}: the generated program does not encode: {exc}") from exc
         c = self.env.config
+        insns, _ = hoist_store_pushes(program.insns, program.uops, program.uop_addr // isa.UOP_BYTES,
+                                      self.relocations, c.uop_depth, c.out_depth)
         try:
-            check_schedule(c, program.insns)
+            check_schedule(c, insns)
         except DeadlockError as exc:
             raise CompileError(f"{self.func.name}: the generated program deadlocks on {c.model} with "
                                f"TOKEN_QUEUE_DEPTH={c.token_queue_depth} and CMD_QUEUE_DEPTH={c.cmd_queue_depth}; "
                                f"use fewer virtual threads or deeper queues ({exc})") from exc
-        loads = [i for i, insn in enumerate(program.insns)
+        loads = [i for i, insn in enumerate(insns)
                  if insn.opcode == Opcode.LOAD and insn.memory_type == MemId.UOP and insn.x_size > 0]
-        return ProgramTemplate(list(program.insns), list(program.uops), self.relocations, loads)
+        return ProgramTemplate(insns, list(program.uops), self.relocations, loads)
 
     # ------------------------------------------------------------------ statements
     def _s_Allocate(self, s: ir.Allocate):
