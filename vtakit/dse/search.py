@@ -5,9 +5,11 @@ configurations (:class:`~vtakit.dse.space.DesignSpace`): in round 0, ``VTAConfig
 when it fits (so the search is never worse than VTA's default) and the rest at random; at random
 for the ``random`` strategy; else the candidates the latency model (:class:`~vtakit.dse.model.LatencyModel`,
 trained on every earlier round's results, sorted by configuration) rates fastest, with one random
-pick per batch. Every configuration of a batch is one job on the tuner's executor (local worker
-processes, or dask.distributed): :func:`~vtakit.dse.evaluate.evaluate_job` measures the network's
-tasks with default tilings on the cycle model. Results are appended to the log as they arrive.
+pick per batch. The reference is evaluated with round 0's other proposals when it fits (its record
+says round -1), before the rounds when it does not. Every configuration of a batch is one job on the
+tuner's executor (local worker processes, or dask.distributed):
+:func:`~vtakit.dse.evaluate.evaluate_job` measures the network's tasks with default tilings on the
+cycle model. Results are appended to the log as they arrive.
 
 A round's batch depends only on the seed, the round number and the earlier rounds' results, so a
 search given its log replays the same batches, takes what the log holds and evaluates only the
@@ -146,9 +148,11 @@ class Searcher:
             pool = stack.enter_context(option.open_executor())
             option = MeasureOption(option.builder, option.runner, pool)
             known = dict(logged.evaluations)   # every evaluation of the log and of this run, by config key
-            reference = self._reference(pool, known)
-            known[reference.key] = reference
+            ref_key = config_key(self.space.reference())
+            if not self.space.fit(self.space.reference()).fits:   # else round 0 evaluates it beside its others
+                known[ref_key] = self._reference(pool, known)
             self._rounds(pool, trials, known)
+            reference = known[ref_key] if ref_key in known else self._reference(pool, known)
             mine = {e.key for e in self.history} | {reference.key}
             extra = [e for k, e in logged.evaluations.items() if k not in mine]
             if extra:
@@ -194,19 +198,22 @@ class Searcher:
 
     def _collect(self, pool: Any, configs: list[VTAConfig], round_: int, reference: bool = False,
                  bar: Any = None) -> list[Evaluation]:
-        """Evaluate ``configs`` as jobs on ``pool``; each result is logged as it arrives."""
+        """Evaluate ``configs`` as jobs on ``pool``; each result is logged as it arrives. The reference
+        (``VTAConfig()`` on the part) is always evaluated as such: round -1, measured even if it does not fit."""
         futures: dict[Future, VTAConfig] = {}
+        ref_key = config_key(self.space.reference())
         for config in configs:
+            is_ref = reference or config_key(config) == ref_key
             futures[pool.submit(evaluate_job, self.net.graph, config.to_dict(), self.space.part.name,
-                                self.space.budget, self.space.max_batch, self.timeout, round_, reference,
-                                self.net.sample, self.net.expected())] = config
+                                self.space.budget, self.space.max_batch, self.timeout, -1 if is_ref else round_,
+                                is_ref, self.net.sample, self.net.expected())] = config
         out = []
         try:
             pending = set(futures)
             while pending:
                 done, pending = wait(pending, return_when=FIRST_COMPLETED)
                 for fut in sorted(done, key=lambda f: config_key(futures[f])):
-                    ev = self._result_of(fut, futures[fut], round_)
+                    ev = self._result_of(fut, futures[fut], -1 if config_key(futures[fut]) == ref_key else round_)
                     self.log.append_eval(ev)
                     out.append(ev)
                     if bar is not None:
