@@ -1,7 +1,8 @@
-"""Early store tokens (vtakit.compiler.vta.store_tokens): a compute -> store push moves to the last
-compute instruction its stores need, never past a writer of what they read; programs stay
-race-free (the happens-before checker runs in every simulation here) and bit-exact, and a
-two-thread conv with the fused GEMM epilogue gets faster."""
+"""Store tokens (vtakit.compiler.vta.store_tokens): a compute -> store push moves to the last compute
+instruction its stores need, never past a writer of what they read; a store -> compute pop moves
+to the first compute instruction that needs it; programs stay race-free (the happens-before
+checker runs in every simulation here) and bit-exact, and a two-thread conv with the fused GEMM
+epilogue gets faster."""
 
 import dataclasses
 
@@ -11,10 +12,11 @@ from vtakit.compiler.topi_vta.bench import compile_conv2d, run_conv2d
 from vtakit.compiler.topi_vta.knobs import Conv2dKnobs
 from vtakit.compiler.topi_vta.workloads import Conv2dWorkload
 from vtakit.compiler.vta.env import get_env
-from vtakit.compiler.vta.store_tokens import hoist_store_pushes
+from vtakit.compiler.vta.store_tokens import hoist_store_pushes, sink_store_pops
 from vtakit.hw import isa
 from vtakit.hw.config import VTAConfig
 from vtakit.hw.isa import GemmInsn, MemId, MemInsn, Opcode, Uop
+from vtakit.runtime.template import Relocation
 from vtakit.runtime.random_program import random_program
 from vtakit.sim.fsim import simulate
 
@@ -74,16 +76,46 @@ def test_unknown_micro_ops_leave_the_program_unchanged():
     assert moved == 0 and insns == program
 
 
+def _acc_load(**flags) -> MemInsn:
+    return MemInsn(opcode=Opcode.LOAD, memory_type=MemId.ACC, sram_base=0, dram_base=0, y_size=1, x_size=1,
+                   x_stride=1, **flags)
+
+
+def _set() -> isa.AluInsn:
+    return isa.AluInsn(alu_opcode=isa.AluOp.REQUANT, use_imm=True, imm=8, uop_bgn=0, uop_end=0)
+
+
+def _pops(insns) -> list[int]:
+    return [n for n, i in enumerate(insns) if isa.stage_of(i) == isa.Stage.COMPUTE and i.pop_next]
+
+
+def test_pop_moves_to_the_first_instruction_that_needs_it():
+    # bias load (of a tensor no store writes) and requant set run while the store drains; the reset
+    # writes OUT, so it pops
+    reloc = [Relocation(0, 2, MemId.ACC), Relocation(3, 3, MemId.OUT)]
+    insns, moved = sink_store_pops([_acc_load(pop_next=True), _set(), _gemm(0), _store(0)], reloc)
+    assert _pops(insns) == [2] and moved == 1
+    # the load reads a tensor a store writes (or an unknown one): it keeps the pop
+    for reloc in ([Relocation(0, 3, MemId.ACC), Relocation(3, 3, MemId.OUT)], []):
+        insns, moved = sink_store_pops([_acc_load(pop_next=True), _set(), _gemm(0), _store(0)], reloc)
+        assert _pops(insns) == [0] and moved == 0
+    # nothing passes an instruction that pushes a token
+    insns, _ = sink_store_pops([MemInsn(opcode=Opcode.LOAD, memory_type=MemId.UOP, pop_next=True),
+                                MemInsn(opcode=Opcode.LOAD, memory_type=MemId.UOP, push_prev=True), _gemm(0)], [])
+    assert _pops(insns) == [1]
+
+
 def test_random_programs_stay_race_free_and_equal():
-    """Random programs (1..3 virtual threads, every opcode) with their store pushes hoisted: the
-    race checker accepts them and the final DRAM is the original's, byte for byte."""
+    """Random programs (1..3 virtual threads, every opcode) with their store pushes hoisted and store
+    pops sunk: the race checker accepts them and the final DRAM is the original's, byte for byte."""
     config = VTAConfig.small(alu_requant=True, bias_preload=True, gemm_out_requant=True)
     total = 0
     for seed in range(8):
         program = random_program(config, seed)
         insns, moved = hoist_store_pushes(program.insns, program.uops, program.uop_addr // isa.UOP_BYTES, [],
                                           config.uop_depth, config.out_depth)
-        total += moved
+        insns, sunk = sink_store_pops(insns, [])
+        total += moved + sunk
         want = program.initial_dram()
         simulate(config, list(program.insns), want)
         got = program.initial_dram()

@@ -4,7 +4,8 @@ The host part of the function (loops, lets, conditions around the commands) is e
 compile time by the reference interpreter, with the VTA intrinsics as callbacks that drive a
 :class:`~vtakit.runtime.builder.ProgramBuilder` (VTA's command queue: micro-op kernel caching,
 dependence-flag placement, the final synchronisation); each compute -> store token then moves to
-the last compute instruction its stores need (:mod:`.store_tokens`). SRAM buffers get static entry addresses
+the last compute instruction its stores need, and each store -> compute token to the first compute
+instruction that needs it (:mod:`.store_tokens`). SRAM buffers get static entry addresses
 (a stack per scope, following the allocation nesting). DRAM operands are the function's
 parameters: each DMA instruction records a relocation (instruction, parameter, memory) and the
 micro-op image is placed at run time, so one template serves any set of device arrays.
@@ -22,7 +23,7 @@ from vtakit.compiler.interpreter import Interpreter, Pointer
 from vtakit.compiler.vta.env import (ACC_SCOPE, DEP_POP, DEP_PUSH, INP_SCOPE, LOAD_2D, PUSH_ALU, PUSH_GEMM,
                                      SCOPE_MEM, STORE_2D, UOP_LOOP_BEGIN, UOP_LOOP_END, UOP_PUSH, WGT_SCOPE, VTAEnv)
 from vtakit.compiler.vta.gemm_epilogue import REQUANT_SET
-from vtakit.compiler.vta.store_tokens import hoist_store_pushes
+from vtakit.compiler.vta.store_tokens import hoist_store_pushes, sink_store_pops
 from vtakit.errors import CompileError, DeadlockError, ISAError, MemoryAccessError, ProgramError
 from vtakit.hw import isa
 from vtakit.hw.config import ITER_BITS
@@ -90,6 +91,7 @@ class _CodeGen(Interpreter):
         c = self.env.config
         insns, _ = hoist_store_pushes(program.insns, program.uops, program.uop_addr // isa.UOP_BYTES,
                                       self.relocations, c.uop_depth, c.out_depth)
+        insns, _ = sink_store_pops(insns, self.relocations)
         try:
             check_schedule(c, insns)
         except DeadlockError as exc:

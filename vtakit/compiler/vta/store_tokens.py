@@ -1,4 +1,6 @@
-"""Early store tokens: each compute -> store token moves to the last compute instruction its stores need.
+"""Store tokens: each compute -> store push moves to the last compute instruction its stores need
+(:func:`hoist_store_pushes`), each store -> compute pop to the first compute instruction that needs
+it (:func:`sink_store_pops`).
 
 Dependence tokens are placed on the IR before virtual-thread injection (:mod:`.coproc_sync`), so a
 thread's "tile done, store it" token sits after the *program-order* end of the tile's epilogue,
@@ -42,7 +44,7 @@ import numpy as np
 from vtakit.hw import isa
 from vtakit.hw.isa import AluInsn, GemmInsn, MemId, MemInsn, Opcode, Stage
 
-__all__ = ["hoist_store_pushes"]
+__all__ = ["hoist_store_pushes", "sink_store_pops"]
 
 _COMPUTE_DRAM_LOADS = (MemId.ACC, MemId.ACC_8BIT)
 
@@ -150,4 +152,56 @@ def hoist_store_pushes(insns: Sequence[isa.Instruction], uops: Sequence[isa.Uop]
             insns[q] = dataclasses.replace(insns[q], push_next=True)
             moved += 1
         prev = q
+    return insns, moved
+
+
+def sink_store_pops(insns: Sequence[isa.Instruction],
+                    relocations: Sequence[object]) -> tuple[list[isa.Instruction], int]:
+    """``insns`` with each store -> compute pop moved to the first compute instruction that needs it,
+    and how many pops moved.
+
+    A pop orders the compute instructions after it behind a store. The ones that need that are those
+    that write OUT (a GEMM or ALU with micro-ops: the store reads OUT), push or pop a token of the
+    store queue or push any token (a load or store they release would no longer follow the store),
+    read DRAM that a store may write (a compute LOAD of ACC data from a tensor some STORE writes,
+    or of an unknown tensor), or finish the program. The instructions before the first of them
+    (typically a tile's bias load and requant register set, ahead of its bias reset) then run while
+    the store drains; the pop moves onto that first instruction unless it already pops a store
+    token, or is FINISH.
+    """
+    insns = list(insns)
+    params = _params_by_insn(relocations)
+    stored: set[int] = set()
+    for n, insn in enumerate(insns):
+        if insn.opcode == Opcode.STORE:
+            stored |= params.get(n, set())
+    compute = [n for n, insn in enumerate(insns) if isa.stage_of(insn) == Stage.COMPUTE]
+
+    def needs(n: int) -> bool:
+        insn = insns[n]
+        if insn.opcode == Opcode.FINISH or insn.push_prev or insn.push_next or insn.pop_next:
+            return True
+        if isinstance(insn, (GemmInsn, AluInsn)):
+            return insn.uop_end > insn.uop_bgn
+        if isinstance(insn, MemInsn) and insn.memory_type in _COMPUTE_DRAM_LOADS and insn.x_size > 0:
+            return n not in params or not stored.isdisjoint(params[n])
+        return False
+
+    moved = 0
+    for k, a in enumerate(compute):
+        if not insns[a].pop_next:
+            continue
+        first = insns[a]
+        if first.push_prev or first.push_next or first.opcode == Opcode.FINISH or (
+                isinstance(first, (GemmInsn, AluInsn)) and first.uop_end > first.uop_bgn):
+            continue                                     # the popping instruction itself needs it
+        if isinstance(first, MemInsn) and first.memory_type in _COMPUTE_DRAM_LOADS and first.x_size > 0 and (
+                a not in params or not stored.isdisjoint(params[a])):
+            continue
+        b = next((c for c in compute[k + 1:] if needs(c)), None)
+        if b is None or insns[b].pop_next or insns[b].opcode == Opcode.FINISH:
+            continue
+        insns[a] = dataclasses.replace(insns[a], pop_next=False)
+        insns[b] = dataclasses.replace(insns[b], pop_next=True)
+        moved += 1
     return insns, moved
