@@ -12,7 +12,7 @@ which interleaving puts after the other threads' last GEMMs::
 When the epilogue is fused into the GEMMs (GEMM_OUT_REQUANT, :mod:`.gemm_epilogue`) the first
 GEMM already finishes thread 0's tile, yet its store waits for thread 1's whole GEMM, and the
 next tile's reset of thread 0 then waits for that store: ResNet-18 C2 lost 1,570 + 724 cycles at
-each of its 8 tile boundaries so.
+each of the 7 boundaries between its 8 tiles so.
 
 This pass runs on the generated instruction stream. The k-th compute -> store push releases the
 store module's instructions from its k-th pop up to its (k + 1)-th: a *group* that reads OUT
