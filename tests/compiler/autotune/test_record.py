@@ -85,6 +85,26 @@ def test_apply_history_best_is_the_lookup_the_compiler_calls(small_dense_task, t
     assert autotune.lookup("vta.dense", args, config=VTAConfig.small()).is_fallback
 
 
+def test_a_conv2d_record_of_the_older_7_int_workload_applies_to_its_13_int_key(tmp_path):
+    """``resnet18.C5`` tasks (7 ints) and the network's layers (Conv2dWorkload.key, 13 ints) are one
+    workload: a log of one form is looked up by the other (the build's layers ask with 13 ints)."""
+    config = VTAConfig.small()
+    old = autotune.create_task("vta.conv2d", "conv2d:8,8,16,16,3,1,1", config=config)
+    new_args = (8, 8, 16, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1)
+    valid = [i for i in range(len(old.config_space)) if i not in old.config_space.invalid_indices()]
+    pick = next(i for i in valid if i != old.config_space.fallback.index)
+    log = tmp_path / "c.log"
+    with RecordWriter(log) as w:
+        w.write(_record(old, pick, 100))
+    assert autotune.lookup("vta.conv2d", new_args, config=config).is_fallback
+    with autotune.apply_history_best(log):
+        cfg = autotune.lookup("vta.conv2d", new_args, config=config)
+        assert cfg.index == pick and not cfg.is_fallback
+        assert autotune.lookup("vta.conv2d", old.args, config=config).index == pick
+        # another workload (stride 2) is still another task
+        assert autotune.lookup("vta.conv2d", (8, 8, 16, 16, 3, 3, 1, 1, 1, 1, 2, 2, 1), config=config).is_fallback
+
+
 def test_unreadable_log_is_a_tuning_error(tmp_path):
     with pytest.raises(TuningError, match="cannot read tuning log"):
         autotune.load_records(tmp_path / "missing.log")
