@@ -99,3 +99,17 @@ def test_alu_lanes_match_reference(op, use_imm):
         expected.append(alu_reference(op, a, b, control).astype(np.int64))
     for got, want in zip(_run(vectors), expected):
         assert np.array_equal(got, want), (op, got, want)
+
+
+def test_shr_every_shift_amount():
+    """SHR by each of the 64 amounts of the operand's low 6 bits (-32..31: negative shifts left, through
+    the shifter's ~s form), tensor form, against the reference."""
+    a = np.array([0x7FFFFFFF, -0x80000000, 0x12345678, -3], np.int64)[:LANES]
+    vectors, expected = [], []
+    for amount in range(-32, 32):
+        b = np.array([amount + (k << 6) for k in range(LANES)], np.int64)   # bits above the low 6 are ignored
+        vectors.append({"acc_dst": _pack(a, 32), "is_alu": 1, "alu_op": int(AluOp.SHR), "use_imm": 0, "imm": 0,
+                        "acc_src": _pack(b, 32)})
+        expected.append(alu_reference(AluOp.SHR, a, b, 0).astype(np.int64))
+    for got, want in zip(_run(vectors), expected, strict=True):
+        assert np.array_equal(got, want), (got, want)

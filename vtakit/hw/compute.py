@@ -10,14 +10,16 @@ vtakit/hw/pipeline.py, the timing in docs/timing.md §4):
     GEMM only: operands registered, products registered, adder-tree stages (GemmPipeline)
     R  ACC dst is read (GEMM: two cycles before X; ALU: in B)
     Q  the read data is registered
-    X  execute: acc + sums (GEMM) or the vector ALU, from registers; ACC written
-    W  OUT written from the registered result
+    X  execute: acc + sums (GEMM) or the vector ALU, from registers
+    W  ACC and OUT written from the registered result
 
 R, Q, X and W are shared: GEMM and ALU instructions never overlap, so each uses them at its own
 depth. ACC's read port is transparent to its write port, so a micro-op reading in R the entry
-written in R sees the new value; an entry written in Q (by the micro-op just before) is taken in X
-from that micro-op's registered result (W); every later write comes after. The read-modify-write
-loop is one cycle (X), so the strict micro-op order of docs/architecture.md §2 holds with no stalls.
+written in R sees the new value. The two micro-ops just before it write ACC after its read (in its Q
+and X, from their registered results): the one two ahead is taken in Q from its registered result
+(held for X), the one just before in X from its registered result (W). The read-modify-write loop
+is one cycle (X: registered result -> forward mux -> ALU -> register), so the strict micro-op order
+of docs/architecture.md §2 holds with no stalls; the block RAM's write data comes from a register.
 
 A tensor ALU micro-op reads two ACC entries (dst and src) and writes one. With ACC_READ_PORTS 2,
 ACC has two read ports, which a two-port block RAM can only give by storing ACC twice. With
@@ -51,7 +53,12 @@ from vtakit.hw.dma import DmaLoad2D
 from vtakit.hw.layouts import insn_layout, uop_layout
 from vtakit.hw.sequencer import Sequencer, sequencer_ports
 
-__all__ = ["ComputeModule"]
+__all__ = ["ComputeModule", "NO_RW_CHECK"]
+
+#: Memory attributes for a block RAM whose read data in a cycle that writes the same entry is never used:
+#: Yosys' ``no_rw_check`` makes that read data undefined on the FPGA (the simulators return the old
+#: data) instead of adding soft collision logic between the block RAM's slow output and its register.
+NO_RW_CHECK = {"no_rw_check": 1}
 
 _POPS = ("pop_prev", "pop_next")
 _PUSHES = ("push_prev", "push_next")
@@ -90,7 +97,8 @@ class ComputeModule(wiring.Component):
         is_gemm = opcode == isa.Opcode.GEMM
         is_alu = opcode == isa.Opcode.ALU
 
-        m.submodules.uop_mem = uop_mem = memory.Memory(shape=32, depth=cfg.uop_depth, init=[])
+        # uop: compute's own LOAD UOP writes it, GEMM and ALU read it, never in one instruction
+        m.submodules.uop_mem = uop_mem = memory.Memory(shape=32, depth=cfg.uop_depth, init=[], attrs=NO_RW_CHECK)
         m.submodules.acc_mem = acc_mem = memory.Memory(shape=cfg.acc_elem_bits, depth=cfg.acc_depth, init=[])
         uop_wr = uop_mem.write_port()
         uop_rd = uop_mem.read_port()
@@ -231,9 +239,10 @@ class ComputeModule(wiring.Component):
 
         # The ACC loop, shared by GEMM and ALU (never in flight together): R reads dst (GEMM: the
         # cycle its sums enter the last tree stage; ALU: B, or B2 of a missing micro-op), Q registers
-        # the operands, X executes and writes ACC, W writes OUT from the registered result. The read
-        # in R is transparent to the write in R; the write in Q (by the micro-op then in X, the
-        # previous one) is forwarded into Q's operand registers; later writes come after the read.
+        # the operands, X executes, W writes ACC and OUT from the registered result. The read in R is
+        # transparent to the write in R; the writes in Q (the micro-op two ahead, then in W) and in X
+        # (the previous one, then in X) are forwarded from their registered results; later writes
+        # come after the read.
         v_r = Signal()
         dst_r = Signal(cfg.log_acc_depth)
         rd_r = Signal(cfg.log_acc_depth)     # the entry R reads as the operand acc_dst: dst, a bias reset's src
@@ -252,21 +261,30 @@ class ComputeModule(wiring.Component):
         result_w = Signal(cfg.acc_elem_bits)  # W: the written-back element, for OUT and forwarding
         m.d.sync += result_w.eq(result)
         # Q registers the read data as it comes (the block RAM's slow output meets no logic but the
-        # transparency mux); X takes result_w instead where the micro-op before it wrote the entry
+        # transparency mux); X takes result_w instead where the micro-op before it writes the entry,
+        # else the result of the one two ahead (result_w in Q, held in dst_fix) where that one writes it
         dst_val, src_val = Signal(cfg.acc_elem_bits), Signal(cfg.acc_elem_bits)
-        fwd_dst, fwd_src = Signal(), Signal()
-        m.d.sync += [dst_val.eq(acc_rd_dst.data), fwd_dst.eq(v_x & (dst_x == rd_q))]
+        dst_fix = Signal(cfg.acc_elem_bits)
+        fwd_dst, fwd_src, fix_dst = Signal(), Signal(), Signal()
+        m.d.sync += [dst_val.eq(acc_rd_dst.data), fwd_dst.eq(v_x & (dst_x == rd_q)),
+                     fix_dst.eq(v_w & (dst_w == rd_q)), dst_fix.eq(result_w)]
+        src_read = src_val                   # src as read (one port: the src register, current at any distance)
         if one_port:
             # src_addr is this micro-op's src in Q (a later miss changes it at the end of Q at the earliest)
             m.d.sync += [src_val.eq(src_data), fwd_src.eq(v_x & (dst_x == src_addr))]
         else:
             src_q = Signal(cfg.log_acc_depth)
+            src_fix = Signal(cfg.acc_elem_bits)
+            fix_src = Signal()
             m.d.sync += src_q.eq(src_acc)
             m.d.comb += acc_rd_src.addr.eq(src_acc)
-            m.d.sync += [src_val.eq(acc_rd_src.data), fwd_src.eq(v_x & (dst_x == src_q))]
+            m.d.sync += [src_val.eq(acc_rd_src.data), fwd_src.eq(v_x & (dst_x == src_q)),
+                         fix_src.eq(v_w & (dst_w == src_q)), src_fix.eq(result_w)]
+            src_read = Mux(fix_src, src_fix, src_val)
         m.d.comb += [
             datapath.sums.eq(gemm_core.sums),
-            datapath.acc_dst.eq(Mux(fwd_dst, result_w, dst_val)), datapath.acc_src.eq(Mux(fwd_src, result_w, src_val)),
+            datapath.acc_dst.eq(Mux(fwd_dst, result_w, Mux(fix_dst, dst_fix, dst_val))),
+            datapath.acc_src.eq(Mux(fwd_src, result_w, src_read)),
             datapath.is_alu.eq(is_alu_l), datapath.reset.eq(reset), datapath.use_imm.eq(use_imm),
             datapath.alu_op.eq(alu_op), datapath.imm.eq(imm),
         ]
@@ -278,11 +296,12 @@ class ComputeModule(wiring.Component):
 
         lanes = cfg.batch * cfg.block_out
         acc_ld_we = dma.wr_en & (is_acc_ld | is_acc8_ld)
+        # ACC is written in W from the registered result: no logic between the ALU and the block RAM
         m.d.comb += [
             uop_wr.en.eq(dma.wr_en & is_uop_ld), uop_wr.addr.eq(dma.wr_addr), uop_wr.data.eq(dma.wr_data),
-            acc_wr.en.eq(v_x | acc_ld_we),
-            acc_wr.addr.eq(Mux(v_x, dst_x, dma.wr_addr)),
-            acc_wr.data.eq(Mux(v_x, result, Mux(is_acc8_ld, acc8, dma.wr_data))),
+            acc_wr.en.eq(v_w | acc_ld_we),
+            acc_wr.addr.eq(Mux(v_w, dst_w, dma.wr_addr)),
+            acc_wr.data.eq(Mux(v_w, result_w, Mux(is_acc8_ld, acc8, dma.wr_data))),
             self.out_wr.en.eq(v_w), self.out_wr.addr.eq(dst_w),
             self.out_wr.data.eq(datapath.out if cfg.gemm_out_requant
                                 else Cat(*(result_w.word_select(lane, 32)[:8] for lane in range(lanes)))),
@@ -291,18 +310,22 @@ class ComputeModule(wiring.Component):
         ]
         if one_port:
             # The src register. A missing micro-op loads it: the address in B1, the data read in B2. A
-            # hitting one (valid, same address: docs/timing.md §4) takes its src from it. Every write-back
-            # to its entry updates it (after the load: newer), so it is current at any distance. ACC loads
-            # and GEMMs write ACC only in other instructions, and each ALU instruction starts it empty.
+            # hitting one (valid, same address: docs/timing.md §4) takes its src from it. Every result for
+            # its entry updates it (after the load: newer), so it is current at any distance: the one in X,
+            # and the one in W, whose ACC write came after the read in B1 and whose X came before the
+            # address was set. ACC loads and GEMMs write ACC only in other instructions, and each ALU
+            # instruction starts it empty.
             with m.If(v_b & miss_b):
                 m.d.sync += [src_valid.eq(1), src_addr.eq(src_acc)]
             with m.If(v_b2):
                 m.d.sync += src_data.eq(acc_rd_dst.data)
+            with m.If(v_w & (dst_w == src_addr)):
+                m.d.sync += src_data.eq(result_w)
             with m.If(v_x & (dst_x == src_addr)):
                 m.d.sync += src_data.eq(result)
             with m.If(seq.start & is_alu):
                 m.d.sync += src_valid.eq(0)
-        m.d.sync += Assert(~(v_x & acc_ld_we), "compute: micro-op and ACC load write in the same cycle")
+        m.d.sync += Assert(~(v_w & acc_ld_we), "compute: micro-op and ACC load write in the same cycle")
         m.d.sync += Assert(~dma.wr_en | (dma.wr_addr < Mux(is_uop_ld, cfg.uop_depth, cfg.acc_depth)), Format(
             f"compute: SRAM write to entry {{}} is out of range (UOP has {cfg.uop_depth} entries, ACC {cfg.acc_depth})",
             dma.wr_addr))

@@ -14,7 +14,7 @@ from amaranth.lib import fifo, memory, wiring
 from amaranth.lib.wiring import In, Out
 
 from vtakit.hw.bus import Axi4Signature
-from vtakit.hw.compute import ComputeModule
+from vtakit.hw.compute import NO_RW_CHECK, ComputeModule
 from vtakit.hw.config import VTAConfig
 from vtakit.hw.fetch import FetchModule
 from vtakit.hw.layouts import INDEX_BITS, command_layout
@@ -122,10 +122,16 @@ class VTACore(wiring.Component):
         wiring.connect(m, self.store.mem, master.store)
         wiring.connect(m, master.axi, wiring.flipped(self.axi))
 
-        # Scratchpads shared between modules (compute owns its uop and ACC memories).
-        m.submodules.inp_mem = inp_mem = memory.Memory(shape=cfg.inp_elem_bits, depth=cfg.inp_depth, init=[])
-        m.submodules.wgt_mem = wgt_mem = memory.Memory(shape=cfg.wgt_elem_bits, depth=cfg.wgt_depth, init=[])
-        m.submodules.out_mem = out_mem = memory.Memory(shape=cfg.out_elem_bits, depth=cfg.out_depth, init=[])
+        # Scratchpads shared between modules (compute owns its uop and ACC memories). Their writer and
+        # reader are different modules, which touch one entry in one cycle only in a program whose
+        # tokens do not order them (a race, undefined anyway): NO_RW_CHECK lets synthesis drop the
+        # old-data-on-collision logic behind the block RAM's read port.
+        m.submodules.inp_mem = inp_mem = memory.Memory(shape=cfg.inp_elem_bits, depth=cfg.inp_depth, init=[],
+                                                       attrs=NO_RW_CHECK)
+        m.submodules.wgt_mem = wgt_mem = memory.Memory(shape=cfg.wgt_elem_bits, depth=cfg.wgt_depth, init=[],
+                                                       attrs=NO_RW_CHECK)
+        m.submodules.out_mem = out_mem = memory.Memory(shape=cfg.out_elem_bits, depth=cfg.out_depth, init=[],
+                                                       attrs=NO_RW_CHECK)
         for port, mem in ((self.load.inp_wr, inp_mem), (self.load.wgt_wr, wgt_mem), (self.compute.out_wr, out_mem)):
             wp = mem.write_port()
             m.d.comb += [wp.en.eq(port.en), wp.addr.eq(port.addr), wp.data.eq(port.data)]

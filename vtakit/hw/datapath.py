@@ -114,7 +114,9 @@ def alu_datapath(config: VTAConfig, alu_opcode, lhs, rhs, imm=None, use_imm=None
         right = (Mux(requant, total, a) >> Mux(requant, imm[:5], shift[:5]))[:32]
     else:
         right = (a >> shift[:5])[:32]
-    left = (a << (-shift)[:6])[:32]
+    # a negative amount s (-32..-1) shifts left by -s = ~s + 1: (a << 1) << ~s[4:0], no negation (a carry
+    # chain) between the operand and the shifter's select lines
+    left = ((a << 1) << (~shift)[:5])[:32]
     choices = {isa.AluOp.MIN: Mux(a < b, a, b)[:32], isa.AluOp.MAX: Mux(a > b, a, b)[:32],
                isa.AluOp.ADD: (a + b)[:32], isa.AluOp.SHR: Mux(shift[5], left, right)}
     if config.alu_mul:

@@ -209,8 +209,11 @@ class DmaLoad2D(wiring.Component):
         left = Signal(_COUNT_BITS)
         runs_left = Signal(16)
         pad_we = Signal()            # active and pads_left != 0, kept as a register (no wide OR before the writes)
+        # pads_left <= DRAM_LATENCY (requests may start), kept as a register beside pads_left: no comparison
+        # between the counter and the request's valid, which the read grant of every requester depends on
+        near = Signal(init=1)
         with m.If(pad_we):
-            m.d.sync += pads_left.eq(pads_left - 1)
+            m.d.sync += [pads_left.eq(pads_left - 1), near.eq(pads_left <= self._latency + 1)]
             with m.If(pads_left == 1):
                 m.d.sync += pad_we.eq(0)
             with m.If(left > 1):
@@ -224,7 +227,7 @@ class DmaLoad2D(wiring.Component):
         row_beats = Signal(_COUNT_BITS)
         m.d.comb += row_beats.eq(f["x_size"] << log_k)
         reqs = _BurstGenerator(m, self.mem.ar, log_size=log_size,
-                               enable=active & (pads_left <= self._latency))
+                               enable=active & near)
 
         # ---- data side: R beats, always accepted, assembled into elements.
         beat = Signal(range(1 << 10))
@@ -265,7 +268,7 @@ class DmaLoad2D(wiring.Component):
             y_size = f["y_size"]
             m.d.sync += [
                 active.eq(1),
-                data_jump.eq(jump_now), last_run.eq(last_now), pads_left.eq(n_pads),
+                data_jump.eq(jump_now), last_run.eq(last_now), pads_left.eq(n_pads), near.eq(n_pads <= self._latency),
                 # n_pads != 0 without the sum: x_size != 0 here, so W != 0
                 pad_we.eq((f["y_pad_0"] != 0) | (f["y_pad_1"] != 0) | ((mid != 0) & (y_size != 0))),
                 beat.eq(0), beats_per_elem_m1.eq((Const(1, 1) << log_k) - 1), narrow_l.eq(narrow),

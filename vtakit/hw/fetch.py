@@ -69,6 +69,7 @@ class FetchModule(wiring.Component):
         addr = Signal(32)
         in_flight = Signal(range(FETCH_DEPTH + 1))
         active = Signal()
+        more = Signal()                     # remaining != 0, a register (no 32-bit OR before AR)
 
         # ---- requests: FETCH_BURST-aligned groups of instructions, when the buffer has room.
         slot = addr[4:4 + exact_log2(FETCH_BURST)]
@@ -78,7 +79,7 @@ class FetchModule(wiring.Component):
         m.d.comb += n.eq(Mux((remaining[low:] == 0) & (remaining[:low] < to_align), remaining[:low], to_align))
         ar = self.mem.ar
         m.d.comb += [
-            ar.valid.eq(active & (remaining != 0) & (buffer.level + in_flight + n <= FETCH_DEPTH)),
+            ar.valid.eq(active & more & (buffer.level + in_flight + n <= FETCH_DEPTH)),
             ar.payload.addr.eq(addr), ar.payload.size.eq(log_size),
             ar.payload.len.eq(n * beats_per_insn - 1),
         ]
@@ -106,7 +107,7 @@ class FetchModule(wiring.Component):
         m.d.sync += Assert(~complete | buffer.w_rdy, "fetch: instruction buffer overflow")
         m.d.sync += in_flight.eq(in_flight + Mux(ar_fire, n, 0) - complete)
         with m.If(ar_fire):
-            m.d.sync += [remaining.eq(remaining - n), addr.eq(addr + (n << 4))]
+            m.d.sync += [remaining.eq(remaining - n), more.eq(remaining != n), addr.eq(addr + (n << 4))]
 
         # ---- dispatch the buffer head.
         head = data.View(insn_layout(isa.Opcode.LOAD, cfg), buffer.r_data)
@@ -126,7 +127,8 @@ class FetchModule(wiring.Component):
             m.d.sync += dispatched.eq(dispatched + 1)
 
         with m.If(self.start):
-            m.d.sync += [active.eq(1), count.eq(self.insn_count), remaining.eq(self.insn_count), dispatched.eq(0),
+            m.d.sync += [active.eq(1), count.eq(self.insn_count), remaining.eq(self.insn_count),
+                         more.eq(self.insn_count != 0), dispatched.eq(0),
                          addr.eq(self.insn_addr), in_flight.eq(0), beat.eq(0)]
         done = active & (dispatched == count)
         m.d.comb += [

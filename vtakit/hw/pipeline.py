@@ -9,10 +9,10 @@ issue cycle ``a`` (uop SRAM read):
 
 * **GEMM**: ``b + 1`` operand registers, ``b + 2`` products, ``b + 3 .. b + 2 + T`` the adder tree
   (``T`` = :func:`gemm_tree_stages`, registered after every :data:`TREE_LEVELS_PER_STAGE` levels),
-  ``X = b + 3 + T`` accumulate (ACC dst read in ``X - 2``, ACC written in X), ``X + 1`` OUT
-  written from the registered result.
+  ``X = b + 3 + T`` accumulate (ACC dst read in ``X - 2``), ``X + 1`` ACC and OUT written from the
+  registered result.
 * **ALU**: ``R = b`` (``b + 1`` for a two-cycle tensor micro-op) reads ACC dst, ``R + 1``
-  registers the operands, ``X = R + 2`` executes and writes ACC, ``X + 1`` writes OUT.
+  registers the operands, ``X = R + 2`` executes, ``X + 1`` writes ACC and OUT.
 
 This module imports no Amaranth: the cycle model uses it.
 """
