@@ -237,7 +237,7 @@ def meminit_files(verilog: str, prefix: str = "meminit") -> tuple[str, dict[str,
 
     Yosys' Verilog frontend takes time quadratic in a memory's depth for word-by-word initial
     assignments (and linear in its width): reading the default configuration's Verilog took 67
-    CPU-seconds with them and 1 without, a third of its hierarchical synthesis' time. The
+    CPU-seconds with them and 1 without; its flattened synthesis 212 and 125 CPU-seconds. The
     ``$readmemh`` gives Yosys the same memory cells (tests/hw/test_synth.py). Yosys' automatic
     names differ, so ABC's LUT mapping can land a few LUTs apart (docs/fpga.md). A block that is
     not one memory's words 0..n-1 in order, or has x or z bits, is left as it is."""
