@@ -118,3 +118,26 @@ def test_evaluations_on_dask(tmp_path):
         pytest.importorskip("dask.distributed")
     result = dse.search("digits", "xc7z020", trials=2, batch_size=2, seed=1, dask="local:2", log=tmp_path / "d.jsonl")
     assert len(result.evaluations) == 2 and all(e.ok for e in result.evaluations)
+
+
+def test_the_network_build_reuses_the_layers_task_extraction_compiled(digits, monkeypatch):
+    """Inside ``shared_kernels`` the whole network's build compiles no layer that ``extract_tasks`` compiled
+    for the same configuration, and measures the same cycles as a build of its own; another configuration
+    shares nothing."""
+    from vtakit.compiler.graph.vta import layers
+    from vtakit.compiler.graph.vta.context import shared_kernels
+    from vtakit.dse.evaluate import network_cycles
+
+    compiled = []
+    real = layers._compile
+    monkeypatch.setattr(layers, "_compile", lambda spec, ctx, use_log: compiled.append(spec) or real(spec, ctx, use_log))
+    config = dse.DesignSpace("xc7z020").reference()
+    with shared_kernels():
+        autotune.extract_tasks(digits.graph, target="vta", config=config)
+        extracted = len(compiled)
+        shared, _ = network_cycles(digits.graph, config, digits.sample, digits.expected())
+        assert extracted > 0 and len(compiled) == extracted                # nothing compiled again
+        autotune.extract_tasks(digits.graph, target="vta", config=config.replace(alu_requant=True))
+        assert len(compiled) > extracted                                  # another configuration: its own
+    alone, _ = network_cycles(digits.graph, config, digits.sample, digits.expected())
+    assert shared == alone and shared.cycles > 0
