@@ -12,7 +12,7 @@ stays stable while ARVALID is high, as AXI4 requires.
 
 from __future__ import annotations
 
-from amaranth.hdl import Assert, Module, Signal
+from amaranth.hdl import Assert, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -23,6 +23,15 @@ __all__ = ["MemoryMaster", "READ_PRIORITY"]
 
 #: Read requesters, highest priority first; the position is the AXI ID.
 READ_PRIORITY = ("fetch", "compute", "load")
+
+
+def _any_of(values):
+    """The bitwise OR of ``values``."""
+    values = list(values)
+    out = values[0]
+    for value in values[1:]:
+        out = out | value
+    return out
 
 
 class MemoryMaster(wiring.Component):
@@ -57,11 +66,14 @@ class MemoryMaster(wiring.Component):
 
         can_issue = outstanding < limit
         m.d.comb += [axi.arvalid.eq(any_valid & can_issue), axi.arid.eq(grant), axi.arburst.eq(0b01)]
-        with m.Switch(grant):
-            for index, port in enumerate(ports):
-                with m.Case(index):
-                    m.d.comb += [axi.araddr.eq(port.ar.payload.addr), axi.arlen.eq(port.ar.payload.len),
-                                 axi.arsize.eq(port.ar.payload.size), port.ar.ready.eq(can_issue & axi.arready)]
+        # The AR payload as an AND-OR of the requesters' payloads, not a multiplexer: Yosys' opt_share
+        # merges the arithmetic cells that feed one multiplexer into one cell with grant-selected
+        # inputs, which put one DMA engine's burst cutting on another's next-state path.
+        for field in ("addr", "len", "size"):
+            m.d.comb += getattr(axi, "ar" + field).eq(
+                _any_of(Mux(grant == index, getattr(port.ar.payload, field), 0) for index, port in enumerate(ports)))
+        for index, port in enumerate(ports):
+            m.d.comb += port.ar.ready.eq((grant == index) & can_issue & axi.arready)
         ar_fire = axi.arvalid & axi.arready
         m.d.sync += [held.eq(axi.arvalid & ~axi.arready), held_id.eq(grant)]
 
