@@ -171,3 +171,13 @@ def test_shell_runs_a_program_over_axi_lite():
     assert seen["busy_compute"] == reference.busy_cycles["compute"]
     assert seen["unmapped"] == 0
     assert [r.offset for r in REGISTERS] == sorted({r.offset for r in REGISTERS})
+
+
+def test_no_rw_check_marks_the_shared_memories_but_not_acc():
+    """INP, WGT, OUT and UOP carry Yosys' no_rw_check (no soft collision logic on the FPGA: docs/fpga.md
+    §6); ACC does not, because compute's forwarding relies on its read port being transparent."""
+    text = generate_verilog(SMALL, assertions=False)
+    marked = set(re.findall(r"\(\* no_rw_check = 32'd1 \*\)\s*reg \[[^\]]*\] (\w+) \[", text))
+    memories = set(re.findall(r"reg \[[^\]]*\] (\w+_mem) \[", text))
+    assert {"inp_mem", "wgt_mem", "out_mem", "uop_mem", "acc_mem"} <= memories
+    assert marked == {"inp_mem", "wgt_mem", "out_mem", "uop_mem"}
