@@ -219,3 +219,29 @@ def test_cpu_packed_conv2d_choices_equal_numpy():
         assert res.ok, (cfg, res.error_msg)
     too_big = _find(space, tile_oh=[4], tile_ow=[8])
     assert "register tile" in space.invalid_reason(too_big)
+
+
+def test_dense_filter_accepts_exactly_the_configs_that_build_and_equal_numpy():
+    """vta.dense's filter (DenseKnobs.static_error) on a space with every kind of invalid config
+    (threads that do not divide the column tiles, input/weight/accumulator tiles overflowing small
+    SRAMs): each config it accepts builds and equals numpy, each it rejects fails to build."""
+    config = VTAConfig.small(log_inp_buff_size=6, log_wgt_buff_size=6, log_acc_buff_size=8)   # 16/4/16 entries
+    task = autotune.create_task("vta.dense", "dense:12,16,8", config=config)   # tiles at the SRAM limits
+    space = task.config_space
+    invalid = space.invalid_indices()
+    assert 0 < len(invalid) < len(space) and space.invalid_reason(space.fallback) is None
+    kinds = {re.sub(r"\d+", "N", space.invalid_reason(i)) for i in invalid}
+    for what in ("virtual threads", "input SRAM", "weight SRAM", "accumulator SRAM"):
+        assert any(what in k for k in kinds), (what, kinds)
+    builder, runner = LocalBuilder(timeout=60), LocalRunner(timeout=60)
+    for index in range(len(space)):
+        res = run_trial(task, index, builder, runner)
+        if index in invalid:
+            assert res.error_no in (MeasureErrorNo.INSTANTIATION_ERROR, MeasureErrorNo.COMPILE_DEVICE), \
+                (space.get(index), space.invalid_reason(index), res.error_no)
+        else:
+            assert res.error_no == MeasureErrorNo.NO_ERROR, (space.get(index), res.error_msg)
+    for tuner in (autotune.RandomTuner(task, seed=1), autotune.GridSearchTuner(task),
+                  autotune.XGBTuner(task, plan_size=8, seed=1)):
+        proposed = [c.index for c in tuner.next_batch(16)]
+        assert proposed and not set(proposed) & invalid

@@ -143,6 +143,35 @@ class DenseKnobs:
                 raise CompileError(f"dense knob {name}={value!r} must divide {total} into {per} "
                                    "virtual threads")
 
+    def static_error(self, mb: int, nb: int, kb: int, env: VTAEnv,
+                     epilogue: tuple[int, int, int] = (0, 0, 0)) -> str | None:
+        """Why these knobs cannot build a dense of ``mb x nb x kb`` blocks (what :meth:`check`
+        rejects, more threads than the token queues, tiles that overflow an SRAM,
+        :meth:`sram_overflow`), or ``None``: the tuner's filter (configs it never measures)."""
+        try:
+            self.check(mb, nb, kb)
+        except CompileError as exc:
+            return str(exc)
+        depth = env.config.token_queue_depth
+        if self.oc_nthread > depth:
+            return f"{self.oc_nthread} virtual threads exceed TOKEN_QUEUE_DEPTH={depth}"
+        return self.sram_overflow(env, epilogue)
+
+    def sram_overflow(self, env: VTAEnv, epilogue: tuple[int, int, int] = (0, 0, 0)) -> str | None:
+        """The SRAM the tiles of all threads overflow (input, weight, accumulator), or ``None``;
+        ``epilogue``: ``(accumulator tiles, per-channel operand rows, ALU ops)`` beyond a shift-only
+        requantisation (:func:`~vtakit.compiler.topi_vta.epilogue.epilogue_resources`)."""
+        c = env.config
+        e_tiles, e_rows, _ = epilogue
+        inp, wgt = self.tile_b * self.tile_ci, self.tile_co * self.tile_ci
+        acc = self.tile_b * self.tile_co * (1 + e_tiles) + self.tile_co * (1 + e_rows)  # tile(s) + addend rows
+        for what, need, depth in (("input", inp, c.inp_depth), ("weight", wgt, c.wgt_depth),
+                                  ("accumulator", acc, c.acc_depth)):
+            if need * self.oc_nthread > depth:
+                return (f"{what} tiles of {need} entries x {self.oc_nthread} threads overflow the {what} SRAM "
+                        f"({depth} entries)")
+        return None
+
 
 def dense_blocks(env: VTAEnv, m: int, n: int, k: int) -> tuple[int, int, int]:
     """The blocks of an ``m x n x k`` dense's rows, output columns and reduction (sizes that are not

@@ -136,17 +136,16 @@ def _best_dense_tiles(env: VTAEnv, m: int, n: int, k: int, vthreads: int,
     for tb, tco, tci in itertools.product(divisors(mb), divisors(nb), divisors(kb)):
         if nb % (tco * vthreads):
             continue
-        acc = tb * tco * (1 + e_tiles) + tco * (1 + e_rows)
+        knobs = DenseKnobs(tb, tco, tci, vthreads)
         inp, wgt = tb * tci, tco * tci
         uops = (tco + (3 + e_ops) * tco) * vthreads
-        if acc * vthreads > c.acc_depth or inp * vthreads > c.inp_depth or wgt * vthreads > c.wgt_depth \
+        if knobs.sram_overflow(env, epilogue) is not None \
                 or uops > c.uop_depth or tb >= 1 << ITER_BITS or tci >= 1 << ITER_BITS:
             continue
         n_tiles = (mb // tb) * (nb // tco)
         cost = _cost(env, vthreads, n_tiles, kb // tci, tb * tco * tci,
                      inp * c.inp_elem_bytes + wgt * c.wgt_elem_bytes, 2, tb * tco, tb * tco * c.out_elem_bytes,
                      e_ops)
-        knobs = DenseKnobs(tb, tco, tci, vthreads)
         if best is None or cost < best[0]:
             best = (cost, knobs)
     return None if best is None else best[1]

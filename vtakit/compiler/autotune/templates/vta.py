@@ -12,8 +12,9 @@ declared with their default, so a record without them names today's schedule. co
 carries a filter (``ConfigSpace.define_filter``): configs the knobs' static checks reject
 (:meth:`Conv2dKnobs.static_error`: thread splits that do not divide, more threads than the token
 queues, tiles that overflow an SRAM, ``dy`` loads the DMA's padding cannot express, choices that
-build the default program again) are never proposed by a tuner. A config that still fails to build
-is recorded as an error, as AutoTVM records invalid kernels. The requantisation
+build the default program again) are never proposed by a tuner; dense's the same way
+(:meth:`DenseKnobs.static_error`: uneven thread splits, too many threads, SRAM overflow). A config
+that still fails to build is recorded as an error, as AutoTVM records invalid kernels. The requantisation
 (``clip((acc + addend) >> shift)``, a random addend) uses the whole int8 range and a shift that saturates no output of the reference operands, so the
 check against numpy sees every accumulator bit. ``vta.conv2d``'s arguments are a workload's
 ``Conv2dWorkload.key`` (any kernel, pads, strides, batch) or the older 7 ints
@@ -152,6 +153,7 @@ def _dense_template(cfg: Any, m: int, n: int, k: int, config: VTAConfig | None =
     cfg.define_split("tile_co", nb)
     cfg.define_split("tile_ci", kb)
     cfg.define_knob("oc_nthread", _threads(env))
+    cfg.define_filter(lambda c: dense_knobs(c).static_error(mb, nb, kb, env))
     cfg.add_flop(2 * m * n * k)
     if isinstance(cfg, ConfigSpace):
         try:
