@@ -58,6 +58,11 @@ def _narrow_product(narrow, wide):
     return terms[0]
 
 
+def _to_boundary(addr, log_size):
+    """Beats of ``2**log_size`` bytes from ``addr`` to the next 4 KiB boundary (1 .. 4096)."""
+    return (BOUNDARY_BYTES - addr[:12]) >> log_size
+
+
 class _NextBurst:
     """The next burst from ``addr`` (aligned to ``2**log_size``) with ``row_left`` beats left in the row:
     the rest of the row, capped at 256 beats and at the 4 KiB boundary. Built shallow (no comparison of
@@ -65,9 +70,10 @@ class _NextBurst:
     on ``addr`` alone, ``row_end`` (the burst ends the row) = row_left <= cap, ``beats``, and
     ``after``: the address after a burst that does not end the row (the boundary, or 256 beats on)."""
 
-    def __init__(self, m: Module, row_left, addr, log_size):
-        to_boundary = Signal(13)
-        m.d.comb += to_boundary.eq((BOUNDARY_BYTES - addr[:12]) >> log_size)
+    def __init__(self, m: Module, row_left, addr, log_size, to_boundary=None):
+        if to_boundary is None:      # else the caller keeps it (beats from addr to the boundary) in a register
+            to_boundary = Signal(13)
+            m.d.comb += to_boundary.eq(_to_boundary(addr, log_size))
         self.at_boundary = to_boundary <= MAX_BURST_BEATS
         self.cap = Signal(range(MAX_BURST_BEATS + 1))
         m.d.comb += self.cap.eq(Mux(self.at_boundary, to_boundary, MAX_BURST_BEATS))
@@ -94,8 +100,11 @@ class _BurstGenerator:
         self.row_beats = Signal(_COUNT_BITS)
         self.stride_bytes = Signal(ADDR_BITS)
         self.log_size = log_size
+        # beats from addr to the 4 KiB boundary, kept beside addr (no subtraction and shift between the
+        # address register and the burst cutting that the next address depends on)
+        self.to_boundary = Signal(13)
 
-        nxt = _NextBurst(m, self.rem, self.addr, log_size)
+        nxt = _NextBurst(m, self.rem, self.addr, log_size, self.to_boundary)
         beats = nxt.beats
         m.d.comb += [
             req.valid.eq(self.active & enable),
@@ -106,17 +115,21 @@ class _BurstGenerator:
         self.fire = req.valid & req.ready
         with m.If(self.fire):
             with m.If(nxt.row_end):
-                m.d.sync += [self.addr.eq(self.next_row),
+                m.d.sync += [self.addr.eq(self.next_row), self.to_boundary.eq(_to_boundary(self.next_row, log_size)),
                              self.next_row.eq(self.next_row + self.stride_bytes), self.rem.eq(self.row_beats),
                              self.rows_left.eq(self.rows_left - 1)]
                 with m.If(self.rows_left == 1):
                     m.d.sync += self.active.eq(0)
             with m.Else():
-                m.d.sync += [self.addr.eq(nxt.after), self.rem.eq(self.rem - nxt.cap)]
+                # after: the boundary (a whole page to the next one), or 256 beats on (256 fewer to it)
+                m.d.sync += [self.addr.eq(nxt.after), self.rem.eq(self.rem - nxt.cap),
+                             self.to_boundary.eq(Mux(nxt.at_boundary, Const(BOUNDARY_BYTES, 13) >> log_size,
+                                                     self.to_boundary - MAX_BURST_BEATS))]
 
     def start(self, m: Module, *, base, stride_bytes, rows, row_beats):
         m.d.sync += [self.active.eq((rows != 0) & (row_beats != 0)), self.rows_left.eq(rows),
                      self.next_row.eq(base + stride_bytes), self.addr.eq(base),
+                     self.to_boundary.eq(_to_boundary(base, self.log_size)),
                      self.rem.eq(row_beats),
                      self.row_beats.eq(row_beats), self.stride_bytes.eq(stride_bytes)]
 
