@@ -106,41 +106,14 @@ def test_random_default_matches_rtl(seed, rtl_cache_dir):
     assert first_divergence(random_program(DEFAULT, seed), rtl_cache_dir) is None
 
 
-@pytest.mark.slow  # a minute of RTL simulation; the verilator backend's slow tests also check a compiled C4 on rtl
-def test_compiled_resnet_layer_matches_rtl(rtl_cache_dir):
-    """A compiled default-configuration layer (ResNet-18 C10, 2 virtual threads; ~30-60 s of RTL): the
-    RTL computes numpy's result, and the cycle model equals it in cycles, every retire cycle, busy
-    cycles and DRAM."""
-    wl = RESNET18["C10"]
-    data = conv2d_data(get_env(DEFAULT), wl)
-    shift = range_shift(data.acc, data.addend, CLIP)
-    compiled = compile_conv2d(wl, DEFAULT, vthreads=2, shift=shift, clip=CLIP)
-    assert compiled.threads == 2
-    expect = data.expect(shift, CLIP)
-    dev = Device(DEFAULT)
-    arrays = [dev.array(h) for h in data.host] + [dev.empty(expect.shape, np.int8)]
-    program = compiled.module.program_for(*arrays)
-    assert first_divergence(program, rtl_cache_dir) is None
-    rtl = rtl_run(program, rtl_cache_dir)
-    assert len(rtl.retire_cycles) == len(program.insns) and rtl.cycles > 0
-    out = arrays[-1]
-    got = rtl.dram[out.phys_addr:out.phys_addr + out.nbytes].view(np.int8).reshape(expect.shape)
-    np.testing.assert_array_equal(got, expect)
-
-
-@pytest.mark.slow  # about 3 minutes of RTL simulation on a loaded 2-core machine
-def test_compiled_layer_with_fused_epilogue_and_early_store_tokens_matches_rtl(rtl_cache_dir):
-    """ResNet-18 C10 with ALU_REQUANT, BIAS_PRELOAD and GEMM_OUT_REQUANT (bias resets, requantising
-    GEMM write-backs, store tokens moved to each thread's last GEMM by the code generator): the RTL
-    computes numpy's result and the cycle model equals it (measured at f95cacd: 33,636 cycles, all
-    305 retire cycles equal)."""
-    config = DEFAULT.replace(alu_requant=True, bias_preload=True, gemm_out_requant=True)
+def _run_compiled_c10_on_rtl(config, rtl_cache_dir):
+    """Compile ResNet-18 C10 with 2 virtual threads for ``config`` and run it on the RTL: the RTL
+    computes numpy's result and the cycle model equals it in cycles, every retire cycle, busy cycles
+    and DRAM. Returns the compiled layer, its program and the RTL run."""
     wl = RESNET18["C10"]
     data = conv2d_data(get_env(config), wl)
     shift = range_shift(data.acc, data.addend, CLIP)
     compiled = compile_conv2d(wl, config, vthreads=2, shift=shift, clip=CLIP)
-    insns = compiled.module.template.insns
-    assert any(isinstance(i, GemmInsn) and i.push_next and not i.reset_reg for i in insns)   # a hoisted push
     expect = data.expect(shift, CLIP)
     dev = Device(config)
     arrays = [dev.array(h) for h in data.host] + [dev.empty(expect.shape, np.int8)]
@@ -150,6 +123,26 @@ def test_compiled_layer_with_fused_epilogue_and_early_store_tokens_matches_rtl(r
     out = arrays[-1]
     got = rtl.dram[out.phys_addr:out.phys_addr + out.nbytes].view(np.int8).reshape(expect.shape)
     np.testing.assert_array_equal(got, expect)
+    return compiled, program, rtl
+
+
+@pytest.mark.slow  # a minute of RTL simulation; the verilator backend's slow tests also check a compiled C4 on rtl
+def test_compiled_resnet_layer_matches_rtl(rtl_cache_dir):
+    """A compiled default-configuration layer (ResNet-18 C10, 2 virtual threads; ~30-60 s of RTL)."""
+    compiled, program, rtl = _run_compiled_c10_on_rtl(DEFAULT, rtl_cache_dir)
+    assert compiled.threads == 2
+    assert len(rtl.retire_cycles) == len(program.insns) and rtl.cycles > 0
+
+
+@pytest.mark.slow  # about 3 minutes of RTL simulation on a loaded 2-core machine
+def test_compiled_layer_with_fused_epilogue_and_early_store_tokens_matches_rtl(rtl_cache_dir):
+    """ResNet-18 C10 with ALU_REQUANT, BIAS_PRELOAD and GEMM_OUT_REQUANT (bias resets, requantising
+    GEMM write-backs, store tokens moved to each thread's last GEMM by the code generator) on the RTL
+    (measured at f95cacd: 33,636 cycles, all 305 retire cycles equal)."""
+    config = DEFAULT.replace(alu_requant=True, bias_preload=True, gemm_out_requant=True)
+    compiled, _, _ = _run_compiled_c10_on_rtl(config, rtl_cache_dir)
+    insns = compiled.module.template.insns
+    assert any(isinstance(i, GemmInsn) and i.push_next and not i.reset_reg for i in insns)   # a hoisted push
 
 
 def test_first_divergence_counts_the_retire_cycles(rtl_cache_dir, monkeypatch):
