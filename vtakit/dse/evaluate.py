@@ -13,8 +13,9 @@ leave out; its outputs must equal the integer CPU reference bit for bit, else th
 error. ``ideal_cycles`` counts the GEMM micro-ops (one per cycle on a perfect machine), as
 ``scripts/bench_vta.py`` does. Every evaluated configuration is also elaborated (Amaranth, 0.2-1 s,
 more with many LUT-lane products; :func:`elaborate`). The task extraction and the network's build
-share their compiled layers (:func:`~vtakit.compiler.graph.vta.context.shared_kernels`). The job returns plain JSON-able data (it may run on a dask worker);
-:class:`Evaluation` is its typed form, the line the search log stores.
+share their compiled layers (:func:`~vtakit.compiler.graph.vta.context.shared_kernels`). The job
+returns plain JSON-able data (it may run on a dask worker); :class:`Evaluation` is its typed form,
+the line the search log stores.
 """
 
 from __future__ import annotations
