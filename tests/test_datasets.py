@@ -12,16 +12,16 @@ from vtakit.errors import GraphError, VtakitError
 
 
 @pytest.fixture(scope="module")
-def test_split():
+def digits_test():
     return datasets.load_digits_test()
 
 
 @pytest.fixture(scope="module")
-def digits_logits(test_split, tmp_path_factory):
+def digits_logits(digits_test, tmp_path_factory):
     """The float model's logits for every test image, compiled with vtakit.graph for the CPU."""
     import vtakit.graph as vg
 
-    x, _ = test_split
+    x, _ = digits_test
     module = vg.build(vg.from_onnx(datasets.digits_model_path()), target="llvm",
                       cache_dir=tmp_path_factory.mktemp("kernels"))
     return np.concatenate([module.run({"input": x[i:i + 1]})[0] for i in range(len(x))])
@@ -57,8 +57,8 @@ def test_calibration_shapes():
     assert len(np.unique(x.reshape(256, -1), axis=0)) == 256
 
 
-def test_test_split_shapes(test_split):
-    x, y = test_split
+def test_test_split_shapes(digits_test):
+    x, y = digits_test
     assert x.shape == (450, 1, 8, 8) and x.dtype == np.float32
     assert y.shape == (450,) and y.dtype == np.int64
     assert 0.0 <= x.min() and x.max() <= 1.0
@@ -66,14 +66,14 @@ def test_test_split_shapes(test_split):
     assert np.bincount(y, minlength=10).min() >= 43  # every digit, stratified (about 45 each)
 
 
-def test_calibration_is_disjoint_from_the_test_split(test_split):
-    x_test, _ = test_split
+def test_calibration_is_disjoint_from_the_test_split(digits_test):
+    x_test, _ = digits_test
     test_rows = {row.tobytes() for row in x_test.reshape(len(x_test), -1)}
     calib = datasets.load_digits_calibration()["input"]
     assert not [i for i, row in enumerate(calib.reshape(len(calib), -1)) if row.tobytes() in test_rows]
 
 
-def test_data_is_scikit_learns_split(test_split):
+def test_data_is_scikit_learns_split(digits_test):
     """Where scikit-learn is installed (the ``train`` extra): test.npz is exactly the split
     scripts/train_digits.py documents, and the calibration images come from its training side."""
     pytest.importorskip("sklearn")
@@ -84,21 +84,21 @@ def test_data_is_scikit_learns_split(test_split):
     x = (digits.data.astype(np.float32) / 16.0).reshape(-1, 1, 8, 8)
     x_train, x_test, _, y_test = train_test_split(x, digits.target, test_size=0.25, random_state=0,
                                                   stratify=digits.target)
-    assert np.array_equal(test_split[0], x_test) and np.array_equal(test_split[1], y_test)
+    assert np.array_equal(digits_test[0], x_test) and np.array_equal(digits_test[1], y_test)
     train_rows = {row.tobytes() for row in x_train.reshape(len(x_train), -1)}
     calib = datasets.load_digits_calibration()["input"]
     assert all(row.tobytes() in train_rows for row in calib.reshape(len(calib), -1))
 
 
-def test_float_accuracy_through_vtakit_graph(test_split, digits_logits):
-    _, y = test_split
+def test_float_accuracy_through_vtakit_graph(digits_test, digits_logits):
+    _, y = digits_test
     assert digits_logits.shape == (450, 10)
     assert float((digits_logits.argmax(axis=1) == y).mean()) >= 0.97
 
 
-def test_vtakit_graph_matches_onnxruntime(test_split, digits_logits):
+def test_vtakit_graph_matches_onnxruntime(digits_test, digits_logits):
     ort = pytest.importorskip("onnxruntime")
-    x, _ = test_split
+    x, _ = digits_test
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = 1
     sess = ort.InferenceSession(str(datasets.digits_model_path()), opts, providers=["CPUExecutionProvider"])

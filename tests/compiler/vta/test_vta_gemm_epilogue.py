@@ -69,16 +69,13 @@ def test_epilogues_that_do_not_fuse_fully_stay_exact(op, clip, multiplier):
     assert _ops(mod)    # an ALU pass remains (MAX/MIN after REQUANT, or the multiplier's)
 
 
-def test_conv_with_a_fused_residual_is_exact():
+def test_conv_with_a_fused_residual_is_exact(monkeypatch):
+    """test_vta_requant's residual case (bit-exact on fsim, the residual's REQUANT last) with both keys on."""
+    import tests.compiler.vta.test_vta_requant as suite
     from tests.compiler.vta.test_vta_requant import test_conv2d_with_a_fused_residual as residual_case
 
-    import tests.compiler.vta.test_vta_requant as suite
-    saved = suite.REQUANT
-    suite.REQUANT = REQUANT.replace(**KEYS["both"])
-    try:
-        residual_case((2, 1))
-    finally:
-        suite.REQUANT = saved
+    monkeypatch.setattr(suite, "REQUANT", REQUANT.replace(**KEYS["both"]))
+    residual_case((2, 1))
 
 
 @pytest.mark.parametrize("keys", ["bias", "both"])
