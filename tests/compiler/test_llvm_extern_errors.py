@@ -91,7 +91,7 @@ def test_result_the_prototype_cannot_hold_is_reported():
     cb, _keep = _register("ext_err_result")
     mod = _elementwise("ext_err_result", 8)
     cb.result = "not an int"
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="'str' object cannot be interpreted as an integer"):
         mod(np.arange(8, dtype="int32"), np.zeros(8, "int32"))
     cb.result = None
     b = np.zeros(8, "int32")

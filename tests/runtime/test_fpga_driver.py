@@ -136,7 +136,8 @@ def test_relocation_moves_every_dma_by_the_buffer_address():
 def test_a_program_for_another_configuration_is_refused():
     shell, mmio, dev = _board()
     other = Program(VTAConfig(), [isa.FinishInsn()])
-    with pytest.raises(ConfigError):
+    with pytest.raises(ConfigError, match=r"built for 1x16_i8w8a32_15_15_18_17, this FPGA device is "
+                                          r"1x4_i8w8a32_10_9_10_11: LOG_BLOCK_IN=4 vs 2"):
         dev.run(other)
     assert "flush" not in shell.buffer.calls
 
@@ -211,13 +212,13 @@ def test_timeout_then_start_while_busy_then_the_run_completes():
 def test_a_deadlocked_program_raises_deadlock_error():
     program = Program(SMALL, [isa.GemmInsn(pop_prev=True), isa.FinishInsn()])
     shell, mmio, dev = _board()
-    with pytest.raises(DeadlockError):
+    with pytest.raises(DeadlockError, match=r"reports a deadlock \(CONTROL\.deadlock\)"):
         dev.run(program, timeout=30)
 
 
 def test_read_outside_the_buffer_is_refused():
     shell, mmio, dev = _board(size=4096)
-    with pytest.raises(DeviceError):
+    with pytest.raises(DeviceError, match=r"range \[0xfa0, 0x1068\) is outside the 4096-byte DMA buffer"):
         dev.read(4000, 200)
 
 
