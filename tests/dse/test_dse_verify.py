@@ -68,8 +68,11 @@ def test_bad_arguments(digits):
         dse.search("digits", "xc7z020", trials=1, verify="yes")
 
 
-def test_search_verifies_its_winner(small_search, small_options, tmp_path, capsys):
-    """``vtakit dse --verify sim --out``: the winner's check in --json and verification.json."""
+def test_search_verifies_its_winner(small_search, small_options, tmp_path, capsys, monkeypatch):
+    """``vtakit dse --verify sim --out``: the winner's check in --json and verification.json. Without
+    Verilator the program runs on the rtl backend (building the winner's Verilator model took 100 s of
+    this test; test_random_configurations_fsim_cycle_rtl and the slow full check run Verilator)."""
+    monkeypatch.setattr("vtakit.sim.verilator.available", lambda: "no verilator in this test")
     result, log = small_search
     copy = tmp_path / "log.jsonl"
     copy.write_bytes(log.read_bytes())                    # resumed: nothing is evaluated again
@@ -82,7 +85,8 @@ def test_search_verifies_its_winner(small_search, small_options, tmp_path, capsy
     d = json.loads(capsys.readouterr().out)
     v = d["verification"]
     assert v["ok"] and v["model"] == result.best.model and v["network_equal"] is True
-    assert len(v["programs"]) == 1 and v["programs"][0]["ok"] and v["synth"] is None
+    assert len(v["programs"]) == 1 and v["programs"][0]["ok"] and v["programs"][0]["backend"] == "rtl"
+    assert v["synth"] is None
     assert json.loads((out / "verification.json").read_text()) == v
 
 
