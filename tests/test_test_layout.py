@@ -76,11 +76,11 @@ class _Module:
 
     def __init__(self, path: Path):
         self.tree = ast.parse(path.read_text(), str(path))
-        self.functions: dict[str, list[tuple[bool, set[str]]]] = defaultdict(list)
+        self.functions: dict[str, list[ast.FunctionDef | ast.AsyncFunctionDef]] = defaultdict(list)
         self.imports: dict[str, tuple[Path, str]] = {}
         for node in ast.walk(self.tree):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                self.functions[node.name].append(_checks_directly(node))
+                self.functions[node.name].append(node)
             elif isinstance(node, ast.ImportFrom) and node.module and (source := _helper_module(node.module)):
                 for alias in node.names:
                     self.imports[alias.asname or alias.name] = (source, alias.name)
@@ -98,7 +98,8 @@ def _helper_checks(path: Path, name: str, seen: set[tuple[Path, str]]) -> bool:
     seen.add((path, name))
     module = _Module.of(path)
     if name in module.functions:
-        return any(ok or any(_helper_checks(path, c, seen) for c in called) for ok, called in module.functions[name])
+        return any(ok or any(_helper_checks(path, c, seen) for c in called)
+                   for ok, called in map(_checks_directly, module.functions[name]))
     if name in module.imports:
         return _helper_checks(*module.imports[name], seen)
     return False
