@@ -49,14 +49,17 @@ def _steps(mod: vg.NetModule) -> dict[str, Step]:
 
 
 def _assert_bit_exact(q: vg.Graph, inputs: list[dict], config: VTAConfig = DEFAULT,
-                      backends=("fsim", "cycle"), mod: vg.NetModule | None = None) -> vg.NetModule:
+                      backends=("fsim", "cycle"), mod: vg.NetModule | None = None,
+                      golden: bool = False) -> vg.NetModule:
     """``q`` on the accelerator (``mod``, else built for ``config``) equals ``q`` on the CPU integer
     path: every output of every input and, for the first input, every integer tensor present in both
-    debug runs."""
+    debug runs; with ``golden``, those tensors also equal the quantised graph's numpy reference
+    (``vg.evaluate``) wherever it has them."""
     cpu = vg.build(q, target="llvm")
     mod = mod or vg.build(q, target="vta", config=config)
     assert mod.is_accelerated
     cpu_seen = cpu.debug_run(inputs[0])
+    ref = vg.evaluate(q, inputs[0], keep_all=True) if golden else {}
     for backend in backends:
         for x in inputs:
             for name, got, want in zip(mod.output_names, mod.run(x, backend=backend), cpu.run(x)):
@@ -69,6 +72,11 @@ def _assert_bit_exact(q: vg.Graph, inputs: list[dict], config: VTAConfig = DEFAU
         for name in common:
             assert seen[name].dtype == cpu_seen[name].dtype, name
             np.testing.assert_array_equal(seen[name], cpu_seen[name], err_msg=f"{backend} {name}")
+        if golden:
+            in_ref = [n for n in common if n in ref and n not in q.inputs]
+            assert len(in_ref) >= 4, in_ref
+            for name in [*mod.output_names, *in_ref]:
+                np.testing.assert_array_equal(seen[name], ref[name], err_msg=f"{backend} {name} (numpy reference)")
     return mod
 
 
@@ -116,7 +124,7 @@ def resnet18_64():
 # ---------------------------------------------------------------------------- bit-exactness
 def test_resnet18_64_is_bit_exact_on_fsim_and_cycle(resnet18_64):
     _, q, mod = resnet18_64
-    _assert_bit_exact(q, [{"data": _normal((1, 3, 64, 64), seed)} for seed in (1, 2)], mod=mod)
+    _assert_bit_exact(q, [{"data": _normal((1, 3, 64, 64), seed)} for seed in (1, 2)], mod=mod, golden=True)
 
 
 @pytest.mark.slow
@@ -246,6 +254,8 @@ def test_resnet18_partition_covers_its_convs_adds_and_macs(image, resnet18_64):
     assert [n.op for n in convs] == ["Conv"] + ["qnn.conv2d"] * 19     # the first conv stays float
     mod = mod or vg.build(q, target="vta")
     _coverage(q, mod, adds=8)
+    assert not any(n.op == "qnn.add" for n in q.nodes)                     # every residual add fused into a conv
+    assert sum(s.ops[0].startswith("vta.pack") for s in mod.plan.steps) == 2      # into the body, into the fc
     profile = mod.profile({"data": _normal((1, 3, image, image), 1)}, backend="fsim")
     assert profile.macs == vg.build(g, "llvm").profile({"data": _normal((1, 3, image, image), 1)}).macs
     if image == 224:

@@ -477,33 +477,6 @@ def test_batch_of_three_with_residual_and_dense(config):
     _check(net, [net.dense(d, 7), r], config, backends=("fsim", "cycle"))
 
 
-def test_quantized_resnet18_runs_its_int8_layers_on_the_accelerator():
-    from vtakit.compiler.graph import zoo
-
-    g = vg.from_onnx(zoo.resnet18(image=64))
-    calib = np.random.default_rng(0).standard_normal((2, 3, 64, 64)).astype(np.float32)
-    q = vg.quantize(g, calib)
-    x = {"data": calib[:1]}
-    mod = vg.build(q, target="vta", config=DEFAULT)
-    steps = {s.name: s for s in mod.plan.steps}
-    layers = [n.name for n in q.nodes if n.op in ("qnn.conv2d", "qnn.dense", "qnn.add")]
-    fused = [n for n in q.nodes if n.op == "qnn.conv2d" and len(n.inputs) > 4]
-    assert len(layers) == 19 + 1 and len(fused) == 8      # every residual add fused into a conv
-    assert all(steps[n].target == "vta" for n in layers)
-    assert sum(s.ops[0].startswith("vta.pack") for s in mod.plan.steps) == 2      # into the body, into the fc
-    ref = vg.evaluate(q, x, keep_all=True)
-    llvm = vg.build(q, target="llvm").debug_run(x)
-    for backend in ("fsim", "cycle"):
-        seen = mod.debug_run(x, backend=backend)
-        np.testing.assert_array_equal(seen["logits"], ref["logits"])
-        boundary = [n for n in seen if n in llvm and n not in q.constants]
-        assert len([n for n in boundary if n in ref]) >= 4
-        for name in boundary:
-            np.testing.assert_array_equal(seen[name], llvm[name], err_msg=f"{backend} {name}")
-            if name in ref:
-                np.testing.assert_array_equal(seen[name], ref[name], err_msg=f"{backend} {name}")
-
-
 def test_packed_graph_evaluates_to_the_original_values():
     """``optimize(qgraph, "vta")`` holds the packed operators, whose numpy references reproduce the
     quantised graph exactly (the golden model of VTAGraphPack)."""
