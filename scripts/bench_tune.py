@@ -218,6 +218,45 @@ def bench_ratio_only(logs: Path, rounds: int) -> dict:
     return out
 
 
+class _ListTuner(autotune.GridSearchTuner):
+    """The configs of a list, in its order (re-measuring a table: ``--remeasure``)."""
+
+    name = "remeasure"
+
+    def __init__(self, task: autotune.Task, order: list[int]) -> None:
+        self._list = np.array(order, dtype=np.int64)
+        super().__init__(task)
+
+    def _make_order(self) -> np.ndarray:
+        return self._list
+
+
+def bench_remeasure(paths: list[str], out: Path) -> dict:
+    """Measure again, in this process, every config of the CPU tasks the logs ``paths`` hold (each
+    once: the first record per task and config names it), the fastest logged first, into
+    ``out/<task>-remeasure.log``: a table measured in one sitting, for ``--memo``. A run given the
+    same ``--out`` resumes (the configs its log holds are not measured again)."""
+    by_task: dict[str, tuple[TuningRecord, dict[int, float]]] = {}
+    for r in (r for path in paths for r in load_records(path)):
+        if r.target != "llvm":
+            continue
+        first, seen = by_task.setdefault(r.task_key, (r, {}))
+        seen.setdefault(r.index, r.result.cost if r.result.ok else math.inf)
+    result = {}
+    for first, seen in by_task.values():
+        task = autotune.create_task(first.task_name, tuple(first.args), target="llvm")
+        order = sorted(seen, key=lambda i: (seen[i], i))
+        log = out / f"{task.name}-{'_'.join(map(str, task.args))}-remeasure.log"
+        start, load = time.perf_counter(), os.getloadavg()
+        _ListTuner(task, order).tune(len(order), OPTION[0], log_file=log)
+        recs = load_records(log)
+        result[f"{task.name} {list(task.args)}"] = {
+            "log": str(log), "configs": len(order), "records": len(recs),
+            "errors": sum(not r.result.ok for r in recs), "seconds": time.perf_counter() - start,
+            "load_average_at_start": load, "load_average_at_end": os.getloadavg()}
+    return result
+
+
 def _hand_gemm(n: int) -> Any:
     data = te.placeholder((n, n), "float32", name="data")
     weight = te.placeholder((n, n), "float32", name="weight")
@@ -441,6 +480,9 @@ def main() -> int:
     p.add_argument("--memo", nargs="*", default=[], metavar="LOG", help="answer the configs these logs hold "
                    "(an earlier run's, e.g. its exhaustive log) from them instead of measuring them again; "
                    "for the deterministic cycle model, or CPU timings of the same build and host")
+    p.add_argument("--remeasure", nargs="*", default=[], metavar="LOG", help="only measure again every CPU "
+                   "config these logs hold (the fastest logged first), into OUT/<task>-remeasure.log: a table "
+                   "measured in one sitting, for --memo")
     p.add_argument("--json", action="store_true")
     args = p.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -462,6 +504,9 @@ def main() -> int:
                                               "memo_logs": args.memo, "configs_preloaded": preloaded}}
     layers = [x for x in args.layers.split(",") if x]
     try:
+        if args.remeasure:
+            report["remeasure"] = bench_remeasure(args.remeasure, args.out)
+            args.cpu, args.cpu_conv, layers, args.ratio_only = 0, "", [], None
         if args.ratio_only:
             report["ratio_only"] = bench_ratio_only(args.ratio_only, args.ratio_rounds)
             args.cpu, args.cpu_conv, layers = 0, "", []
