@@ -71,6 +71,19 @@ def _helper_module(module: str) -> Path | None:
     return None
 
 
+def _statements(body: list[ast.stmt]):
+    """Every statement in ``body`` and the bodies nested in it (functions and imports are statements: no
+    need to walk the expressions, most of a module's nodes)."""
+    stack = list(body)
+    while stack:
+        node = stack.pop()
+        yield node
+        for name in ("body", "orelse", "finalbody", "handlers", "cases"):
+            block = getattr(node, name, None)
+            if isinstance(block, list):
+                stack.extend(block)
+
+
 class _Module:
     _cache: dict[Path, _Module] = {}
 
@@ -78,7 +91,7 @@ class _Module:
         self.tree = ast.parse(path.read_text(), str(path))
         self.functions: dict[str, list[ast.FunctionDef | ast.AsyncFunctionDef]] = defaultdict(list)
         self.imports: dict[str, tuple[Path, str]] = {}
-        for node in ast.walk(self.tree):
+        for node in _statements(self.tree.body):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 self.functions[node.name].append(node)
             elif isinstance(node, ast.ImportFrom) and node.module and (source := _helper_module(node.module)):
@@ -109,20 +122,33 @@ def _is_fixture(fn) -> bool:
     return any("fixture" in _dotted(d.func if isinstance(d, ast.Call) else d) for d in fn.decorator_list)
 
 
-def _tests_without_checks() -> list[str]:
+def _unchecked_tests(path: Path) -> list[str]:
+    """The tests of the module at ``path`` that check nothing, as ``Class::name`` or ``name``."""
     found = []
-    for path in sorted((_REPO / "tests").rglob("test_*.py")):
-        def visit(body, prefix=""):
-            for node in body:
-                if isinstance(node, ast.ClassDef) and node.name.startswith("Test"):
-                    visit(node.body, f"{prefix}{node.name}::")
-                elif (isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("test")
-                      and not _is_fixture(node)):
-                    ok, called = _checks_directly(node)
-                    if not ok and not any(_helper_checks(path, c, set()) for c in called):
-                        found.append(f"{path.relative_to(_REPO).as_posix()}::{prefix}{node.name}")
-        visit(_Module.of(path).tree.body)
+
+    def visit(body, prefix=""):
+        for node in body:
+            if isinstance(node, ast.ClassDef) and node.name.startswith("Test"):
+                visit(node.body, f"{prefix}{node.name}::")
+            elif (isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("test")
+                  and not _is_fixture(node)):
+                ok, called = _checks_directly(node)
+                if not ok and not any(_helper_checks(path, c, set()) for c in called):
+                    found.append(prefix + node.name)
+            elif isinstance(node, ast.Assign):      # test_x = given(...)(check_x): a checking function wrapped
+                names = {n.id for n in ast.walk(node.value) if isinstance(n, ast.Name)}
+                for target in node.targets:
+                    if (isinstance(target, ast.Name) and target.id.startswith("test")
+                            and not any(_helper_checks(path, n, set()) for n in names)):
+                        found.append(prefix + target.id)
+
+    visit(_Module.of(path).tree.body)
     return found
+
+
+def _tests_without_checks() -> list[str]:
+    return [f"{path.relative_to(_REPO).as_posix()}::{name}"
+            for path in sorted((_REPO / "tests").rglob("test_*.py")) for name in _unchecked_tests(path)]
 
 
 def test_every_test_function_checks_something():
@@ -132,7 +158,8 @@ def test_every_test_function_checks_something():
 
 
 def test_the_no_check_scan_sees_a_test_that_checks_nothing(tmp_path):
-    """The scan itself: a test without checks is found; one through a checking helper, or a fixture, is not."""
+    """The scan itself: a test without checks is found; one through a checking helper (called or wrapped),
+    pytest.raises, an assert* method, or a fixture named test_*, is not."""
     source = ("import pytest\n"
               "def _helper(x):\n    assert x\n"
               "def _quiet(x):\n    return x\n"
@@ -140,15 +167,10 @@ def test_the_no_check_scan_sees_a_test_that_checks_nothing(tmp_path):
               "def test_through_helper():\n    _helper(1)\n"
               "def test_raises():\n    with pytest.raises(ValueError):\n        int('x')\n"
               "def test_quiet():\n    _quiet(1)\n"
+              "test_wrapped = pytest.mark.skip(_helper)\n"
+              "test_wrapped_quiet = pytest.mark.skip(_quiet)\n"
               "class TestGroup:\n    def test_method(self):\n        self.assertEqual(1, 1)\n"
               "    def test_nothing(self):\n        pass\n")
     path = tmp_path / "test_sample.py"
     path.write_text(source)
-    module = _Module(path)
-    names = {}
-    for node in ast.walk(module.tree):
-        if isinstance(node, ast.FunctionDef) and node.name.startswith("test") and not _is_fixture(node):
-            ok, called = _checks_directly(node)
-            names[node.name] = ok or any(_helper_checks(path, c, set()) for c in called)
-    assert names == {"test_through_helper": True, "test_raises": True, "test_quiet": False,
-                     "test_method": True, "test_nothing": False}
+    assert _unchecked_tests(path) == ["test_quiet", "test_wrapped_quiet", "TestGroup::test_nothing"]
