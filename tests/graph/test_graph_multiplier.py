@@ -71,13 +71,19 @@ def test_multiplier_bits_run_by_shift_and_add_without_alu_mul(config):
     _check_all_on_vta(q, {"data": calib[:1]}, config, backends=("fsim", "cycle"))
 
 
+def _exact_multipliers() -> tuple[vg.Graph, np.ndarray]:
+    """The odd-channel model quantised with float scales per channel, no multiplier_bits (exact
+    multipliers: up to 15 set bits); and its calibration data."""
+    calib = np.random.default_rng(3).standard_normal((4, 3, 11, 9)).astype(np.float32)
+    return vg.quantize(_odd_channel_model(), calib, skip_first_conv=False, scales="float",
+                       weight_granularity="channel"), calib
+
+
 @pytest.mark.parametrize("config", [SMALL, DEFAULT], ids=["small", "default"])
 def test_many_set_bits_run_by_shift_and_add_with_a_note(config):
     """Exact multipliers (no multiplier_bits: up to 15 set bits) run without ALU_MUL, one term per
     set bit; a layer of more than 4 terms says so on its step."""
-    g = _odd_channel_model()
-    calib = np.random.default_rng(3).standard_normal((4, 3, 11, 9)).astype(np.float32)
-    q = vg.quantize(g, calib, skip_first_conv=False, scales="float", weight_granularity="channel")
+    q, calib = _exact_multipliers()
     mult = _mult_layers(q)
     many = [n for n in mult if np.max(multiplier_set_bits(q.constants[n.inputs[3]])) > SHIFT_ADD_TERMS]
     assert many
@@ -87,7 +93,16 @@ def test_many_set_bits_run_by_shift_and_add_with_a_note(config):
         terms = max(1, int(np.max(multiplier_set_bits(q.constants[n.inputs[3]]))))
         note = f"shift-and-add: {terms} terms per output; ALU_MUL or multiplier_bits=4 is faster"
         assert (note in steps[n.name].note) == (terms > SHIFT_ADD_TERMS), (n.name, steps[n.name].note)
-    assert not any("shift-and-add" in s.note for s in vg.build(q, target="vta", config=SMALL_MUL).plan.steps)
+
+
+def test_many_set_bits_need_no_shift_and_add_with_alu_mul():
+    """The same layers on an ALU_MUL configuration: all on vta, none by shift-and-add (one build, where the
+    test above built it once per configuration)."""
+    q, _ = _exact_multipliers()
+    steps = {s.name: s for s in vg.build(q, target="vta", config=SMALL_MUL).plan.steps}
+    mult = _mult_layers(q)
+    assert mult and all(steps[n.name].target == "vta" for n in mult)
+    assert not any("shift-and-add" in s.note for s in steps.values())
 
 
 def _conv_with_multiplier(mult: np.ndarray, shift: int, pre_shift: int, seed: int = 9):
