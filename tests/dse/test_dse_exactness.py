@@ -39,7 +39,7 @@ def sample_configs(n: int, seed: int) -> list[VTAConfig]:
     space = DesignSpace("xc7z020", max_batch=2, knobs=knobs)
     out = []
     for config in space.sample(np.random.default_rng(seed), 4 * n):
-        config = config.replace(**{k: v for k, v in FEATURES.items() if hasattr(config, k)})
+        config = config.replace(**FEATURES)
         if config not in out and space.fit(config).fits:
             out.append(config)
     return out[:n]
