@@ -8,11 +8,7 @@
   (serial, parallel, vectorized, unrolled, thread-bound: vthread/cthread) and log2 counts of the
   buffer stores and loads below it. A fixed number of loop slots (:data:`MAX_LOOPS`) keeps the
   vector the same length for every config and every task (AutoTVM's varied in length, issue
-  #2097), so records of one task can warm-start the model of another. Then the buffers the
-  function allocates (:func:`alloc_stats`): the size of the largest and of all local-scope
-  allocations (a register tile: whether it fits the vector registers), of the largest global one
-  (a packed panel), and their count; these sit at the same place whatever the loop nest's shape,
-  where a loop's features move with the loops before it.
+  #2097), so records of one task can warm-start the model of another.
 - ``curve``: the same loop statistics summarised as fixed histograms per loop kind (extent, depth,
   iteration product): coarser, and independent of the order loops appear in.
 
@@ -36,8 +32,7 @@ from vtakit.compiler.autotune.task import Task
 from vtakit.compiler.lower.schedule_ops import schedule_to_primfunc
 from vtakit.errors import TuningError
 
-__all__ = ["FEATURE_TYPES", "MAX_LOOPS", "alloc_stats", "feature_length", "config_features", "loop_stats",
-           "shared_features"]
+__all__ = ["FEATURE_TYPES", "MAX_LOOPS", "feature_length", "config_features", "loop_stats", "shared_features"]
 
 FEATURE_TYPES = ("itervar", "knob", "curve")
 MAX_LOOPS = 24
@@ -96,28 +91,6 @@ def _itervar(stats: list[tuple[float, ...]]) -> np.ndarray:
     return vec
 
 
-_ALLOC_FEATURES = 4
-
-
-def alloc_stats(func: ir.PrimFunc) -> np.ndarray:
-    """The buffers the function allocates: log2(1 + elements) of the largest and of all those in a
-    local scope (a register tile: what must fit in the vector registers), of the largest in
-    global memory (a packed panel), and how many allocations there are."""
-    local: list[float] = []
-    other: list[float] = []
-
-    def visit(node: Any) -> None:
-        if isinstance(node, ir.Allocate):
-            size = 1.0
-            for dim in node.buffer.shape:
-                size *= dim.value if isinstance(dim, ir.IntImm) else 1
-            (other if node.buffer.scope == "global" else local).append(size)
-
-    ir.walk(func.body, visit)
-    return np.array([math.log2(1 + max(local, default=0.0)), math.log2(1 + sum(local)),
-                     math.log2(1 + max(other, default=0.0)), float(len(local) + len(other))], dtype=np.float32)
-
-
 def _curve(stats: list[tuple[float, ...]]) -> np.ndarray:
     parts = []
     for k in range(len(_KINDS)):
@@ -130,7 +103,7 @@ def _curve(stats: list[tuple[float, ...]]) -> np.ndarray:
 
 def feature_length(feature_type: str, task: Task) -> int:
     if feature_type == "itervar":
-        return MAX_LOOPS * _PER_LOOP + 2 + _ALLOC_FEATURES
+        return MAX_LOOPS * _PER_LOOP + 2
     if feature_type == "curve":
         return len(_KINDS) * 3 * _HIST_BINS
     return len(task.config_space.get(0).get_flatten_feature())
@@ -144,10 +117,7 @@ def config_features(task: Task, cfg: ConfigEntity, feature_type: str) -> np.ndar
         return np.asarray(cfg.get_flatten_feature(), dtype=np.float32)
     try:
         s, tensors = task.instantiate(cfg)
-        func = schedule_to_primfunc(s, tensors, "features")
-        stats = loop_stats(func)
+        stats = loop_stats(schedule_to_primfunc(s, tensors, "features"))
     except Exception:   # noqa: BLE001 -- an invalid config: the measurement will say why
         return np.zeros(feature_length(feature_type, task), dtype=np.float32)
-    if feature_type != "itervar":
-        return _curve(stats)
-    return np.concatenate([_itervar(stats), alloc_stats(func)])
+    return _itervar(stats) if feature_type == "itervar" else _curve(stats)
