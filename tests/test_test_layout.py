@@ -27,11 +27,7 @@ _CHECK_CALLS = {"raises", "warns", "deprecated_call", "fail"}
 _REPO = Path(__file__).resolve().parent.parent
 
 # Known offenders outside this file's reach, each with what it should assert; remove an entry when fixed.
-_NO_CHECK_KNOWN = {
-    # passes when run() raises nothing; should compare the run's DRAM/output (or counters) with the
-    # same program run with race checking on and the out token restored
-    "tests/sim/test_fsim_errors.py::test_races_can_be_switched_off",
-}
+_NO_CHECK_KNOWN: set[str] = set()
 
 
 def _dotted(func) -> str:

@@ -27,7 +27,7 @@ import pytest
 
 from tests.sim.test_fsim_corpus import CONFIGS
 from tests.sim.test_fsim_native import _both
-from vtakit.errors import DeadlockError, MemoryAccessError, ProgramError, RaceError, SimError
+from vtakit.errors import DeadlockError, ISAError, MemoryAccessError, ProgramError, RaceError, SimError
 from vtakit.hw import isa
 from vtakit.hw.config import VTAConfig
 from vtakit.hw.isa import AluInsn, AluOp, FinishInsn, GemmInsn, MemId, MemInsn, Opcode
@@ -186,7 +186,7 @@ def _lenient_decode(stream: bytes, config: VTAConfig) -> list | None:
     type 6-7, ALU opcode 5-7)."""
     try:
         return isa.decode(stream, config)
-    except Exception:   # noqa: BLE001 - ISAError: not a program of the ISA
+    except ISAError:    # not a program of the ISA
         return None
 
 
