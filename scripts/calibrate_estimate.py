@@ -177,7 +177,8 @@ def main() -> int:
                 y, p = truth[n][k], getattr(e, k).used
                 err = (p - y) / y * 100 if y else 0.0
                 row += f" {y:>8g} {p:>7.1f} {err:>+6.1f}%"
-                cells.append(f"{y:,g} / {p:,.{0 if k != 'bram' else 1}f} / {err:+.1f}%")
+                shown = f"{err:+.1f}%" if round(err, 1) else "0"
+                cells.append(f"{y:,g} / {p:,.{0 if k != 'bram' else 1}f} / {shown}")
             print(row)
             label = "calibration" if title == "calibration" else "**held out**"
             rows.append(f"| {label} | {describe(c)} | {measured[n].get('tag', '?')} | " + " | ".join(cells) + " |")
