@@ -256,7 +256,7 @@ class ComputeModule(wiring.Component):
         dst_q, dst_x, dst_w, rd_q = Signal.like(dst_r), Signal.like(dst_r), Signal.like(dst_r), Signal.like(dst_r)
         m.d.sync += [v_q.eq(v_r), dst_q.eq(dst_r), v_x.eq(v_q), dst_x.eq(dst_q), v_w.eq(v_x), dst_w.eq(dst_x),
                      rd_q.eq(rd_r)]
-        m.submodules.datapath = datapath = TensorDatapath(cfg)
+        m.submodules.datapath = datapath = TensorDatapath(cfg, imm_selected=one_port)
         result = datapath.result
         result_w = Signal(cfg.acc_elem_bits)  # W: the written-back element, for OUT and forwarding
         m.d.sync += result_w.eq(result)
@@ -268,10 +268,15 @@ class ComputeModule(wiring.Component):
         fwd_dst, fwd_src, fix_dst = Signal(), Signal(), Signal()
         m.d.sync += [dst_val.eq(acc_rd_dst.data), fwd_dst.eq(v_x & (dst_x == rd_q)),
                      fix_dst.eq(v_w & (dst_w == rd_q)), dst_fix.eq(result_w)]
-        src_read = src_val                   # src as read (one port: the src register, current at any distance)
+        src_read = src_val                   # src as read
         if one_port:
-            # src_addr is this micro-op's src in Q (a later miss changes it at the end of Q at the earliest)
-            m.d.sync += [src_val.eq(src_data), fwd_src.eq(v_x & (dst_x == src_addr))]
+            # src_addr is this micro-op's src in Q (a later miss changes it at the end of Q at the earliest).
+            # Q registers the ALU's right operand as far as it is known: the immediate, else the src
+            # register, or the result in W where that micro-op (two ahead) writes the entry (the src
+            # register takes it only at the end of Q); X then only forwards the result of the micro-op
+            # just ahead (never for an immediate).
+            m.d.sync += [src_val.eq(Mux(use_imm, imm.replicate(cfg.batch * cfg.block_out), Mux(v_w & (dst_w == src_addr), result_w, src_data))),
+                         fwd_src.eq(~use_imm & v_x & (dst_x == src_addr))]
         else:
             src_q = Signal(cfg.log_acc_depth)
             src_fix = Signal(cfg.acc_elem_bits)
@@ -311,18 +316,16 @@ class ComputeModule(wiring.Component):
         if one_port:
             # The src register. A missing micro-op loads it: the address in B1, the data read in B2. A
             # hitting one (valid, same address: docs/timing.md §4) takes its src from it. Every result for
-            # its entry updates it (after the load: newer), so it is current at any distance: the one in X,
-            # and the one in W, whose ACC write came after the read in B1 and whose X came before the
-            # address was set. ACC loads and GEMMs write ACC only in other instructions, and each ALU
-            # instruction starts it empty.
+            # its entry updates it in W (after the load: newer; also the one whose ACC write came after the
+            # read in B1); the micro-ops one and two behind the writer take that result by forwarding (X,
+            # Q above), so src is current at any distance. ACC loads and GEMMs write ACC only in other
+            # instructions, and each ALU instruction starts it empty.
             with m.If(v_b & miss_b):
                 m.d.sync += [src_valid.eq(1), src_addr.eq(src_acc)]
             with m.If(v_b2):
                 m.d.sync += src_data.eq(acc_rd_dst.data)
             with m.If(v_w & (dst_w == src_addr)):
                 m.d.sync += src_data.eq(result_w)
-            with m.If(v_x & (dst_x == src_addr)):
-                m.d.sync += src_data.eq(result)
             with m.If(seq.start & is_alu):
                 m.d.sync += src_valid.eq(0)
         m.d.sync += Assert(~(v_w & acc_ld_we), "compute: micro-op and ACC load write in the same cycle")

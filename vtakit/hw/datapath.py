@@ -18,7 +18,7 @@ from amaranth.lib.wiring import In, Out
 
 from vtakit.hw import isa
 from vtakit.hw.config import VTAConfig
-from vtakit.hw.mac import lane_terms
+from vtakit.hw.mac import lane_products
 from vtakit.hw.pipeline import TREE_LEVELS_PER_STAGE, gemm_product_latency, gemm_tree_stages
 
 __all__ = ["GemmPipeline", "TensorDatapath", "alu_datapath"]
@@ -41,8 +41,10 @@ class GemmPipeline(wiring.Component):
     """``sums[b][o] = sum_i inp[b][i] * wgt[o][i]`` for every lane, :func:`gemm_product_latency`
     cycles after ``inp`` and ``wgt`` (the SRAMs' read data) present the operands.
 
-    Stages: the operands registered; the products of :func:`vtakit.hw.mac.lane_terms` registered;
-    the adder tree, registered after every :data:`TREE_LEVELS_PER_STAGE` levels. The registers
+    Stages: the operands registered; the multipliers' outputs of :func:`vtakit.hw.mac.lane_products`
+    registered (a packed pair's raw product: the stage is the multiplier alone); the adder tree,
+    registered after every :data:`TREE_LEVELS_PER_STAGE` levels, its first stage beginning with the
+    pairs' unpacking. The registers
     load every cycle (no enable): one micro-op per cycle flows through, and only the ones compute
     marks valid are written back.
 
@@ -66,11 +68,12 @@ class GemmPipeline(wiring.Component):
         inp_q = Signal.like(self.inp, name="inp_q")
         wgt_q = Signal.like(self.wgt, name="wgt_q")
         m.d.sync += [inp_q.eq(self.inp), wgt_q.eq(self.wgt)]
-        terms = lane_terms(cfg, inp_q, wgt_q)
+        raw, unpack = lane_products(cfg, inp_q, wgt_q)
+        terms = unpack(_registered(m, raw, "prod"))
         lanes = []
         for b in range(cfg.batch):
             for o in range(cfg.block_out):
-                level = _registered(m, terms[b][o], f"prod_{b}_{o}")
+                level = terms[b][o]
                 for stage in range(gemm_tree_stages(cfg)):
                     for _ in range(TREE_LEVELS_PER_STAGE):
                         if len(level) > 1:
@@ -117,16 +120,18 @@ def alu_datapath(config: VTAConfig, alu_opcode, lhs, rhs, imm=None, use_imm=None
     # a negative amount s (-32..-1) shifts left by -s = ~s + 1: (a << 1) << ~s[4:0], no negation (a carry
     # chain) between the operand and the shifter's select lines
     left = ((a << 1) << (~shift)[:5])[:32]
-    choices = {isa.AluOp.MIN: Mux(a < b, a, b)[:32], isa.AluOp.MAX: Mux(a > b, a, b)[:32],
-               isa.AluOp.ADD: (a + b)[:32], isa.AluOp.SHR: Mux(shift[5], left, right)}
+    # MIN and MAX share one comparison: MIN takes a if a < b, MAX takes b if a < b (either when equal)
+    is_max = alu_opcode == isa.AluOp.MAX
+    choices = [((alu_opcode == isa.AluOp.MIN) | is_max, Mux((a < b) ^ is_max, a, b)[:32]),
+               (alu_opcode == isa.AluOp.ADD, (a + b)[:32]), (alu_opcode == isa.AluOp.SHR, Mux(shift[5], left, right))]
     if config.alu_mul:
-        choices[isa.AluOp.MUL] = (a * rhs[:16].as_signed())[:32]
+        choices.append((alu_opcode == isa.AluOp.MUL, (a * rhs[:16].as_signed())[:32]))
     if config.alu_requant:
-        choices[isa.AluOp.REQUANT] = _requant_clip(right.as_signed(), imm)
+        choices.append((alu_opcode == isa.AluOp.REQUANT, _requant_clip(right.as_signed(), imm)))
     # a parallel AND-OR select (not a chain of muxes): one level after the slowest operation
     expr = Const(0, 32)
-    for op, value in choices.items():
-        expr = expr | Mux(alu_opcode == op, value, 0)
+    for selected, value in choices:
+        expr = expr | Mux(selected, value, 0)
     return expr
 
 
@@ -138,7 +143,8 @@ class TensorDatapath(wiring.Component):
 
     Interface attributes: ``sums`` (:class:`GemmPipeline`'s lane sums), ``acc_dst``, ``acc_src``
     (operand elements), ``is_alu``, ``reset``, ``use_imm``, ``alu_op``, ``imm`` (sign-extended to
-    32 bits) in; ``result`` (an ACC element) out.
+    32 bits) in; ``result`` (an ACC element) out. With ``imm_selected``, ``acc_src`` already holds the
+    immediate where ``use_imm`` (compute selects it a cycle ahead, off the execute stage).
 
     With BIAS_PRELOAD, ``bias`` in: a reset passes ``acc_dst`` (compute read the bias entry there)
     instead of 0. With GEMM_OUT_REQUANT, ``written`` (the element written back the cycle before,
@@ -147,8 +153,9 @@ class TensorDatapath(wiring.Component):
     with the register's control bits, computed by the ALU lanes, which a GEMM leaves idle.
     """
 
-    def __init__(self, config: VTAConfig):
+    def __init__(self, config: VTAConfig, imm_selected: bool = False):
         self._config = config
+        self._imm_selected = imm_selected
         super().__init__({
             "sums": In(config.batch * config.block_out * _SUM_BITS),
             "acc_dst": In(config.acc_elem_bits), "acc_src": In(config.acc_elem_bits),
@@ -172,9 +179,12 @@ class TensorDatapath(wiring.Component):
             imm = Mux(requant, self.requant_ctl, imm)
             use_imm = use_imm | requant
             lhs = Mux(requant, self.written, lhs)
-        alu_lanes = [alu_datapath(cfg, op, lhs.word_select(lane, 32),
-                                  Mux(use_imm, imm, self.acc_src.word_select(lane, 32)), imm, use_imm)
-                     for lane in lanes]
+        def rhs(lane):
+            src = self.acc_src.word_select(lane, 32)
+            if self._imm_selected and not cfg.gemm_out_requant:
+                return src                     # compute put the immediate there already
+            return Mux(use_imm, imm, src)
+        alu_lanes = [alu_datapath(cfg, op, lhs.word_select(lane, 32), rhs(lane), imm, use_imm) for lane in lanes]
         init = Mux(self.bias, self.acc_dst, 0) if cfg.bias_preload else 0   # a bias reset copies the entry read
         m.d.comb += self.result.eq(Mux(self.is_alu, Cat(*alu_lanes), Mux(self.reset, init, Cat(*gemm_lanes))))
         if cfg.gemm_out_requant:

@@ -10,7 +10,7 @@ LOAD INP/WGT -> load, everything else -> compute); a full target queue stalls di
 
 from __future__ import annotations
 
-from amaranth.hdl import Assert, Module, Mux, Signal
+from amaranth.hdl import Assert, Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
@@ -71,15 +71,26 @@ class FetchModule(wiring.Component):
         active = Signal()
         more = Signal()                     # remaining != 0, a register (no 32-bit OR before AR)
 
-        # ---- requests: FETCH_BURST-aligned groups of instructions, when the buffer has room.
-        slot = addr[4:4 + exact_log2(FETCH_BURST)]
-        to_align = FETCH_BURST - slot
+        # ---- requests: FETCH_BURST-aligned groups of instructions, when the buffer has room. ARVALID
+        # and the AR payload are functions of registers only (the read grant of every requester depends
+        # on ARVALID): n, the next burst's instructions, is kept one request ahead, and free, the buffer
+        # entries neither filled nor awaited (FETCH_DEPTH - level - in_flight), beside in_flight.
+        def burst(rem, at):
+            """Instructions in the burst from address ``at`` with ``rem`` left: up to the alignment."""
+            to_align = FETCH_BURST - at[4:4 + exact_log2(FETCH_BURST)]
+            low = exact_log2(FETCH_BURST) + 1
+            return Mux((rem[low:] == 0) & (rem[:low] < to_align), rem[:low], to_align)
+
         n = Signal(range(FETCH_BURST + 1))
-        low = exact_log2(FETCH_BURST) + 1
-        m.d.comb += n.eq(Mux((remaining[low:] == 0) & (remaining[:low] < to_align), remaining[:low], to_align))
+        free = Signal(range(FETCH_DEPTH + 1), init=FETCH_DEPTH)
+        # n <= free as a lookup (no carry chain): room for a whole burst, or n against free's low bits
+        low_free = exact_log2(FETCH_BURST)
+        table = sum(1 << (f | (k << low_free)) for k in range(FETCH_BURST + 1) for f in range(FETCH_BURST) if k <= f)
+        fits = (free[low_free:] != 0) | Const(table, (FETCH_BURST + 1) * FETCH_BURST * 2).bit_select(
+            Cat(free[:low_free], n), 1)
         ar = self.mem.ar
         m.d.comb += [
-            ar.valid.eq(active & more & (buffer.level + in_flight + n <= FETCH_DEPTH)),
+            ar.valid.eq(active & more & fits),
             ar.payload.addr.eq(addr), ar.payload.size.eq(log_size),
             ar.payload.len.eq(n * beats_per_insn - 1),
         ]
@@ -107,7 +118,8 @@ class FetchModule(wiring.Component):
         m.d.sync += Assert(~complete | buffer.w_rdy, "fetch: instruction buffer overflow")
         m.d.sync += in_flight.eq(in_flight + Mux(ar_fire, n, 0) - complete)
         with m.If(ar_fire):
-            m.d.sync += [remaining.eq(remaining - n), more.eq(remaining != n), addr.eq(addr + (n << 4))]
+            m.d.sync += [remaining.eq(remaining - n), more.eq(remaining != n), addr.eq(addr + (n << 4)),
+                         n.eq(burst(remaining - n, addr + (n << 4)))]
 
         # ---- dispatch the buffer head.
         head = data.View(insn_layout(isa.Opcode.LOAD, cfg), buffer.r_data)
@@ -125,10 +137,13 @@ class FetchModule(wiring.Component):
         m.d.comb += buffer.r_en.eq(dispatch)
         with m.If(dispatch):
             m.d.sync += dispatched.eq(dispatched + 1)
+        m.d.sync += free.eq(free + dispatch - Mux(ar_fire, n, 0))
+        m.d.sync += Assert(free == FETCH_DEPTH - buffer.level - in_flight, "fetch: free count out of step")
 
         with m.If(self.start):
             m.d.sync += [active.eq(1), count.eq(self.insn_count), remaining.eq(self.insn_count),
-                         more.eq(self.insn_count != 0), dispatched.eq(0),
+                         more.eq(self.insn_count != 0), n.eq(burst(self.insn_count, self.insn_addr)),
+                         dispatched.eq(0),
                          addr.eq(self.insn_addr), in_flight.eq(0), beat.eq(0)]
         done = active & (dispatched == count)
         m.d.comb += [

@@ -7,7 +7,8 @@ issue cycle ``a`` (uop SRAM read):
 
 ``a + 1`` registers the micro-op (stage U) and ``b = a + 2`` indexes the SRAMs (stage B); then
 
-* **GEMM**: ``b + 1`` operand registers, ``b + 2`` products, ``b + 3 .. b + 2 + T`` the adder tree
+* **GEMM**: ``b + 1`` operand registers, ``b + 2`` products (a packed pair's raw product, unpacked at
+  the start of the tree), ``b + 3 .. b + 2 + T`` the adder tree
   (``T`` = :func:`gemm_tree_stages`, registered after every :data:`TREE_LEVELS_PER_STAGE` levels),
   ``X = b + 3 + T`` accumulate (ACC dst read in ``X - 2``), ``X + 1`` ACC and OUT written from the
   registered result.
