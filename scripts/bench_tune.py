@@ -31,7 +31,9 @@ a config (the noise of a loaded host is not re-drawn per tuner), and it bounds t
 the configs measured, not the trials; on the accelerator the cycle model is deterministic, so it
 changes nothing but the time. ``--memo LOG ...`` answers the configs that earlier runs' logs hold
 from them (the first record per task and config; a record of another VTAConfig is another task),
-so comparing tuner variants measures only the configs no earlier run did. Every run still writes
+so comparing tuner variants measures only the configs no earlier run did; ``--remeasure LOG ...``
+first measures such a table again in one sitting (the fastest logged first) so that a ``--memo``
+table does not mix hours of a loaded host. Every run still writes
 its own log under ``--out``. The curves
 (best-so-far per trial) go to ``curves.json`` and, with matplotlib, ``curves.png``. ``--json``
 prints the summary. The figures depend on the machine (and for the CPU on its load); the script
