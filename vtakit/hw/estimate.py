@@ -53,7 +53,9 @@ __all__ = ["ResourceEstimate", "Resource", "estimate", "memories", "features", "
 #: GEMM_OUT_REQUANT, and the default 1x16x16), measured at commit 4ed3966 (the RTL of 5710549: the
 #: pipelined GEMM, registered DMA writes, the burst walks' registers, ``no_rw_check`` memories).
 #: Error: calibration LUT within 0.7%, FF 2.8%; the 13 held-out configurations (up to 1x32x32 and
-#: 1x16x32) LUT within 1.3%, FF 7.5%, DSP exact, BRAM within 1 BRAM36 (docs/fpga.md §5).
+#: 1x16x32) LUT within 1.3%, FF 7.5%, DSP exact, BRAM within 1 BRAM36 (docs/fpga.md §5). After
+#: 3977994's RTL change (not refitted), at 0dcbb1f: small -0.7% LUT, 1x8x8 BUS_WIDTH 128 -0.5%,
+#: default -6.1% LUT and +18.9% FF, DSP and BRAM exact.
 #: ``lut``/``ff``: per feature of :func:`features`; ``lut`` excludes distributed-RAM LUTs, which
 #: the memory mapper counts. ``dsp``: per feature as well, beyond one per GEMM multiplier. Weights
 #: are 8 bits wide, so ``elem_bits`` (WGT's 8 bits per MAC) and ``macs`` share the per-MAC cost.
