@@ -181,8 +181,10 @@ class TensorDatapath(wiring.Component):
             lhs = Mux(requant, self.written, lhs)
         def rhs(lane):
             src = self.acc_src.word_select(lane, 32)
+            # compute put the immediate there already, unless GEMM_OUT_REQUANT's write-back (which
+            # selects the requant register as the immediate here) can take the lanes
             if self._imm_selected and not cfg.gemm_out_requant:
-                return src                     # compute put the immediate there already
+                return src
             return Mux(use_imm, imm, src)
         alu_lanes = [alu_datapath(cfg, op, lhs.word_select(lane, 32), rhs(lane), imm, use_imm) for lane in lanes]
         init = Mux(self.bias, self.acc_dst, 0) if cfg.bias_preload else 0   # a bias reset copies the entry read

@@ -112,9 +112,19 @@ def lane_products(config: VTAConfig, inp: Value, wgt: Value) -> tuple[list[Value
         raw.append(value)
         return len(raw) - 1
 
-    # plan[b][o]: per product, (index of the product in raw, None) or, for a pair's low lane, (its
-    # index, (index of x, index of w_lo's sign)); high lanes carry "hi"
-    plan: list[list[list[tuple]]] = [[[] for _ in range(config.block_out)] for _ in range(config.batch)]
+    # plan[b][o]: per product, how to read it from raw (or registered copies of raw)
+    Read = Callable[[Sequence[Value]], Value]
+    plan: list[list[list[Read]]] = [[[] for _ in range(config.block_out)] for _ in range(config.batch)]
+
+    def as_is(k: int) -> Read:
+        return lambda v: v[k]
+
+    def high(p: int) -> Read:
+        return lambda v: unpack_high(v[p])
+
+    def low(p: int, xi: int, sign: int) -> Read:
+        return lambda v: unpack_low(v[p], v[xi], v[sign])
+
     dsp_lanes = config.block_out - config.gemm_lut_lanes
     paired = dsp_lanes // 2 * 2 if config.gemm_dsp_packing else 0
     for b in range(config.batch):
@@ -122,21 +132,15 @@ def lane_products(config: VTAConfig, inp: Value, wgt: Value) -> tuple[list[Value
         for o in range(0, paired, 2):
             for i in range(config.block_in):
                 p = keep(packed_product(x(b, i), w(o, i), w(o + 1, i)))
-                plan[b][o].append((p, "hi"))
-                plan[b][o + 1].append((p, (xs[i], keep(w(o + 1, i)[7]))))
+                plan[b][o].append(high(p))
+                plan[b][o + 1].append(low(p, xs[i], keep(w(o + 1, i)[7])))
         for o in range(paired, dsp_lanes):
-            plan[b][o] = [(keep(x(b, i) * w(o, i)), None) for i in range(config.block_in)]
+            plan[b][o] = [as_is(keep(x(b, i) * w(o, i))) for i in range(config.block_in)]
         for o in range(dsp_lanes, config.block_out):
-            plan[b][o] = [(keep(lut_product(x(b, i), w(o, i))), None) for i in range(config.block_in)]
+            plan[b][o] = [as_is(keep(lut_product(x(b, i), w(o, i)))) for i in range(config.block_in)]
 
     def terms(values: Sequence[Value]) -> Terms:
-        def term(index: int, unpack) -> Value:
-            if unpack is None:
-                return values[index]
-            if unpack == "hi":
-                return unpack_high(values[index])
-            return unpack_low(values[index], values[unpack[0]], values[unpack[1]])
-        return [[[term(*t) for t in lane] for lane in row] for row in plan]
+        return [[[read(values) for read in lane] for lane in row] for row in plan]
 
     return raw, terms
 
