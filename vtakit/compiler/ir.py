@@ -50,6 +50,7 @@ __all__ = [
     "LetStmt", "AllReduce", "PrimFunc",
     "const", "convert", "seq", "lanes_of", "element_of", "with_lanes", "is_float", "is_int",
     "children", "walk", "contains", "structural_equal", "IRMutator", "substitute", "uses_var",
+    "conjuncts",
 ]
 
 
@@ -731,3 +732,13 @@ def uses_var(node: Any, pred: Callable[[Var], bool] | set | dict) -> bool:
 
     walk(node, visit)
     return found
+
+
+def conjuncts(cond: PrimExpr) -> list[PrimExpr]:
+    """The terms of ``cond``'s top-level ``&&`` chain, outermost ``likely`` hints removed:
+    ``likely(a && b) && c`` gives ``[a, b, c]``."""
+    if isinstance(cond, And):
+        return conjuncts(cond.a) + conjuncts(cond.b)
+    if isinstance(cond, Call) and cond.op == "likely":
+        return conjuncts(cond.args[0])
+    return [cond]

@@ -20,12 +20,6 @@ from vtakit.compiler.lower.simplify import simplify_stmt
 __all__ = ["partition_loops"]
 
 
-def _conjuncts(cond: ir.PrimExpr) -> list[ir.PrimExpr]:
-    if isinstance(cond, ir.And):
-        return _conjuncts(cond.a) + _conjuncts(cond.b)
-    return [cond]
-
-
 class _Partitioner(ir.IRMutator):
     def visit_For(self, node: ir.For) -> ir.Stmt:
         if node.kind is not ir.ForKind.THREAD_BINDING and isinstance(node.extent, ir.IntImm) \
@@ -57,7 +51,7 @@ class _Partitioner(ir.IRMutator):
                 visit(s.body)
                 return
             if isinstance(s, ir.IfThenElse):
-                for c in _conjuncts(s.cond):
+                for c in ir.conjuncts(s.cond):
                     p = self._guard_limit(c, v, inner)
                     if p is not None and lo < p < hi:
                         best = p if best is None else min(best, p)

@@ -44,6 +44,9 @@ class StmtSimplifier(ir.IRMutator):
 
     def visit_IfThenElse(self, node: ir.IfThenElse) -> ir.Stmt:
         cond = self.an.simplify(node.cond)
+        if isinstance(cond, ir.Call) and cond.op == "likely":     # a hint: decided like its argument
+            inner = self.an.simplify(cond.args[0])
+            cond = inner if isinstance(inner, ir.IntImm) else ir.Call(cond.dtype, "likely", (inner,))
         if isinstance(cond, ir.IntImm):
             if cond.value:
                 return self.visit(node.then_case)

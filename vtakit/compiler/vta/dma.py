@@ -65,19 +65,11 @@ def _is_zero(e: ir.PrimExpr) -> bool:
     return isinstance(e, (ir.IntImm, ir.FloatImm)) and e.value == 0
 
 
-def _conjuncts(cond: ir.PrimExpr) -> list[ir.PrimExpr]:
-    if isinstance(cond, ir.And):
-        return _conjuncts(cond.a) + _conjuncts(cond.b)
-    if isinstance(cond, ir.Call) and cond.op == "likely":
-        return _conjuncts(cond.args[0])
-    return [cond]
-
-
 def _pad_ranges(cond: ir.PrimExpr, loops: list[Loop], where: str) -> dict[ir.Var, list[ir.PrimExpr | None]]:
     """Per loop var, the valid range [lo, hi) stated by the padding condition."""
     out: dict[ir.Var, list[ir.PrimExpr | None]] = {}
     vars_ = [lp.var for lp in loops]
-    for atom in _conjuncts(cond):
+    for atom in ir.conjuncts(cond):
         if isinstance(atom, ir.IntImm) and atom.value:
             continue  # a bound that holds throughout (a peeled tail tile that reaches no padding)
         if not isinstance(atom, (ir.GE, ir.GT, ir.LE, ir.LT)):

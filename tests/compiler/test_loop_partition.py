@@ -1,0 +1,46 @@
+"""The LoopPartition pass on hand-built loops, and the guard terms it reads (``ir.conjuncts``)."""
+
+from __future__ import annotations
+
+from vtakit.compiler import ir
+from vtakit.compiler.lower.loop_partition import partition_loops
+
+
+def _guarded_loop(cond_of) -> ir.PrimFunc:
+    """``for i in [0, 10): if cond_of(i): f(i)``."""
+    i = ir.Var("i")
+    body = ir.IfThenElse(cond_of(i), ir.Evaluate(ir.Call("int32", "f", (i,))))
+    loop = ir.For(i, ir.const(0), ir.const(10), ir.ForKind.SERIAL, body)
+    return ir.PrimFunc("guarded", [], loop, {})
+
+
+def _loops(func: ir.PrimFunc) -> list[tuple[int, int]]:
+    found: list[tuple[int, int]] = []
+    ir.walk(func.body, lambda n: found.append((n.min.value, n.extent.value)) if isinstance(n, ir.For) else None)
+    return found
+
+
+def _guards(func: ir.PrimFunc) -> int:
+    found = []
+    ir.walk(func.body, lambda n: found.append(n) if isinstance(n, ir.IfThenElse) else None)
+    return len(found)
+
+
+def test_conjuncts_flattens_and_chains_and_drops_likely():
+    a, b, c = (ir.LT(ir.Var(n), ir.const(3)) for n in "abc")
+    likely = ir.Call("bool", "likely", (ir.And(a, b),))
+    assert ir.conjuncts(ir.And(likely, c)) == [a, b, c]
+    assert ir.conjuncts(a) == [a]
+
+
+def test_a_guard_splits_the_loop_where_it_starts_to_fail():
+    split = partition_loops(_guarded_loop(lambda i: ir.LT(i, ir.const(7))))
+    assert _loops(split) == [(0, 7)] and _guards(split) == 0   # the tail [7, 10), always false, is gone
+
+
+def test_a_likely_guard_splits_like_a_plain_one():
+    plain = partition_loops(_guarded_loop(lambda i: ir.And(ir.GE(i, ir.const(0)), ir.LT(i, ir.const(7)))))
+    hinted = partition_loops(_guarded_loop(
+        lambda i: ir.Call("bool", "likely", (ir.And(ir.GE(i, ir.const(0)), ir.LT(i, ir.const(7))),))))
+    assert _loops(hinted) == _loops(plain) == [(0, 7)]
+    assert _guards(hinted) == _guards(plain) == 0
