@@ -31,7 +31,7 @@ from vtakit.errors import ScheduleError
 
 if TYPE_CHECKING:
     from vtakit.compiler.lower.bound import StageInfo
-    from vtakit.compiler.lower.schedule_ops import _Builder
+    from vtakit.compiler.lower.schedule_ops import NestBuilder
 
 __all__ = ["thread_bound_reduce_axes", "make_cross_thread_reduction"]
 
@@ -57,7 +57,7 @@ def _guard(conds: Sequence[ir.PrimExpr], body: ir.Stmt) -> ir.Stmt:
     return body if not conds else ir.IfThenElse(_all(conds), body)
 
 
-def _combine_threads(builder: "_Builder", st: Stage, info: "StageInfo", bound: IterVar, value: ir.PrimExpr,
+def _combine_threads(builder: "NestBuilder", st: Stage, info: "StageInfo", bound: IterVar, value: ir.PrimExpr,
                      cond: ir.PrimExpr, temp: ir.Buffer) -> ir.Stmt:
     """``temp[0]`` = the combination over the threads of ``bound`` of ``value`` where ``cond`` holds."""
     comb = info.body.combiner
@@ -74,7 +74,7 @@ def _combine_threads(builder: "_Builder", st: Stage, info: "StageInfo", bound: I
     return ir.AllReduce(comb, value, cond, temp, zero, thread.var, thread.thread_tag)
 
 
-def make_cross_thread_reduction(builder: "_Builder", st: Stage, info: "StageInfo", body: ir.Reduce,
+def make_cross_thread_reduction(builder: "NestBuilder", st: Stage, info: "StageInfo", body: ir.Reduce,
                                 out_idx: tuple[ir.PrimExpr, ...],
                                 store_preds: Sequence[ir.PrimExpr]) -> ir.Stmt:
     """The loop nest of stage ``st`` (``body`` is its reduction, root variables substituted)
@@ -95,7 +95,7 @@ def make_cross_thread_reduction(builder: "_Builder", st: Stage, info: "StageInfo
     store_guard = [p for p in info.predicates if not ir.uses_var(p, reduce_vars)] + list(store_preds)
     comb = body.combiner
     dtype = body.dtype
-    temp = ir.Buffer(builder._unique("reduce_temp"), (1,), dtype, "local")
+    temp = ir.Buffer(builder.unique_name("reduce_temp"), (1,), dtype, "local")
     zero = (ir.IntImm("int32", 0),)
     result: ir.PrimExpr = ir.BufferLoad(temp, zero)
     if body.init is not None:
@@ -116,7 +116,7 @@ def make_cross_thread_reduction(builder: "_Builder", st: Stage, info: "StageInfo
     late = [iv for iv in outer if host[iv] is not None]
     if normal:
         # each thread first reduces its own share serially, then the threads combine their shares
-        part = ir.Buffer(builder._unique("normal_reduce_temp"), (1,), dtype, "local")
+        part = ir.Buffer(builder.unique_name("normal_reduce_temp"), (1,), dtype, "local")
         acc = ir.BufferLoad(part, zero)
         init = ir.BufferStore(part, lower(comb.identity_element), zero)
         loops: ir.Stmt = _guard(contrib, ir.BufferStore(part, lower(comb.combine(acc, body.source)), zero))

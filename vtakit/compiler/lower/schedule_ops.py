@@ -17,7 +17,7 @@ from vtakit.compiler.te.schedule import Schedule, Stage
 from vtakit.compiler.te.tensor import Tensor, input_tensors
 from vtakit.errors import CompileError, ScheduleError
 
-__all__ = ["schedule_to_primfunc", "LoadLowerer"]
+__all__ = ["schedule_to_primfunc", "LoadLowerer", "NestBuilder"]
 
 
 class _Inliner(ir.IRMutator):
@@ -85,7 +85,11 @@ def _guard(conds: Sequence[ir.PrimExpr], body: ir.Stmt) -> ir.Stmt:
     return body if cond is None else ir.IfThenElse(cond, body)
 
 
-class _Builder:
+class NestBuilder:
+    """Builds one function's statement from a schedule: the parameters' buffers, each stage's loop
+    nest with its attached stages, and unique buffer names. The tensorize and cross-thread
+    reduction rewrites (``tensorize.py``, ``allreduce.py``) extend the nest it is building."""
+
     def __init__(self, sch: Schedule, args: Sequence[Any]) -> None:
         self.sch = sch
         self.params: list[ir.Buffer] = []
@@ -98,11 +102,11 @@ class _Builder:
             if a in self.arg_tensors:
                 raise CompileError(f"lower: tensor {a.name} appears twice in args")
             sch[a]  # raises if not in the schedule
-            buf = ir.Buffer(self._unique(a.name), tuple(a.shape), a.dtype)
+            buf = ir.Buffer(self.unique_name(a.name), tuple(a.shape), a.dtype)
             self.arg_tensors[a] = buf
             self.params.append(buf)
 
-    def _unique(self, name: str) -> str:
+    def unique_name(self, name: str) -> str:
         """``name``, suffixed if a buffer of the function already has it (TVM allows tensors of one
         name, e.g. the default "placeholder" and "compute"; buffers stay distinguishable)."""
         out, k = name, 0
@@ -156,7 +160,7 @@ class _Builder:
                 if st.scope not in (None, "global"):
                     raise ScheduleError(f"stage {st.name} is an argument, its scope must be global, not {st.scope}")
             else:
-                buf = ir.Buffer(self._unique(st.name), tuple(info.buffer_shape), st.tensor.dtype, info.scope,
+                buf = ir.Buffer(self.unique_name(st.name), tuple(info.buffer_shape), st.tensor.dtype, info.scope,
                                 strides=_aligned_strides(info.buffer_shape, st.storage_aligns))
                 self.allocs[st] = buf
             self.buffers[st.tensor] = (buf, [mn for mn, _ in info.region])
@@ -331,7 +335,7 @@ def _store_predicate_vmap(info: StageInfo) -> dict[ir.Var, ir.PrimExpr]:
 
 def schedule_to_primfunc(sch: Schedule, args: Sequence[Any], name: str) -> ir.PrimFunc:
     """Phase -1 of ``lower``: the schedule as a PrimFunc with N-d buffer accesses."""
-    builder = _Builder(sch, args)
+    builder = NestBuilder(sch, args)
     body = builder.run()
     verify_thread_extents(body, builder.thread_bindings)
     return ir.PrimFunc(name, tuple(builder.params), body)

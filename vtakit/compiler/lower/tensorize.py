@@ -25,7 +25,7 @@ from vtakit.compiler.te.tensor import Tensor, input_tensors
 from vtakit.errors import CompileError, ScheduleError
 
 if TYPE_CHECKING:
-    from vtakit.compiler.lower.schedule_ops import _Builder
+    from vtakit.compiler.lower.schedule_ops import NestBuilder
 
 __all__ = ["make_tensorize"]
 
@@ -47,7 +47,7 @@ def _const(e: ir.PrimExpr) -> int | None:
     return e.value if isinstance(e, ir.IntImm) else None
 
 
-def make_tensorize(builder: "_Builder", info: StageInfo, tloc: int) -> ir.Stmt:
+def make_tensorize(builder: "NestBuilder", info: StageInfo, tloc: int) -> ir.Stmt:
     """The loop nest of a stage whose leaf ``tloc`` is tensorized: outer loops, then the
     intrinsic's body (or reset / update nests, reference/tvm_compiler.md §2.3) with its buffers
     bound to the tensor regions."""
@@ -192,7 +192,7 @@ def make_tensorize(builder: "_Builder", info: StageInfo, tloc: int) -> ir.Stmt:
     return builder.nest(st, outer, guard(ir.IfThenElse(first, update_s, body_s)))
 
 
-def _builder_bounds(builder: "_Builder") -> dict[ir.Var, tuple[int, int]]:
+def _builder_bounds(builder: "NestBuilder") -> dict[ir.Var, tuple[int, int]]:
     an = Analyzer()
     out = {}
     for info in builder.infos.values():
