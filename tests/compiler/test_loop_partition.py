@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from vtakit.compiler import ir
+from vtakit.compiler.lower import phase_passes
 from vtakit.compiler.lower.loop_partition import partition_loops
+from vtakit.compiler.transform import BUILTIN_PASSES, PassContext
 
 
 def _guarded_loop(cond_of) -> ir.PrimFunc:
@@ -44,3 +46,13 @@ def test_a_likely_guard_splits_like_a_plain_one():
         lambda i: ir.Call("bool", "likely", (ir.And(ir.GE(i, ir.const(0)), ir.LT(i, ir.const(7))),))))
     assert _loops(hinted) == _loops(plain) == [(0, 7)]
     assert _guards(hinted) == _guards(plain) == 0
+
+
+def test_loop_partition_is_opt_in_and_the_pass_names_match_the_context_s_list():
+    names = [[n for n, _ in phase] for phase in phase_passes(PassContext())]
+    assert "LoopPartition" not in sum(names, [])
+    opted = phase_passes(PassContext(config={"tir.LoopPartition": {"partition_const_loop": True}}))
+    assert tuple(n for phase in opted for n, _ in phase) == BUILTIN_PASSES   # what disabled_pass accepts
+    no_partition = phase_passes(PassContext(config={"tir.LoopPartition.partition_const_loop": True},
+                                            disabled_pass=["LoopPartition"]))
+    assert "LoopPartition" not in [n for phase in no_partition for n, _ in phase]

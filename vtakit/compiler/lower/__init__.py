@@ -29,25 +29,23 @@ __all__ = ["lower", "phase_passes"]
 
 
 def phase_passes(ctx: PassContext) -> list[list[tuple[str, Pass]]]:
-    """The built-in passes of each phase (name, pass), user passes appended."""
+    """The built-in passes of each phase (name, pass), user passes appended. A pass is left out
+    when ``ctx`` disables it by name, or when it is opt-in and not asked for (LoopPartition)."""
     auto = int(ctx.config.get("tir.UnrollLoop.auto_max_step", 0))
+    vectorize = _serialize_vectorized if ctx.config.get("tir.disable_vectorize") else vectorize_loops
+    opted_out = set() if ctx.config.get("tir.LoopPartition.partition_const_loop") else {"LoopPartition"}
     builtin: list[list[tuple[str, Pass]]] = [
         [],
         [("StorageFlatten", flatten_storage), ("Simplify", simplify_func)],
-        [("LoopPartition", partition_loops), ("VectorizeLoop", vectorize_loops), ("InjectVirtualThread", inject_virtual_thread),
+        [("LoopPartition", partition_loops), ("VectorizeLoop", vectorize), ("InjectVirtualThread", inject_virtual_thread),
          ("InjectDoubleBuffer", inject_double_buffer),
          ("VerifyMemoryScopes", verify_memory_scopes),
          ("UnrollLoop", lambda f: unroll_loops(f, auto))],
         [("RemoveNoOp", simplify_func)],
     ]
-    if not ctx.config.get("tir.LoopPartition.partition_const_loop"):
-        builtin[2] = builtin[2][1:]
-    if ctx.config.get("tir.disable_vectorize"):
-        builtin[2] = [("VectorizeLoop", _serialize_vectorized) if n == "VectorizeLoop" else (n, p)
-                      for n, p in builtin[2]]
     out = []
     for phase, passes in enumerate(builtin):
-        kept = [(n, p) for n, p in passes if ctx.enabled(n)]
+        kept = [(n, p) for n, p in passes if ctx.enabled(n) and n not in opted_out]
         kept += [(getattr(p, "__name__", "user_pass"), p) for p in ctx.user_passes(phase)]
         out.append(kept)
     return out
