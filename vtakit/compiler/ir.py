@@ -50,7 +50,7 @@ __all__ = [
     "LetStmt", "AllReduce", "PrimFunc",
     "const", "convert", "seq", "lanes_of", "element_of", "with_lanes", "is_float", "is_int",
     "children", "walk", "contains", "structural_equal", "IRMutator", "substitute", "uses_var",
-    "conjuncts",
+    "conjuncts", "int_value",
 ]
 
 
@@ -742,3 +742,8 @@ def conjuncts(cond: PrimExpr) -> list[PrimExpr]:
     if isinstance(cond, Call) and cond.op == "likely":
         return conjuncts(cond.args[0])
     return [cond]
+
+
+def int_value(e: Any) -> int | None:
+    """The value of an integer immediate; None for anything else."""
+    return e.value if isinstance(e, IntImm) else None

@@ -67,10 +67,6 @@ def _is_int_scalar(e: ir.PrimExpr) -> bool:
     return ir.is_int(e.dtype) and ir.lanes_of(e.dtype) == 1
 
 
-def _const_int(e: Any) -> int | None:
-    return e.value if isinstance(e, ir.IntImm) else None
-
-
 class _Lin:
     """``const + sum(coef * atom)``; terms keyed structurally, in first-seen order."""
 
@@ -218,7 +214,7 @@ class Analyzer:
         if not ir.is_int(e.dtype) and e.dtype != "bool":
             return rng
         if isinstance(e, (ir.Add, ir.Sub)) or (isinstance(e, ir.Mul) and
-                                               (_const_int(e.a) is not None or _const_int(e.b) is not None)):
+                                               (ir.int_value(e.a) is not None or ir.int_value(e.b) is not None)):
             return self._lin_bound(self._to_lin(e))
         if isinstance(e, ir.Mul):
             a, b = self.const_int_bound(e.a), self.const_int_bound(e.b)
@@ -226,7 +222,7 @@ class Analyzer:
             prods = [p if p == p else 0 for p in prods]  # inf * 0
             return _clip((min(prods), max(prods)), rng)
         if isinstance(e, (ir.FloorDiv, ir.Div)):
-            c = _const_int(e.b)
+            c = ir.int_value(e.b)
             a = self.const_int_bound(e.a)
             if c is not None and c > 0:
                 if isinstance(e, ir.FloorDiv) or a[0] >= 0:
@@ -234,7 +230,7 @@ class Analyzer:
                 return _clip((-_fdiv(-a[0], c) if a[0] < 0 else 0, _fdiv(a[1], c) if a[1] > 0 else 0), rng)
             return rng
         if isinstance(e, (ir.FloorMod, ir.Mod)):
-            c = _const_int(e.b)
+            c = ir.int_value(e.b)
             if c is not None and c > 0:
                 a = self.const_int_bound(e.a)
                 if a[0] >= 0 and a[1] < c:
@@ -261,8 +257,8 @@ class Analyzer:
                 if inner[0] >= rng[0] and inner[1] <= rng[1]:
                     return inner
             return rng
-        if isinstance(e, ir.Call) and e.op == "shift_right" and _const_int(e.args[1]) is not None:
-            a, k = self.const_int_bound(e.args[0]), _const_int(e.args[1])
+        if isinstance(e, ir.Call) and e.op == "shift_right" and ir.int_value(e.args[1]) is not None:
+            a, k = self.const_int_bound(e.args[0]), ir.int_value(e.args[1])
             return _fdiv(a[0], 2 ** k), _fdiv(a[1], 2 ** k)
         if isinstance(e, ir.Let):
             return self.const_int_bound(ir.substitute(e.body, {e.var: e.value}))
@@ -316,7 +312,7 @@ class Analyzer:
             out.add(self._to_lin(e.b), -1)
             return out
         if isinstance(e, ir.Mul):
-            ca, cb = _const_int(e.a), _const_int(e.b)
+            ca, cb = ir.int_value(e.a), ir.int_value(e.b)
             if cb is not None:
                 return self._to_lin(e.a).scaled(cb)
             if ca is not None:
@@ -352,7 +348,7 @@ class Analyzer:
         while changed:
             changed = False
             for key, (atom, coef) in list(lin.terms.items()):
-                if not isinstance(atom, ir.FloorMod) or _const_int(atom.b) is None:
+                if not isinstance(atom, ir.FloorMod) or ir.int_value(atom.b) is None:
                     continue
                 c = atom.b.value
                 div_key = self._key(ir.FloorDiv(atom.a, atom.b))
@@ -437,9 +433,9 @@ class Analyzer:
         return self._floordiv(a, b, e.dtype)
 
     def _floordiv(self, a: ir.PrimExpr, b: ir.PrimExpr, dtype: str) -> ir.PrimExpr:
-        c = _const_int(b)
+        c = ir.int_value(b)
         if c is None or c <= 0:
-            ca = _const_int(a)
+            ca = ir.int_value(a)
             if ca is not None and c is not None and c != 0:
                 return ir.IntImm(dtype, ca // c)
             return ir.FloorDiv(a, b, dtype)
@@ -463,7 +459,7 @@ class Analyzer:
                     rest = _Lin({k: [a_, cf // g] for k, (a_, cf) in rest.terms.items()}, rest.const // g)
                     c //= g
                 inner = self._from_lin(rest, dtype)
-                if (isinstance(inner, ir.FloorDiv) and _const_int(inner.b) is not None
+                if (isinstance(inner, ir.FloorDiv) and ir.int_value(inner.b) is not None
                         and inner.b.value > 0):
                     atom = ir.FloorDiv(inner.a, ir.IntImm(dtype, inner.b.value * c), dtype)
                 else:
@@ -478,9 +474,9 @@ class Analyzer:
         return self._floormod(a, b, e.dtype)
 
     def _floormod(self, a: ir.PrimExpr, b: ir.PrimExpr, dtype: str) -> ir.PrimExpr:
-        c = _const_int(b)
+        c = ir.int_value(b)
         if c is None or c <= 0:
-            ca = _const_int(a)
+            ca = ir.int_value(a)
             if ca is not None and c is not None and c != 0:
                 return ir.IntImm(dtype, ca % c)
             return ir.FloorMod(a, b, dtype)
@@ -505,7 +501,7 @@ class Analyzer:
             out.add_term(mod, g, self._key(mod))
             return self._from_lin(out, dtype)
         inner = self._from_lin(rest, dtype)
-        if (isinstance(inner, ir.FloorMod) and _const_int(inner.b) is not None
+        if (isinstance(inner, ir.FloorMod) and ir.int_value(inner.b) is not None
                 and inner.b.value % c == 0):
             inner = inner.a
         return ir.FloorMod(inner, ir.IntImm(dtype, c), dtype)
@@ -515,10 +511,10 @@ class Analyzer:
         if not _is_int_scalar(e):
             folded = _fold_float(ir.Div, a, b)  # a FloatImm: never test it for truth
             return folded if folded is not None else ir.Div(a, b, e.dtype)
-        c = _const_int(b)
+        c = ir.int_value(b)
         if c is not None and c > 0 and self.const_int_bound(a)[0] >= 0:
             return self._floordiv(a, b, e.dtype)
-        ca = _const_int(a)
+        ca = ir.int_value(a)
         if ca is not None and c:
             return ir.IntImm(e.dtype, int(ca / c) if abs(ca) < 2 ** 52 else _tdiv(ca, c))
         return ir.Div(a, b, e.dtype)
@@ -527,10 +523,10 @@ class Analyzer:
         a, b = self._simplify(e.a), self._simplify(e.b)
         if not _is_int_scalar(e):
             return ir.Mod(a, b, e.dtype)
-        c = _const_int(b)
+        c = ir.int_value(b)
         if c is not None and c > 0 and self.const_int_bound(a)[0] >= 0:
             return self._floormod(a, b, e.dtype)
-        ca = _const_int(a)
+        ca = ir.int_value(a)
         if ca is not None and c:
             return ir.IntImm(e.dtype, ca - _tdiv(ca, c) * c)
         return ir.Mod(a, b, e.dtype)

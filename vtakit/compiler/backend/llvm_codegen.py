@@ -46,7 +46,8 @@ from vtakit.compiler import ir
 from vtakit.compiler.backend.llvm_runtime import PARALLEL_LAUNCH
 from vtakit.errors import CompileError
 
-__all__ = ["generate", "CodeGen", "GeneratedModule", "STACK_LIMIT", "TASK_STACK_LIMIT", "MATH_INTRINSICS"]
+__all__ = ["generate", "CodeGen", "GeneratedModule", "STACK_LIMIT", "TASK_STACK_LIMIT", "MATH_INTRINSICS",
+           "llvm_constant", "storage_type"]
 
 STACK_LIMIT = 64 * 1024
 TASK_STACK_LIMIT = 512 * 1024  # pool threads and the caller have stacks of megabytes
@@ -103,7 +104,7 @@ def _type(dtype: str) -> lir.Type:
     return _scalar_type(dtype) if lanes == 1 else lir.VectorType(_scalar_type(dtype), lanes)
 
 
-def _storage_type(dtype: str) -> lir.Type:
+def storage_type(dtype: str) -> lir.Type:
     """How an element sits in memory: bools take a byte, as in numpy."""
     return _I8 if ir.element_of(dtype) == "bool" else _scalar_type(dtype)
 
@@ -116,7 +117,8 @@ def _elem_type(value: lir.Value) -> lir.Type:
     return value.type.element if isinstance(value.type, lir.VectorType) else value.type
 
 
-def _const(ty: lir.Type, value: int | float) -> lir.Constant:
+def llvm_constant(ty: lir.Type, value: int | float) -> lir.Constant:
+    """``value`` as an LLVM constant of ``ty``, splatted over a vector type."""
     if isinstance(ty, lir.VectorType):
         return lir.Constant(ty, [value] * ty.count)
     return lir.Constant(ty, value)
@@ -315,7 +317,7 @@ class CodeGen:
         params = self.func.params
         shape_vars = _vars_in(tuple(e for buf in params for e in (*buf.shape, *buf.strides, buf.elem_offset)))
         for buf in params:
-            _storage_type(buf.dtype)  # rejects dtypes the backend has no type for
+            storage_type(buf.dtype)  # rejects dtypes the backend has no type for
         data_vars = [b.data for b in params]
         if len(set(map(id, data_vars))) != len(data_vars):
             raise CompileError(f"function {self.func.name!r}: two parameters share one data pointer")
@@ -345,10 +347,10 @@ class CodeGen:
         entry = lir.Function(self.module, lir.FunctionType(_I32, [_PTR, _PTR, _PTR]), self.symbol)
         b = lir.IRBuilder(entry.append_basic_block("entry"))
         argv, shapes, status = entry.args
-        args = [b.load(b.gep(argv, [_const(_I64, k)], source_etype=_PTR), typ=_PTR) for k in range(n_params)]
-        args += [b.load(b.gep(shapes, [_const(_I64, k)], source_etype=_I64), typ=_I64) for k in range(n_shapes)]
+        args = [b.load(b.gep(argv, [llvm_constant(_I64, k)], source_etype=_PTR), typ=_PTR) for k in range(n_params)]
+        args += [b.load(b.gep(shapes, [llvm_constant(_I64, k)], source_etype=_I64), typ=_I64) for k in range(n_shapes)]
         b.call(kernel, [*args, status])
-        b.ret(b.load(status, typ=_I32) if self.checked else _const(_I32, 0))
+        b.ret(b.load(status, typ=_I32) if self.checked else llvm_constant(_I32, 0))
 
     def _new_frame(self, function: lir.Function) -> _Frame:
         entry = function.append_basic_block("entry")
@@ -375,7 +377,7 @@ class CodeGen:
         b = self.b
         word = b.load_atomic(self.frame.status, "monotonic", 4, typ=_I32)
         failed, ok = b.append_basic_block("extern_failed"), b.append_basic_block("extern_ok")
-        b.cbranch(b.icmp_signed("!=", word, _const(_I32, 0)), failed, ok)
+        b.cbranch(b.icmp_signed("!=", word, llvm_constant(_I32, 0)), failed, ok)
         b.position_at_end(failed)
         for ptr in reversed(self.frame.heap):
             b.call(self._declare("free", _VOID, [_PTR]), [ptr])
@@ -393,7 +395,7 @@ class CodeGen:
         if lanes == 1 or isinstance(value.type, lir.VectorType):
             return value
         vec_ty = lir.VectorType(value.type, lanes)
-        one = self.b.insert_element(lir.Constant(vec_ty, None), value, _const(_I32, 0))
+        one = self.b.insert_element(lir.Constant(vec_ty, None), value, llvm_constant(_I32, 0))
         zeros = lir.Constant(lir.VectorType(_I32, lanes), [0] * lanes)
         return self.b.shuffle_vector(one, lir.Constant(vec_ty, None), zeros)
 
@@ -435,10 +437,10 @@ class CodeGen:
         return method(e)
 
     def _expr_IntImm(self, e: ir.IntImm) -> lir.Value:
-        return _const(_type(e.dtype), int(e.value))
+        return llvm_constant(_type(e.dtype), int(e.value))
 
     def _expr_FloatImm(self, e: ir.FloatImm) -> lir.Value:
-        return _const(_type(e.dtype), float(e.value))
+        return llvm_constant(_type(e.dtype), float(e.value))
 
     def _expr_Var(self, e: ir.Var) -> lir.Value:
         try:
@@ -478,7 +480,7 @@ class CodeGen:
 
     def _floor_adjust(self, r: lir.Value, b: lir.Value) -> lir.Value:
         """True where a truncated remainder ``r`` (of division by ``b``) needs flooring."""
-        zero = _const(r.type, 0)
+        zero = llvm_constant(r.type, 0)
         nonzero = self.b.icmp_signed("!=", r, zero)
         signs_differ = self.b.icmp_signed("<", self.b.xor(r, b), zero)
         return self.b.and_(nonzero, signs_differ)
@@ -499,7 +501,7 @@ class CodeGen:
         if not _signed(dt):
             return self.b.urem(a, b)
         r = self.b.srem(a, b)
-        return self.b.add(r, self.b.select(self._floor_adjust(r, b), b, _const(r.type, 0)))
+        return self.b.add(r, self.b.select(self._floor_adjust(r, b), b, llvm_constant(r.type, 0)))
 
     def _compare(self, op: str, a: lir.Value, b: lir.Value, dt: str) -> lir.Value:
         if ir.is_float(dt):
@@ -535,7 +537,7 @@ class CodeGen:
 
     def _expr_Not(self, e):
         a = self.expr(e.a)
-        return self.b.xor(a, _const(a.type, 1))
+        return self.b.xor(a, llvm_constant(a.type, 1))
 
     def _expr_Select(self, e: ir.Select) -> lir.Value:
         cond = self.expr(e.cond)
@@ -555,8 +557,8 @@ class CodeGen:
         lanes = _lanes(v)
         ty = _type(ir.with_lanes(dst, lanes))
         if dst == "bool":
-            return self.b.fcmp_unordered("!=", v, _const(v.type, 0.0)) if ir.is_float(src) \
-                else self.b.icmp_unsigned("!=", v, _const(v.type, 0))
+            return self.b.fcmp_unordered("!=", v, llvm_constant(v.type, 0.0)) if ir.is_float(src) \
+                else self.b.icmp_unsigned("!=", v, llvm_constant(v.type, 0))
         if src == "bool":
             return self.b.uitofp(v, ty) if ir.is_float(dst) else self.b.zext(v, ty)
         if ir.is_float(src) and ir.is_float(dst):
@@ -602,10 +604,10 @@ class CodeGen:
         if lanes == 1:
             return fn(args)
         args = [self._broadcast(a, lanes) for a in args]
-        results = [fn([self.b.extract_element(a, _const(_I32, k)) for a in args]) for k in range(lanes)]
+        results = [fn([self.b.extract_element(a, llvm_constant(_I32, k)) for a in args]) for k in range(lanes)]
         out = lir.Constant(lir.VectorType(results[0].type, lanes), None)
         for k, lane in enumerate(results):
-            out = self.b.insert_element(out, lane, _const(_I32, k))
+            out = self.b.insert_element(out, lane, llvm_constant(_I32, k))
         return out
 
     def _expr_Call(self, e: ir.Call) -> lir.Value:
@@ -649,9 +651,9 @@ class CodeGen:
             return self._llvm_math("fabs", args) if ir.is_float(dt) else self._abs(args[0])
         if op == "sigmoid":
             x = args[0]
-            return b.fdiv(_const(x.type, 1.0), b.fadd(_const(x.type, 1.0), self._llvm_math("exp", [b.fneg(x)])))
+            return b.fdiv(llvm_constant(x.type, 1.0), b.fadd(llvm_constant(x.type, 1.0), self._llvm_math("exp", [b.fneg(x)])))
         if op == "rsqrt":
-            return b.fdiv(_const(args[0].type, 1.0), self._llvm_math("sqrt", args))
+            return b.fdiv(llvm_constant(args[0].type, 1.0), self._llvm_math("sqrt", args))
         if op == "isnan":
             return b.fcmp_unordered("uno", args[0], args[0])
         if ir.is_float(dt):
@@ -659,7 +661,7 @@ class CodeGen:
         if op == "popcount":
             return self._llvm_math("ctpop", args)
         if op == "bitwise_not":
-            return b.xor(args[0], _const(args[0].type, -1))
+            return b.xor(args[0], llvm_constant(args[0].type, -1))
         x, y = self._match(args[0], args[1])
         if x.type != y.type:
             raise CompileError(f"operand types differ in {e}")
@@ -673,10 +675,10 @@ class CodeGen:
         """``tvm_access_ptr(dtype, data, offset, extent, mask)``: the address of element ``offset``."""
         dtype, data, offset = e.args[0], e.args[1], e.args[2]
         base = self._expr_Var(data)
-        return self.b.gep(base, [self.index(offset)], inbounds=True, source_etype=_storage_type(str(dtype)))
+        return self.b.gep(base, [self.index(offset)], inbounds=True, source_etype=storage_type(str(dtype)))
 
     def _abs(self, x: lir.Value) -> lir.Value:
-        return self.b.select(self.b.icmp_signed("<", x, _const(x.type, 0)), self.b.neg(x), x)
+        return self.b.select(self.b.icmp_signed("<", x, llvm_constant(x.type, 0)), self.b.neg(x), x)
 
     def _if_then_else(self, e: ir.Call) -> lir.Value:
         cond_e, then_e, else_e = e.args
@@ -718,7 +720,7 @@ class CodeGen:
         """An integer index expression evaluated in 64 bits (scalar or vector)."""
         dt = ir.element_of(e.dtype)
         if isinstance(e, ir.IntImm):
-            return _const(_I64, int(e.value))
+            return llvm_constant(_I64, int(e.value))
         if isinstance(e, (ir.Add, ir.Sub, ir.Mul, ir.FloorDiv, ir.FloorMod, ir.Min, ir.Max)) and \
                 dt in ("int8", "int16", "int32", "int64"):
             a, b = self._match(self.index(e.a), self.index(e.b))
@@ -736,7 +738,7 @@ class CodeGen:
             adjust = self._floor_adjust(r, b)
             if isinstance(e, ir.FloorDiv):
                 return self.b.sub(q, self.b.zext(adjust, q.type))
-            return self.b.add(r, self.b.select(adjust, b, _const(r.type, 0)))
+            return self.b.add(r, self.b.select(adjust, b, llvm_constant(r.type, 0)))
         if isinstance(e, ir.Ramp) and ir.is_int(dt):
             return self._ramp(self.index(e.base), self.index(e.stride), e.lanes, "int64")
         if isinstance(e, ir.Broadcast):
@@ -754,11 +756,11 @@ class CodeGen:
                                "(not a parameter and not allocated in an enclosing scope)") from None
 
     def _address(self, buffer: ir.Buffer, flat: lir.Value) -> lir.Value:
-        return self.b.gep(self._data(buffer), [flat], inbounds=True, source_etype=_storage_type(buffer.dtype))
+        return self.b.gep(self._data(buffer), [flat], inbounds=True, source_etype=storage_type(buffer.dtype))
 
     def _expr_BufferLoad(self, e: ir.BufferLoad) -> lir.Value:
         buf = e.buffer
-        elem = _storage_type(buf.dtype)
+        elem = storage_type(buf.dtype)
         align = max(1, elem.width // 8) if isinstance(elem, lir.IntType) else _byte_size(buf.dtype)
         flat = _flat_index(buf, e.indices)
         form = _ramp_form(flat)
@@ -781,9 +783,9 @@ class CodeGen:
                      for offset in self._lane_offsets(flat, form)]
             value = lir.Constant(lir.VectorType(elem, len(lanes)), None)
             for k, lane in enumerate(lanes):
-                value = self.b.insert_element(value, lane, _const(_I32, k))
+                value = self.b.insert_element(value, lane, llvm_constant(_I32, k))
         if ir.element_of(buf.dtype) == "bool":
-            value = self.b.icmp_unsigned("!=", value, _const(value.type, 0))
+            value = self.b.icmp_unsigned("!=", value, llvm_constant(value.type, 0))
         return value
 
     # ------------------------------------------------------------ statements
@@ -838,20 +840,20 @@ class CodeGen:
             self.b.store(value, self._address(buf, self.index(form.base)), align=align)
             return
         for k, offset in enumerate(self._lane_offsets(flat, form)):
-            lane = self.b.extract_element(value, _const(_I32, k))
+            lane = self.b.extract_element(value, llvm_constant(_I32, k))
             self.b.store(lane, self._address(buf, offset), align=align)
 
     def _lane_offsets(self, flat: ir.PrimExpr, form: _RampForm | None) -> list[lir.Value]:
         """Scalar element offsets of each lane of a gathered/scattered index."""
         if form is not None:  # base + k * stride: scalar arithmetic, no vector index
             base = self.index(form.base)
-            return [self.b.add(base, _const(_I64, k * form.stride)) if k else base for k in range(form.lanes)]
+            return [self.b.add(base, llvm_constant(_I64, k * form.stride)) if k else base for k in range(form.lanes)]
         offsets = self.index(flat)
-        return [self.b.extract_element(offsets, _const(_I32, k)) for k in range(_lanes(offsets))]
+        return [self.b.extract_element(offsets, llvm_constant(_I32, k)) for k in range(_lanes(offsets))]
 
     def _stmt_Allocate(self, s: ir.Allocate) -> None:
         buf = s.buffer
-        elem = _storage_type(buf.dtype)
+        elem = storage_type(buf.dtype)
         size = math.prod(x.value for x in buf.shape) if all(isinstance(x, ir.IntImm) for x in buf.shape) else None
         nbytes = None if size is None else size * _byte_size(buf.dtype)
         if nbytes is not None and nbytes <= (TASK_STACK_LIMIT if self.frame.in_parallel else STACK_LIMIT):
@@ -861,10 +863,10 @@ class CodeGen:
                 self.stmt(s.body)
             return
         count = self.index(_flat_size(buf.shape))
-        total = self.b.mul(count, _const(_I64, _byte_size(buf.dtype)))
-        total = self.b.and_(self.b.add(total, _const(_I64, 63)), _const(_I64, -64))
-        total = self.b.select(self.b.icmp_signed("<", total, _const(_I64, 64)), _const(_I64, 64), total)
-        ptr = self.b.call(self._declare("aligned_alloc", _PTR, [_I64, _I64]), [_const(_I64, 64), total])
+        total = self.b.mul(count, llvm_constant(_I64, _byte_size(buf.dtype)))
+        total = self.b.and_(self.b.add(total, llvm_constant(_I64, 63)), llvm_constant(_I64, -64))
+        total = self.b.select(self.b.icmp_signed("<", total, llvm_constant(_I64, 64)), llvm_constant(_I64, 64), total)
+        ptr = self.b.call(self._declare("aligned_alloc", _PTR, [_I64, _I64]), [llvm_constant(_I64, 64), total])
         self.frame.heap.append(ptr)
         with self._bound(buf.data, ptr):
             self.frame.noalias.add(buf.data)
@@ -885,7 +887,7 @@ class CodeGen:
         elif kind is ir.ForKind.UNROLLED and isinstance(s.extent, ir.IntImm) and s.extent.value <= MAX_UNROLL:
             begin = self.expr(s.min)
             for k in range(s.extent.value):
-                with self._bound(s.loop_var, self.b.add(begin, _const(begin.type, k)) if k else begin):
+                with self._bound(s.loop_var, self.b.add(begin, llvm_constant(begin.type, k)) if k else begin):
                     self.stmt(s.body)
         elif kind is ir.ForKind.VECTORIZED and self._vectorizable(s):
             ramp = ir.Ramp(s.min, ir.const(1, s.loop_var.dtype), s.extent.value)
@@ -923,7 +925,7 @@ class CodeGen:
         b.position_at_end(body_block)
         with self._bound(var, phi):
             body()
-        phi.add_incoming(b.add(phi, _const(phi.type, 1)), b.block)
+        phi.add_incoming(b.add(phi, llvm_constant(phi.type, 1)), b.block)
         b.branch(header)
         b.position_at_end(exit_block)
 
@@ -956,7 +958,7 @@ class CodeGen:
         ty = extent.type
         n = self.b.zext(num_tasks, ty) if ty.width > 32 else self.b.trunc(num_tasks, ty) if ty.width < 32 else num_tasks
         t = self.b.zext(task_id, ty) if ty.width > 32 else self.b.trunc(task_id, ty) if ty.width < 32 else task_id
-        chunk = self.b.sdiv(self.b.add(extent, self.b.sub(n, _const(ty, 1))), n)
+        chunk = self.b.sdiv(self.b.add(extent, self.b.sub(n, llvm_constant(ty, 1))), n)
         begin = self.b.add(begin0, self.b.mul(t, chunk))
         stop = self.b.add(begin0, extent)
         end = self.b.add(begin, chunk)
@@ -970,18 +972,18 @@ class CodeGen:
         trampoline.linkage = "internal"
         tb = lir.IRBuilder(trampoline.append_basic_block("entry"))
         closure = trampoline.args[2]
-        fields = [tb.load(tb.gep(closure, [_const(_I32, 0), _const(_I32, k)], source_etype=closure_ty), typ=v.type)
+        fields = [tb.load(tb.gep(closure, [llvm_constant(_I32, 0), llvm_constant(_I32, k)], source_etype=closure_ty), typ=v.type)
                   for k, v in enumerate(values)]
         tb.call(task, [trampoline.args[0], trampoline.args[1], *fields])
-        tb.ret(_const(_I32, 0))
+        tb.ret(llvm_constant(_I32, 0))
 
         slot = self._alloca(closure_ty, f"{name}_closure")
         for k, v in enumerate(values):
-            self.b.store(v, self.b.gep(slot, [_const(_I32, 0), _const(_I32, k)], source_etype=closure_ty))
+            self.b.store(v, self.b.gep(slot, [llvm_constant(_I32, 0), llvm_constant(_I32, k)], source_etype=closure_ty))
         extent = self.expr(s.extent)  # at most one chunk per iteration: a short loop launches few tasks
         wide = self.b.sext(extent, _I64) if extent.type.width < 64 else extent
-        wide = self.b.select(self.b.icmp_signed("<", wide, _const(_I64, 1)), _const(_I64, 1), wide)
-        wide = self.b.select(self.b.icmp_signed(">", wide, _const(_I64, 65535)), _const(_I64, 65535), wide)
+        wide = self.b.select(self.b.icmp_signed("<", wide, llvm_constant(_I64, 1)), llvm_constant(_I64, 1), wide)
+        wide = self.b.select(self.b.icmp_signed(">", wide, llvm_constant(_I64, 65535)), llvm_constant(_I64, 65535), wide)
         self.b.call(self._declare(PARALLEL_LAUNCH, _I32, [_PTR, _PTR, _I32]),
                     [trampoline, slot, self.b.trunc(wide, _I32)])
         if self.checked:

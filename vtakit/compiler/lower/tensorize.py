@@ -43,10 +43,6 @@ class _LoadRebaser(ir.IRMutator):
         return ir.ProducerLoad(target, tuple(idx[drop:]))
 
 
-def _const(e: ir.PrimExpr) -> int | None:
-    return e.value if isinstance(e, ir.IntImm) else None
-
-
 def make_tensorize(builder: "NestBuilder", info: StageInfo, tloc: int) -> ir.Stmt:
     """The loop nest of a stage whose leaf ``tloc`` is tensorized: outer loops, then the
     intrinsic's body (or reset / update nests, reference/tvm_compiler.md §2.3) with its buffers
@@ -74,7 +70,7 @@ def make_tensorize(builder: "NestBuilder", info: StageInfo, tloc: int) -> ir.Stm
     for iv in st.axis + st.reduce_axis:
         r = eval_interval(info.offset[iv], dom, an)
         ext = an.simplify(r[1] - r[0] + 1) if r is not None else None
-        if ext is None or _const(ext) is None:
+        if ext is None or ir.int_value(ext) is None:
             raise ScheduleError(f"{where}: axis {iv.name} does not cover a constant extent in the tensorized region")
         region[iv] = (an.simplify(r[0]), ext.value)
 
@@ -101,7 +97,7 @@ def make_tensorize(builder: "NestBuilder", info: StageInfo, tloc: int) -> ir.Stm
                 vmap[s_iv.var] = an.simplify(info.root_min[s_iv] + mn)
                 continue
             i_iv = i_axes[k - extra]
-            i_ext = _const(i_iv.dom.extent)
+            i_ext = ir.int_value(i_iv.dom.extent)
             if i_ext != ext:
                 raise ScheduleError(f"{where}: {kind} {s_iv.name} covers {ext} but the intrinsic's {i_iv.name} has "
                                     f"extent {i_iv.dom.extent}")
@@ -137,7 +133,7 @@ def make_tensorize(builder: "NestBuilder", info: StageInfo, tloc: int) -> ir.Stm
             for other in maxs[1:]:
                 x = ian.simplify(ir.Max(x, other))
             e = ian.simplify(x - m + 1)
-            if _const(e) is None:
+            if ir.int_value(e) is None:
                 raise ScheduleError(f"{where}: the region of {t.name} has non-constant extent {e}")
             lo.append(m)
             ext.append(e.value)
@@ -213,7 +209,7 @@ def _guard_fn(preds: list[ir.PrimExpr]):
 
 
 def _check_fit(where: str, name: str, ext: list[int], shape: tuple) -> None:
-    ishape = [_const(ir.convert(s)) for s in shape]
+    ishape = [ir.int_value(ir.convert(s)) for s in shape]
     extra = len(ext) - len(ishape)
     if extra < 0 or any(e != 1 for e in ext[:extra]) or list(ext[extra:]) != ishape:
         raise ScheduleError(f"{where}: the region {ext} of {name} does not fit the intrinsic's buffer shape {ishape}")
@@ -272,7 +268,7 @@ def _bind(where: str, ib: ir.Buffer, real: ir.Buffer, rel: list[ir.PrimExpr], vs
     else:
         compact = buffer_strides(ir.Buffer("_", ib.shape))
         for k, (want, have) in enumerate(zip(compact, view_strides)):
-            if k == 0 and ib.ndim > 0 and _const(ib.shape[0]) == 1:
+            if k == 0 and ib.ndim > 0 and ir.int_value(ib.shape[0]) == 1:
                 continue
             if not an.can_prove(ir.EQ(want, have)):
                 raise CompileError(f"{where}: buffer {ib.name} is compact but the region of {real.name} has "

@@ -87,7 +87,7 @@ def decl_tensor_intrin(op: Operation | Tensor, fcompute: Callable[[list[ir.Buffe
         buf = binds.get(t)
         if buf is None:
             buf = decl_buffer(t.shape, t.dtype, t.name, **params)
-        if tuple(_const(s) for s in buf.shape) != tuple(_const(s) for s in t.shape) or buf.dtype != t.dtype:
+        if tuple(_int_or_expr(s) for s in buf.shape) != tuple(_int_or_expr(s) for s in t.shape) or buf.dtype != t.dtype:
             raise CompileError(f"decl_tensor_intrin {name}: buffer {buf.name} {list(buf.shape)} {buf.dtype} does not "
                                f"fit tensor {t.name} {list(t.shape)} {t.dtype}")
         buffers.append(buf)
@@ -102,5 +102,5 @@ def decl_tensor_intrin(op: Operation | Tensor, fcompute: Callable[[list[ir.Buffe
     return TensorIntrin(name, op, inputs, buffers, body, reset, update)
 
 
-def _const(x: Any) -> Any:
+def _int_or_expr(x: Any) -> Any:
     return x.value if isinstance(x, ir.IntImm) else x

@@ -51,7 +51,7 @@ class AluStep:
     control: int = 0                   # the immediate field of a tensor step (REQUANT's control bits)
 
 
-def _const(e: ir.PrimExpr) -> int | None:
+def _simplified_int(e: ir.PrimExpr) -> int | None:
     e = simplify(e)
     return e.value if isinstance(e, ir.IntImm) else None
 
@@ -77,7 +77,7 @@ def alu_chain(value: ir.PrimExpr, store: ir.BufferStore, where: str, alu_mul: bo
         if fused is not None:
             return fused
     if isinstance(e, ir.Call) and e.op in ("shift_right", "shift_left"):
-        amount = _const(e.args[1])
+        amount = _simplified_int(e.args[1])
         if amount is None and e.op == "shift_right" and isinstance(_strip(e.args[1]), ir.BufferLoad):
             operand = _check_operand(_strip(e.args[1]), where)   # per-lane amounts: SHR tensor (low 6 bits)
             base, steps = alu_chain(e.args[0], store, where, alu_mul, requant)
@@ -98,11 +98,11 @@ def alu_chain(value: ir.PrimExpr, store: ir.BufferStore, where: str, alu_mul: bo
     if op == AluOp.MUL and not alu_mul:
         raise CompileError(f"{where}: multiplication needs a configuration with ALU_MUL enabled")
     a, b = e.a, e.b
-    if isinstance(e, ir.Sub) and _const(a) is not None and _const(b) is None:
+    if isinstance(e, ir.Sub) and _simplified_int(a) is not None and _simplified_int(b) is None:
         # the simplifier writes x * -c as 0 - x * c (x * -1 as 0 - x): MUL by -c, then ADD the constant
-        c0, neg, factor = _const(a), _strip(b), -1
-        if isinstance(neg, ir.Mul) and (_const(neg.b) is not None or _const(neg.a) is not None):
-            factor, neg = (-_const(neg.b), neg.a) if _const(neg.b) is not None else (-_const(neg.a), neg.b)
+        c0, neg, factor = _simplified_int(a), _strip(b), -1
+        if isinstance(neg, ir.Mul) and (_simplified_int(neg.b) is not None or _simplified_int(neg.a) is not None):
+            factor, neg = (-_simplified_int(neg.b), neg.a) if _simplified_int(neg.b) is not None else (-_simplified_int(neg.a), neg.b)
         if not alu_mul:
             raise CompileError(f"{where}: {e} negates, which needs a configuration with ALU_MUL enabled")
         for imm in (factor, c0):
@@ -110,8 +110,8 @@ def alu_chain(value: ir.PrimExpr, store: ir.BufferStore, where: str, alu_mul: bo
                 raise CompileError(f"{where}: immediate {imm} does not fit the ALU's 16-bit signed field")
         base, steps = alu_chain(neg, store, where, alu_mul, requant)
         return base, steps + [AluStep(AluOp.MUL, factor)] + ([AluStep(AluOp.ADD, c0)] if c0 else [])
-    cb = _const(b)
-    ca = _const(a) if not isinstance(e, ir.Sub) else None
+    cb = _simplified_int(b)
+    ca = _simplified_int(a) if not isinstance(e, ir.Sub) else None
     if isinstance(e, ir.Sub):
         if cb is None:
             raise CompileError(f"{where}: the ALU subtracts constants only, not {b}")
@@ -147,14 +147,14 @@ def _clip_of(e: ir.PrimExpr) -> tuple[ir.PrimExpr, int, int] | None:
     if not isinstance(outer, (ir.Min, ir.Max)):
         return None
     inner_kind = ir.Max if isinstance(outer, ir.Min) else ir.Min
-    c_out, inner = _const(outer.b), _strip(outer.a)
+    c_out, inner = _simplified_int(outer.b), _strip(outer.a)
     if c_out is None:
-        c_out, inner = _const(outer.a), _strip(outer.b)
+        c_out, inner = _simplified_int(outer.a), _strip(outer.b)
     if c_out is None or not isinstance(inner, inner_kind):
         return None
-    c_in, x = _const(inner.b), inner.a
+    c_in, x = _simplified_int(inner.b), inner.a
     if c_in is None:
-        c_in, x = _const(inner.a), inner.b
+        c_in, x = _simplified_int(inner.a), inner.b
     if c_in is None:
         return None
     lo, hi = (c_in, c_out) if isinstance(outer, ir.Min) else (c_out, c_in)
@@ -171,15 +171,15 @@ def _requant_chain(e: ir.PrimExpr, store: ir.BufferStore, where: str,
     x, lo, hi = clip
     shift, t = 0, _strip(x)
     if isinstance(t, ir.Call) and t.op == "shift_right":
-        shift = _const(t.args[1])
+        shift = _simplified_int(t.args[1])
         if shift is None or not 0 <= shift <= 31:
             return None
         t = _strip(t.args[0])
     rounding = False
-    if shift and isinstance(t, ir.Add) and _const(t.b) == 1 << (shift - 1):
+    if shift and isinstance(t, ir.Add) and _simplified_int(t.b) == 1 << (shift - 1):
         rounding, t = True, _strip(t.a)
     operand = None
-    if isinstance(t, ir.Add) and _const(t.a) is None and _const(t.b) is None:
+    if isinstance(t, ir.Add) and _simplified_int(t.a) is None and _simplified_int(t.b) is None:
         loads = [y for y in (t.a, t.b) if isinstance(_strip(y), ir.BufferLoad)
                  and _strip(y).buffer.scope == ACC_SCOPE]
         if loads:
@@ -207,7 +207,7 @@ def _check_operand(operand: ir.BufferLoad, where: str) -> ir.BufferLoad:
 
 def _common_addend(a: ir.PrimExpr, b: ir.PrimExpr) -> tuple[ir.PrimExpr, ir.PrimExpr, ir.PrimExpr] | None:
     if isinstance(a, ir.Add) and isinstance(b, ir.Add):
-        ca, cb = _const(a.b), _const(b.b)
+        ca, cb = _simplified_int(a.b), _simplified_int(b.b)
         if ca is not None and ca == cb:
             return a.a, b.a, a.b
     return None

@@ -31,7 +31,7 @@ from typing import Callable
 from llvmlite import ir as lir
 
 from vtakit.compiler import ir
-from vtakit.compiler.backend.llvm_codegen import MATH_INTRINSICS, CodeGen, _const, _storage_type
+from vtakit.compiler.backend.llvm_codegen import MATH_INTRINSICS, CodeGen, llvm_constant, storage_type
 from vtakit.compiler.backend.nvptx.program import THREAD_TAGS, DeviceKernel, DeviceProgram, is_barrier
 from vtakit.compiler.backend.nvptx.split import SHARED_ALIGN, allocation_bytes
 from vtakit.compiler.backend.nvptx.target import TRIPLE
@@ -74,15 +74,15 @@ def _exp2_of_product(g: "_NVPTXCodeGen", x: lir.Value, scale: float) -> lir.Valu
     ``exp(x)`` stays within a few ulp for large ``x``): hi = x*s, lo = fma(x, s, -hi) + x*s_lo."""
     b = g.b
     s_hi = float(_f32(scale))
-    hi = b.fmul(x, _const(_F32, s_hi))
-    lo = g._nvvm("llvm.fma.f32", [x, _const(_F32, s_hi), b.fneg(hi)])
-    lo = b.fadd(lo, b.fmul(x, _const(_F32, scale - s_hi)))
+    hi = b.fmul(x, llvm_constant(_F32, s_hi))
+    lo = g._nvvm("llvm.fma.f32", [x, llvm_constant(_F32, s_hi), b.fneg(hi)])
+    lo = b.fadd(lo, b.fmul(x, llvm_constant(_F32, scale - s_hi)))
     # beyond float32's exponent range (and for infinities and NaN) the correction is moot, and inf - inf
     # would make it NaN
-    in_range = b.fcmp_ordered("<", g._nvvm("llvm.fabs.f32", [hi]), _const(_F32, 128.0))
-    lo = b.select(in_range, lo, _const(_F32, 0.0))
-    return b.fmul(g._nvvm("llvm.nvvm.ex2.approx.f", [hi]), g._nvvm("llvm.fma.f32", [lo, _const(_F32, _LN2),
-                                                                                   _const(_F32, 1.0)]))
+    in_range = b.fcmp_ordered("<", g._nvvm("llvm.fabs.f32", [hi]), llvm_constant(_F32, 128.0))
+    lo = b.select(in_range, lo, llvm_constant(_F32, 0.0))
+    return b.fmul(g._nvvm("llvm.nvvm.ex2.approx.f", [hi]), g._nvvm("llvm.fma.f32", [lo, llvm_constant(_F32, _LN2),
+                                                                                   llvm_constant(_F32, 1.0)]))
 
 
 def _f32(value: float) -> float:
@@ -99,7 +99,7 @@ def _tanh(g: "_NVPTXCodeGen", xs: list[lir.Value]) -> lir.Value:
     b, x = g.b, xs[0]
     ax = g._nvvm("llvm.fabs.f32", [x])
     e = _exp2_of_product(g, ax, 2 * _LOG2E)
-    t = b.fsub(_const(_F32, 1.0), b.fdiv(_const(_F32, 2.0), b.fadd(e, _const(_F32, 1.0))))
+    t = b.fsub(llvm_constant(_F32, 1.0), b.fdiv(llvm_constant(_F32, 2.0), b.fadd(e, llvm_constant(_F32, 1.0))))
     return g._nvvm("llvm.copysign.f32", [t, x])
 
 
@@ -110,21 +110,21 @@ def _erf(g: "_NVPTXCodeGen", xs: list[lir.Value]) -> lir.Value:
     ax = g._nvvm("llvm.fabs.f32", [x])
     x2 = b.fmul(x, x)
     series = b.fmul(_polynomial(g, x2, _ERF_TAYLOR), x)
-    t = b.fdiv(_const(_F32, 1.0), b.fadd(_const(_F32, 1.0), b.fmul(ax, _const(_F32, 0.3275911))))
-    poly = _const(_F32, 1.061405429)
+    t = b.fdiv(llvm_constant(_F32, 1.0), b.fadd(llvm_constant(_F32, 1.0), b.fmul(ax, llvm_constant(_F32, 0.3275911))))
+    poly = llvm_constant(_F32, 1.061405429)
     for c in (-1.453152027, 1.421413741, -0.284496736, 0.254829592):
-        poly = g._nvvm("llvm.fma.f32", [poly, t, _const(_F32, c)])
+        poly = g._nvvm("llvm.fma.f32", [poly, t, llvm_constant(_F32, c)])
     poly = b.fmul(poly, t)
     e = _exp2_of_product(g, b.fneg(x2), _LOG2E)
-    tail = g._nvvm("llvm.copysign.f32", [b.fsub(_const(_F32, 1.0), b.fmul(poly, e)), x])
-    return b.select(b.fcmp_ordered("<", ax, _const(_F32, 0.5)), series, tail)
+    tail = g._nvvm("llvm.copysign.f32", [b.fsub(llvm_constant(_F32, 1.0), b.fmul(poly, e)), x])
+    return b.select(b.fcmp_ordered("<", ax, llvm_constant(_F32, 0.5)), series, tail)
 
 
 def _polynomial(g: "_NVPTXCodeGen", x: lir.Value, coefficients: tuple[float, ...]) -> lir.Value:
     """sum_n coefficients[n] x^n by Horner's rule with FMAs."""
-    out = _const(_F32, coefficients[-1])
+    out = llvm_constant(_F32, coefficients[-1])
     for c in reversed(coefficients[:-1]):
-        out = g._nvvm("llvm.fma.f32", [out, x, _const(_F32, c)])
+        out = g._nvvm("llvm.fma.f32", [out, x, llvm_constant(_F32, c)])
     return out
 
 
@@ -132,8 +132,8 @@ def _expm1(g: "_NVPTXCodeGen", xs: list[lir.Value]) -> lir.Value:
     """expm1: its Taylor series below |x| = 0.5 (exp(x) - 1 would cancel), exp(x) - 1 above."""
     b, x = g.b, xs[0]
     series = b.fmul(_polynomial(g, x, _EXPM1_TAYLOR), x)
-    direct = b.fsub(_exp2_of_product(g, x, _LOG2E), _const(_F32, 1.0))
-    small = b.fcmp_ordered("<", g._nvvm("llvm.fabs.f32", [x]), _const(_F32, 0.5))
+    direct = b.fsub(_exp2_of_product(g, x, _LOG2E), llvm_constant(_F32, 1.0))
+    small = b.fcmp_ordered("<", g._nvvm("llvm.fabs.f32", [x]), llvm_constant(_F32, 0.5))
     return b.select(small, series, direct)
 
 
@@ -148,7 +148,7 @@ def _sinh_cosh(sign: float) -> Callable[["_NVPTXCodeGen", list[lir.Value]], lir.
         b, x = g.b, xs[0]
         up, down = _exp2_of_product(g, x, _LOG2E), _exp2_of_product(g, b.fneg(x), _LOG2E)
         both = b.fadd(up, down) if sign > 0 else b.fsub(up, down)
-        return b.fmul(both, _const(_F32, 0.5))
+        return b.fmul(both, llvm_constant(_F32, 0.5))
     return build
 
 
@@ -156,9 +156,9 @@ MATH_EXPANSIONS: dict[str, _Expansion] = {
     "exp": _Expansion(1, lambda g, xs: _exp2_of_product(g, xs[0], _LOG2E)),
     "exp2": _Expansion(1, lambda g, xs: g._nvvm("llvm.nvvm.ex2.approx.f", xs)),
     "exp10": _Expansion(1, lambda g, xs: _exp2_of_product(g, xs[0], math.log2(10))),
-    "log": _Expansion(1, lambda g, xs: g.b.fmul(_log2(g, xs[0]), _const(_F32, _LN2))),
+    "log": _Expansion(1, lambda g, xs: g.b.fmul(_log2(g, xs[0]), llvm_constant(_F32, _LN2))),
     "log2": _Expansion(1, lambda g, xs: _log2(g, xs[0])),
-    "log10": _Expansion(1, lambda g, xs: g.b.fmul(_log2(g, xs[0]), _const(_F32, math.log10(2)))),
+    "log10": _Expansion(1, lambda g, xs: g.b.fmul(_log2(g, xs[0]), llvm_constant(_F32, math.log10(2)))),
     "pow": _Expansion(2, lambda g, xs: g._nvvm("llvm.nvvm.ex2.approx.f", [g.b.fmul(xs[1], _log2(g, xs[0]))])),
     "sin": _Expansion(1, lambda g, xs: g._nvvm("llvm.nvvm.sin.approx.f", xs)),
     "cos": _Expansion(1, lambda g, xs: g._nvvm("llvm.nvvm.cos.approx.f", xs)),
@@ -168,7 +168,7 @@ MATH_EXPANSIONS: dict[str, _Expansion] = {
     "sinh": _Expansion(1, _sinh_cosh(-1.0)),
     "cosh": _Expansion(1, _sinh_cosh(1.0)),
     "erf": _Expansion(1, _erf),
-    "log1p": _Expansion(1, lambda g, xs: g.b.fmul(_log2(g, g.b.fadd(xs[0], _const(_F32, 1.0))), _const(_F32, _LN2))),
+    "log1p": _Expansion(1, lambda g, xs: g.b.fmul(_log2(g, g.b.fadd(xs[0], llvm_constant(_F32, 1.0))), llvm_constant(_F32, _LN2))),
     "expm1": _Expansion(1, _expm1),
 }
 
@@ -187,7 +187,7 @@ class _NVPTXCodeGen(CodeGen):
 
     def _kernel(self, kernel: DeviceKernel) -> None:
         for buf in kernel.params:
-            _storage_type(buf.dtype)  # rejects dtypes the backend has no type for
+            storage_type(buf.dtype)  # rejects dtypes the backend has no type for
         ptr = lir.PointerType(addrspace=_GLOBAL)
         fn = lir.Function(self.module, lir.FunctionType(_VOID, [ptr] * len(kernel.params)),
                           kernel_symbol(kernel.name))
@@ -242,7 +242,7 @@ class _NVPTXCodeGen(CodeGen):
     def _stmt_Allocate(self, s: ir.Allocate) -> None:
         buf = s.buffer
         allocation_bytes(buf)  # rejects symbolic sizes
-        elem = _storage_type(buf.dtype)
+        elem = storage_type(buf.dtype)
         count = max(1, math.prod(e.value for e in buf.shape) * ir.lanes_of(buf.dtype))
         if buf.scope == "shared":
             name = kernel_symbol(f"{self.kernel.name}_{buf.name}")

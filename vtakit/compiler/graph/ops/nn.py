@@ -96,7 +96,7 @@ def _wide(*arrays: np.ndarray) -> list[np.ndarray]:
     return [a.astype(np.float32) if a is not None and a.dtype == np.float16 else a for a in arrays]
 
 
-def _const(value: float, dtype: str) -> ir.PrimExpr:
+def _typed_const(value: float, dtype: str) -> ir.PrimExpr:
     return ir.const(value, dtype)
 
 
@@ -209,10 +209,10 @@ def _gemm_compute(ins: list, attrs: dict) -> list[te.Tensor]:
     alpha, beta = attrs["alpha"], attrs["beta"]
     if alpha != 1.0:
         scaled = prod
-        prod = te.compute(static_shape(prod), lambda *i: scaled[i] * _const(alpha, scaled.dtype), name="gemm_alpha")
+        prod = te.compute(static_shape(prod), lambda *i: scaled[i] * _typed_const(alpha, scaled.dtype), name="gemm_alpha")
     if c is None:
         return [_finish(prod, None, a.dtype)]
-    out = ops.binary(prod, c, lambda p, q: p + q.astype(p.dtype) * _const(beta, p.dtype), "gemm_beta")
+    out = ops.binary(prod, c, lambda p, q: p + q.astype(p.dtype) * _typed_const(beta, p.dtype), "gemm_beta")
     return [_finish(out, None, a.dtype)]
 
 
@@ -397,7 +397,7 @@ def _reduce_compute(name: str) -> Callable[[list, dict], list[te.Tensor]]:
         total = nn_extra.reduce(mapped, axes, how.reducer, bool(attrs["keepdims"]))
         if how.after == "mean":
             count = int(np.prod([shape[a] for a in axes]))
-            return [te.compute(static_shape(total), lambda *i: total[i] / _const(count, x.dtype), name="reduce_mean")]
+            return [te.compute(static_shape(total), lambda *i: total[i] / _typed_const(count, x.dtype), name="reduce_mean")]
         if how.after:
             after = _MAPS[how.after][1]
             return [te.compute(static_shape(total), lambda *i: after(total[i]), name=f"reduce_{how.after}")]
@@ -413,7 +413,7 @@ for _name in REDUCTIONS:
 # ---------------------------------------------------------------------------- normalisation
 def _batch_norm_compute(ins: list, attrs: dict) -> list[te.Tensor]:
     x, scale, bias, mean, var = ins[:5]
-    eps = _const(attrs["epsilon"], x.dtype)
+    eps = _typed_const(attrs["epsilon"], x.dtype)
     return [te.compute(static_shape(x), lambda *i: (x[i] - mean[i[1]]) * (scale[i[1]] / te.sqrt(var[i[1]] + eps))
                        + bias[i[1]], name="batch_norm", tag="broadcast")]
 

@@ -79,7 +79,7 @@ def _float_tensor(g: Graph, name: str, rank: int | None = None) -> bool:
     return ty.dtype == "float32" and (rank is None or len(ty.shape) == rank)
 
 
-def _const(g: Graph, node: Node, k: int, rank: int | None = None) -> np.ndarray | None:
+def _float32_constant_input(g: Graph, node: Node, k: int, rank: int | None = None) -> np.ndarray | None:
     name = node.inputs[k] if len(node.inputs) > k else ""
     value = g.constants.get(name) if name else None
     if value is None or value.dtype != np.float32 or (rank is not None and value.ndim != rank):
@@ -94,15 +94,15 @@ def _optional_input(node: Node, k: int) -> str:
 def conv_quantizable(g: Graph, node: Node) -> bool:
     """A 2-D Conv on a run-time float32 tensor with a constant weight and (optional) constant bias."""
     bias = _optional_input(node, 2)
-    return (len(node.outputs) == 1 and _float_tensor(g, node.inputs[0], 4) and _const(g, node, 1, 4) is not None
-            and (not bias or _const(g, node, 2, 1) is not None))
+    return (len(node.outputs) == 1 and _float_tensor(g, node.inputs[0], 4) and _float32_constant_input(g, node, 1, 4) is not None
+            and (not bias or _float32_constant_input(g, node, 2, 1) is not None))
 
 
 def dense_weight(g: Graph, node: Node) -> tuple[np.ndarray, np.ndarray | None] | None:
     """``(W (N, K), bias (N,) or None)`` of a Gemm or MatMul that ``qnn.dense`` computes, else None."""
     if len(node.outputs) != 1 or not _float_tensor(g, node.inputs[0], 2):
         return None
-    b = _const(g, node, 1, 2)
+    b = _float32_constant_input(g, node, 1, 2)
     if b is None:
         return None
     if node.op == "MatMul":

@@ -84,7 +84,7 @@ class LayerKernel:
     tuned: bool = False
 
 
-def _const(g: Graph, node: Node, k: int) -> np.ndarray | None | str:
+def _constant_input(g: Graph, node: Node, k: int) -> np.ndarray | None | str:
     """Input ``k`` of ``node`` as a constant array, None when absent, or a reason when it is not constant."""
     if len(node.inputs) <= k or not node.inputs[k]:
         return None
@@ -97,7 +97,7 @@ def _const(g: Graph, node: Node, k: int) -> np.ndarray | None | str:
 def _requant(g: Graph, node: Node, ctx: VTABuildContext) -> tuple[dict[str, Any], str | None]:
     """The requantisation fields of a conv2d/dense spec, or a reason to stay on the CPU (a
     shift-and-add of more than ``MANY_TERMS`` terms also notes its cost on the layer)."""
-    addend, mult = _const(g, node, 2), _const(g, node, 3)
+    addend, mult = _constant_input(g, node, 2), _constant_input(g, node, 3)
     for what, v in (("addend", addend), ("multiplier", mult)):
         if isinstance(v, str):
             return {}, f"the {what}: {v}"
@@ -138,7 +138,7 @@ def analyze(g: Graph, node: Node, ctx: VTABuildContext) -> LayerSpec | str:
             if group > MAX_EXPANDED_GROUPS:
                 return (f"grouped conv (group={group}; at most {MAX_EXPANDED_GROUPS} groups run, as one conv with "
                         "a block-diagonal weight)")
-            w = _const(g, node, 1)
+            w = _constant_input(g, node, 1)
             if not isinstance(w, np.ndarray):
                 return "the weight is not a constant"
             n, c, h, wd = g.type_of(node.inputs[0]).shape
@@ -155,7 +155,7 @@ def analyze(g: Graph, node: Node, ctx: VTABuildContext) -> LayerSpec | str:
                 fields["residual"] = (int(node.attrs["residual_lshift"]), int(node.attrs["residual_shift"]))
             return reason if reason else LayerSpec("conv2d", wl.key, **fields)
         if node.op == "qnn.dense":
-            w = _const(g, node, 1)
+            w = _constant_input(g, node, 1)
             if not isinstance(w, np.ndarray):
                 return "the weight is not a constant"
             m, k = g.type_of(node.inputs[0]).shape
