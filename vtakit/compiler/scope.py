@@ -2,7 +2,8 @@
 
 A target registers its scopes (unit bits, capacity bits, SIMD width, optional CPU-visible head
 address) globally with :func:`register_memory_scope`, or per compilation through
-``PassContext(memory_scopes=...)`` (the accelerator's scopes depend on its configuration).
+``PassContext(memory_scopes=...)``, where ``transform.get_memory_info`` looks first (the
+accelerator's scopes depend on its configuration).
 Lowering checks every allocation in a tagged scope against the capacity: a
 :class:`~vtakit.errors.CompileError` names the buffer, its size and the capacity.
 Untagged scopes (``global``, ``shared``, ``warp``, ``local``) need no registration.
@@ -15,7 +16,7 @@ from typing import Any
 
 from vtakit.errors import CompileError
 
-__all__ = ["MemoryInfo", "register_memory_scope", "get_memory_info", "is_tagged", "registered_scopes"]
+__all__ = ["MemoryInfo", "register_memory_scope", "registered_info", "is_tagged", "registered_scopes"]
 
 
 @dataclass(frozen=True)
@@ -52,13 +53,9 @@ def register_memory_scope(scope: str, info: MemoryInfo, override: bool = False) 
     _REGISTRY[scope] = info
 
 
-def get_memory_info(scope: str) -> MemoryInfo | None:
-    """The info of ``scope``: the current PassContext's first, then the global registry."""
-    from vtakit.compiler.transform import PassContext  # noqa: PLC0415
-
-    ctx = PassContext.current()
-    if scope in ctx.memory_scopes:
-        return ctx.memory_scopes[scope]
+def registered_info(scope: str) -> MemoryInfo | None:
+    """The globally registered info of ``scope``, if any (``transform.get_memory_info`` looks in
+    the current PassContext first)."""
     return _REGISTRY.get(scope)
 
 

@@ -19,9 +19,10 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar
 
 from vtakit.compiler import ir
+from vtakit.compiler.scope import MemoryInfo, registered_info
 from vtakit.errors import CompileError
 
-__all__ = ["Pass", "PassContext", "BUILTIN_PASSES", "KNOWN_CONFIG"]
+__all__ = ["Pass", "PassContext", "BUILTIN_PASSES", "KNOWN_CONFIG", "get_memory_info"]
 
 Pass = Callable[[ir.PrimFunc], ir.PrimFunc]
 
@@ -54,8 +55,6 @@ class PassContext:
         for name in self.disabled_pass:
             if name not in BUILTIN_PASSES:
                 raise CompileError(f"cannot disable unknown pass {name!r}; built-in passes: {list(BUILTIN_PASSES)}")
-        from vtakit.compiler.scope import MemoryInfo  # noqa: PLC0415
-
         for scope, info in self.memory_scopes.items():
             if not isinstance(info, MemoryInfo):
                 raise CompileError(f"memory_scopes[{scope!r}] must be a MemoryInfo, got {info!r}")
@@ -97,3 +96,11 @@ def _flatten_config(config: dict[str, Any]) -> dict[str, Any]:
 
 
 _DEFAULT = PassContext()
+
+
+def get_memory_info(scope: str) -> MemoryInfo | None:
+    """The info of the memory ``scope``: the current PassContext's first, then the global registry."""
+    ctx = PassContext.current()
+    if scope in ctx.memory_scopes:
+        return ctx.memory_scopes[scope]
+    return registered_info(scope)

@@ -7,7 +7,8 @@ rounded up to the scope's ``max_simd_bits`` alignment, as StorageRewrite merges 
 from __future__ import annotations
 
 from vtakit.compiler import ir
-from vtakit.compiler.scope import MemoryInfo, get_memory_info, is_tagged
+from vtakit.compiler.scope import MemoryInfo, is_tagged
+from vtakit.compiler.transform import get_memory_info
 from vtakit.errors import CompileError
 
 __all__ = ["verify_memory_scopes", "allocation_bits"]
