@@ -7,7 +7,9 @@ float32); vectors (``Ramp``/``Broadcast``, vector loads and stores) are numpy ar
 allocations are filled with a poison pattern (NaN for floats), so reads of uninitialised memory
 show up in results. Out-of-range accesses raise :class:`~vtakit.errors.MemoryAccessError`.
 
-Target intrinsics are supplied as ``intrinsics={"op": fn}``; ``fn`` receives the evaluated
+It runs every intrinsic of :mod:`vtakit.compiler.intrinsics` (float math in the operands' width, or
+in float64 and rounded where numpy has no kernel for the width; ``fma`` rounded once). Target
+intrinsics are supplied as ``intrinsics={"op": fn}``; ``fn`` receives the evaluated
 arguments (ints, floats, numpy arrays, strings, and :class:`Pointer` for ``tvm_access_ptr``).
 Thread-binding loops run serially (one iteration per thread). A loop re-binding a thread variable
 that is already bound (a stage attached inside the thread loop that splits its work across the
@@ -34,6 +36,7 @@ from __future__ import annotations
 import math
 import operator
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
@@ -104,11 +107,39 @@ def _trunc_div(a: int, b: int) -> int:
     return q if (a >= 0) == (b > 0) else -q
 
 
-_FLOAT_FNS: dict[str, Callable[[Any], Any]] = {
-    "exp": np.exp, "exp2": np.exp2, "log": np.log, "log2": np.log2, "log10": np.log10, "sqrt": np.sqrt,
-    "tanh": np.tanh, "floor": np.floor, "ceil": np.ceil, "round": np.rint, "trunc": np.trunc, "sin": np.sin,
-    "cos": np.cos, "abs": np.abs,
+def _exact_fma(a: Any, b: Any, c: Any) -> Any:
+    """``a * b + c`` rounded once, as C's ``fma``: exact rational arithmetic, then one rounding."""
+    def one(x: float, y: float, z: float) -> float:
+        x, y, z = float(x), float(y), float(z)
+        if not all(map(math.isfinite, (x, y, z))):
+            return x * y + z
+        return float(Fraction(x) * Fraction(y) + Fraction(z))
+
+    return np.vectorize(one, otypes=[np.float64])(a, b, c)
+
+
+def _float64(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` evaluated in float64 (numpy has no float32 kernel for it); the caller rounds."""
+    return lambda *xs: fn(*(np.asarray(x, dtype=np.float64) for x in xs))
+
+
+# Every float intrinsic of vtakit.compiler.intrinsics.FLOAT_MATH but isnan, computed in the
+# operands' width where numpy has a kernel for it, else in float64 and rounded.
+_FLOAT_MATH: dict[str, Callable[..., Any]] = {
+    "exp": np.exp, "exp2": np.exp2, "exp10": _float64(lambda x: np.power(10.0, x)), "log": np.log,
+    "log2": np.log2, "log10": np.log10, "log1p": np.log1p, "expm1": np.expm1, "sqrt": np.sqrt,
+    "rsqrt": lambda x: 1 / np.sqrt(x), "sin": np.sin, "cos": np.cos, "tan": np.tan, "asin": np.arcsin,
+    "acos": np.arccos, "atan": np.arctan, "sinh": np.sinh, "cosh": np.cosh, "tanh": np.tanh,
+    "sigmoid": lambda x: 1 / (1 + np.exp(-x)), "erf": np.vectorize(math.erf, otypes=[np.float64]),
+    "fabs": np.abs, "floor": np.floor, "ceil": np.ceil, "trunc": np.trunc, "round": np.rint,
+    "nearbyint": np.rint, "pow": np.power, "copysign": np.copysign, "atan2": np.arctan2, "fmod": np.fmod,
+    "fma": _exact_fma,
 }
+
+
+def _popcount(dtype: str) -> Callable[[Any], Any]:
+    mask = (1 << int(ir.element_of(dtype).lstrip("uint"))) - 1
+    return np.vectorize(lambda v: bin(int(v) & mask).count("1"), otypes=[np.int64])
 
 
 class Interpreter:
@@ -410,37 +441,30 @@ class Interpreter:
             fn = self.intrinsics[op]
             return lambda env: fn(*[a(env) for a in args])
         npd = _np_dtype(e.dtype)
+        scalar = ir.lanes_of(e.dtype) == 1
         if op in ("shift_left", "shift_right"):
             fa, fb = args
-            if ir.lanes_of(e.dtype) > 1:
+            if not scalar:
                 return (lambda env: np.left_shift(fa(env), fb(env))) if op == "shift_left" else \
                     (lambda env: np.right_shift(fa(env), fb(env)))
             wrap = _wrapper(e.dtype)
             return (lambda env: wrap(fa(env) << fb(env))) if op == "shift_left" else \
                 (lambda env: wrap(fa(env) >> fb(env)))
-        if op in _BITWISE:
-            fn = _BITWISE[op]
-            if ir.lanes_of(e.dtype) > 1:
-                return lambda env: fn(*[a(env) for a in args])
+        if op in _BITWISE or op == "popcount":
+            fn = _BITWISE[op] if op in _BITWISE else _popcount(e.args[0].dtype)
+            if not scalar:
+                return lambda env: np.asarray(fn(*[a(env) for a in args])).astype(npd)
             wrap = _wrapper(e.dtype)
             return lambda env: wrap(int(fn(*[a(env) for a in args])))
-        if op == "abs" and ir.is_int(e.dtype) and ir.lanes_of(e.dtype) == 1:
+        if op == "abs" and ir.is_int(e.dtype) and scalar:
             wrap = _wrapper(e.dtype)
             return lambda env: wrap(abs(args[0](env)))
-        if op in _FLOAT_FNS:
-            f = _FLOAT_FNS[op]
-            return lambda env: npd.type(f(args[0](env))) if ir.lanes_of(e.dtype) == 1 else \
-                f(args[0](env)).astype(npd)
-        if op == "rsqrt":
-            return lambda env: (1 / np.sqrt(args[0](env))).astype(npd)
-        if op == "sigmoid":
-            one = npd.type(1)
-            return lambda env: (one / (one + np.exp(-args[0](env)))).astype(npd)
-        if op == "pow":
-            return lambda env: np.power(args[0](env), args[1](env)).astype(npd)
-        if op == "erf":
-            erf = np.vectorize(math.erf)
-            return lambda env: erf(args[0](env)).astype(npd)
+        if op == "isnan":
+            return lambda env: bool(np.isnan(args[0](env))) if scalar else np.isnan(args[0](env))
+        if op in _FLOAT_MATH or op == "abs":
+            f = _FLOAT_MATH.get(op, np.abs)
+            return lambda env: npd.type(f(*[a(env) for a in args])) if scalar else \
+                np.asarray(f(*[a(env) for a in args])).astype(npd)
         raise CompileError(f"no implementation for intrinsic {op!r}; pass it to the interpreter as "
                            f"intrinsics={{{op!r}: fn}}")
 

@@ -44,6 +44,7 @@ from llvmlite import ir as lir
 
 from vtakit.compiler import ir
 from vtakit.compiler.backend.llvm_runtime import PARALLEL_LAUNCH
+from vtakit.compiler.intrinsics import INTRINSICS
 from vtakit.errors import CompileError
 
 __all__ = ["generate", "CodeGen", "GeneratedModule", "STACK_LIMIT", "TASK_STACK_LIMIT", "MATH_INTRINSICS",
@@ -73,9 +74,9 @@ _LLVM_MATH = {
 # Math functions called in libm, one lane at a time: name -> (float32 symbol, float64 symbol).
 _LIBM = {"erf": ("erff", "erf"), "atan2": ("atan2f", "atan2"), "log1p": ("log1pf", "log1p"),
          "expm1": ("expm1f", "expm1"), "fmod": ("fmodf", "fmod")}
-_OTHER_CALLS = ("abs", "sigmoid", "rsqrt", "isnan", "shift_right", "shift_left", "bitwise_and",
-                "bitwise_or", "bitwise_xor", "bitwise_not", "popcount", "likely", "if_then_else")
-MATH_INTRINSICS = tuple(sorted({*_LLVM_MATH, *_LIBM, *_OTHER_CALLS}))
+# The rest of vtakit.compiler.intrinsics (sigmoid, rsqrt, isnan, abs, the integer operations,
+# likely, if_then_else) are written out in CodeGen._expr_Call.
+MATH_INTRINSICS = tuple(sorted(INTRINSICS))
 
 
 def _contract(instr: lir.Instruction) -> lir.Instruction:
