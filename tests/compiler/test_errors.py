@@ -664,9 +664,9 @@ def test_interpreter_memory_and_scope_errors():
 
 
 def test_unavailable_target(monkeypatch):
-    from vtakit.compiler import build as build_mod
+    from vtakit.compiler import targets
 
-    monkeypatch.setitem(build_mod._LAZY, "ghost", "vtakit.compiler.no_such_backend")
+    monkeypatch.setitem(targets._LAZY, "ghost", "vtakit.compiler.no_such_backend")
     with pytest.raises(CompileError, match="target 'ghost' is not available"):
         build(None, [], target="ghost")
 

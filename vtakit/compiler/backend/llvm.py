@@ -34,7 +34,7 @@ import numpy as np
 
 from vtakit.compiler import ir
 from vtakit.compiler.backend import llvm_runtime as rt
-from vtakit.compiler.build import register_target
+from vtakit.compiler.targets import register_target
 from vtakit.compiler.backend.llvm_codegen import generate
 from vtakit.errors import ArgumentError, CompileError
 

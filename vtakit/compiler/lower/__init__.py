@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from vtakit.compiler import ir
-from vtakit.compiler.build import implied_target, lowering_context
+from vtakit.compiler.targets import implied_target, lowering_context
 from vtakit.compiler.lower.double_buffer import inject_double_buffer
 from vtakit.compiler.lower.flatten import flatten_storage
 from vtakit.compiler.lower.loop_partition import partition_loops

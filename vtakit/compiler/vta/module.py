@@ -21,7 +21,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from vtakit.compiler import ir
-from vtakit.compiler.build import register_lowering, register_target
+from vtakit.compiler.targets import register_lowering, register_target
 from vtakit.compiler.lower.loop_partition import partition_loops
 from vtakit.compiler.lower.simplify import simplify_func
 from vtakit.compiler.lower.storage_reuse import storage_reuse_pass

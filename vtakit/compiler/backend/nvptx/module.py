@@ -31,7 +31,7 @@ from vtakit.compiler.backend.nvptx.program import DeviceProgram
 from vtakit.compiler.backend.nvptx.ptxas import PtxasReport, ptxas_check
 from vtakit.compiler.backend.nvptx.split import allocation_bytes
 from vtakit.compiler.backend.nvptx.target import MAX_SHARED_BYTES, TARGET_KINDS, TRIPLE, CUDATarget, parse_target
-from vtakit.compiler.build import register_lowering, register_target
+from vtakit.compiler.targets import register_lowering, register_target
 from vtakit.compiler.scope import MemoryInfo
 from vtakit.compiler.transform import PassContext
 from vtakit.errors import ArgumentError, CompileError
