@@ -76,12 +76,14 @@ from vtakit.compiler.ops.layout import pack_conv2d_kernel
 from vtakit.errors import TuningError
 
 PLAN_SIZE = [64]   # XGB's plan size (AutoTVM's default; --plan-size for short runs)
+XGB_OPTIONS: dict[str, Any] = {}   # more XGBTuner arguments (--xgb-diversity)
 TUNERS: dict[str, Callable[..., autotune.Tuner]] = {
-    "xgb": lambda task, seed, **kw: autotune.XGBTuner(task, plan_size=PLAN_SIZE[0], seed=seed, **kw),
+    "xgb": lambda task, seed, **kw: autotune.XGBTuner(task, plan_size=PLAN_SIZE[0], seed=seed,
+                                                      **{**XGB_OPTIONS, **kw}),
     "random": lambda task, seed, **kw: autotune.RandomTuner(task, seed=seed),
     # XGB without the template's fallback as its first trial: the search has to find good configs itself
     "xgb_no_default": lambda task, seed, **kw: autotune.XGBTuner(task, plan_size=PLAN_SIZE[0], seed=seed,
-                                                                 fallback_first=False)}
+                                                                 fallback_first=False, **XGB_OPTIONS)}
 VTA_TUNERS = ("xgb", "random")
 
 ERRORS: dict[str, list[int]] = {}   # log name -> [trials, errors]
@@ -511,6 +513,8 @@ def main() -> int:
     p.add_argument("--history", nargs="*", default=[], help="transfer: take the history from these logs")
     p.add_argument("--parallel", type=int, default=None, help="trials in flight (default: the CPUs)")
     p.add_argument("--plan-size", type=int, default=64, help="XGB's plan size (default 64, AutoTVM's)")
+    p.add_argument("--xgb-diversity", type=float, default=None, metavar="R", help="XGB's diversity_filter_ratio "
+                   "(AutoTVM's: each plan the most diverse plan_size of the model's top R x plan_size)")
     p.add_argument("--out", type=Path, default=Path(tempfile.gettempdir()) / "vtakit-bench-tune",
                    help="where the logs, curves.json and curves.png go")
     p.add_argument("--memo", nargs="*", default=[], metavar="LOG", help="answer the configs these logs hold "
@@ -523,6 +527,8 @@ def main() -> int:
     args = p.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     PLAN_SIZE[0] = args.plan_size
+    if args.xgb_diversity:
+        XGB_OPTIONS["diversity_filter_ratio"] = args.xgb_diversity
     builder = LocalBuilder(timeout=max(120.0, args.timeout), n_parallel=args.parallel)
     runner = LocalRunner(timeout=args.timeout, number=args.number, repeat=args.repeat, timer=args.timer)
     OPTION.append(autotune.measure_option(builder, runner))
@@ -537,6 +543,7 @@ def main() -> int:
                               "measurement": {"number": args.number, "repeat": args.repeat, "run_timeout": args.timeout,
                                               "timer": args.timer,
                                               "trials_in_flight": OPTION[0].n_parallel, "plan_size": args.plan_size,
+                                              "xgb_diversity_filter_ratio": args.xgb_diversity,
                                               "memo_logs": args.memo, "configs_preloaded": preloaded}}
     layers = [x for x in args.layers.split(",") if x]
     try:

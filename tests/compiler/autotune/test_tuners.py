@@ -187,3 +187,44 @@ def test_features_are_computed_once_per_process(small_dense_task, monkeypatch):
     xa, xb = a.features([3, 5, 7]), b.features([7, 5, 3, 9])
     assert sorted(calls) == [3, 5, 7, 9]
     assert np.array_equal(xa, xb[[2, 1, 0]]) and (a.cached(), b.cached()) == (3, 4)
+
+
+def test_tile_features_give_the_vector_width_and_register_tile_relative_to_the_cpu():
+    """``itervar``'s last two features: the hot loop's vector width in the CPU's vectors and the
+    register tile in vectors over the CPU's vector registers (log2), wherever the loops sit; zero
+    for the accelerator, which has neither."""
+    from vtakit.compiler.autotune.tuner.features import config_features, feature_length
+    from vtakit.compiler.ops import cpu
+
+    lanes, registers = cpu.vector_lanes("float32"), cpu.default_target().vector_registers
+    task = autotune.create_task("llvm.dense", (64, 64, 64), target="llvm")
+    space = task.config_space
+    seen = set()
+    for index in range(0, len(space), 7):
+        cfg = space.get(index)
+        if space.invalid_reason(cfg) is not None:
+            continue
+        width, rows = cfg["tile_x"].size[-1], cfg["tile_y"].size[-1]
+        vec = config_features(task, cfg, "itervar")
+        assert len(vec) == feature_length("itervar", task)
+        assert vec[-2] == pytest.approx(np.log2(width / lanes))
+        assert vec[-1] == pytest.approx(np.log2(rows * width / lanes / registers))
+        seen.add((width, rows))
+    assert len(seen) > 10
+    vta = autotune.create_task("vta.conv2d", "resnet18.C5")
+    assert not config_features(vta, vta.config_space.fallback, "itervar")[-2:].any()
+
+
+def test_diversity_filter_picks_a_plan_of_distinct_knob_values(small_dense_task):
+    """AutoTVM's ``submodular_pick``: greedily the point adding the most unseen knob values; with
+    ``diversity_filter_ratio`` the plan is so picked from the model's top ratio x plan_size."""
+    from vtakit.compiler.autotune.tuner.xgb import submodular_pick
+
+    points = [[0, 0, 0], [0, 0, 1], [1, 1, 1], [0, 1, 0], [2, 0, 1]]
+    assert submodular_pick(points, 3) == [0, 2, 4]
+    assert submodular_pick(points, 2, scores=[0, 5, 0, 0, 0]) == [1, 2]
+    tuner = autotune.XGBTuner(small_dense_task, plan_size=4, seed=0, diversity_filter_ratio=3)
+    configs = tuner.next_batch(4)
+    results = [autotune.MeasureResult((float(1 + i),), autotune.MeasureErrorNo.NO_ERROR) for i in range(4)]
+    tuner.update([autotune.MeasureInput(small_dense_task, c) for c in configs], results)
+    assert len(tuner.plan) == 4 == len(set(tuner.plan)) and not set(tuner.plan) & {c.index for c in configs}

@@ -28,9 +28,27 @@ from vtakit.compiler.autotune.tuner.sa import SimulatedAnnealingOptimizer
 from vtakit.errors import TuningError, VtakitError
 from vtakit.hw.config import VTAConfig
 
-__all__ = ["XGBTuner"]
+__all__ = ["XGBTuner", "submodular_pick"]
 
 _EPS_GREEDY = 0.05
+
+
+def submodular_pick(points: Sequence[Sequence[int]], n: int, scores: Sequence[float] | None = None,
+                    knob_weight: float = 1.0) -> list[int]:
+    """Greedily ``n`` of ``points`` (knob choices) that add the most knob values not yet picked,
+    ``knob_weight`` per value, plus their ``scores`` (AutoTVM's ``submodular_pick``); ties go to
+    the earlier point."""
+    seen: list[set[int]] = [set() for _ in range(len(points[0]))] if points else []
+    remain = list(range(len(points)))
+    out: list[int] = []
+    for _ in range(min(n, len(points))):
+        gain = [(scores[x] if scores is not None else 0.0)
+                + knob_weight * sum(v not in seen[j] for j, v in enumerate(points[x])) for x in remain]
+        x = remain.pop(int(np.argmax(gain)))
+        out.append(x)
+        for j, v in enumerate(points[x]):
+            seen[j].add(v)
+    return out
 
 
 class XGBTuner(Tuner):
@@ -39,8 +57,9 @@ class XGBTuner(Tuner):
     def __init__(self, task: Task, plan_size: int = 64, feature_type: str = "itervar", loss_type: str = "rank",
                  num_threads: int | None = None, seed: int | None = None, sa_iters: int = 500,
                  sa_parallel: int = 128, max_new_features: int | None = None, fallback_first: bool = True,
-                 sa_starts: int | None = None) -> None:
+                 sa_starts: int | None = None, diversity_filter_ratio: float | None = None) -> None:
         super().__init__(task, seed)
+        self.diversity_filter_ratio = diversity_filter_ratio
         self.sa_starts = plan_size if sa_starts is None else sa_starts
         self.fallback_first = fallback_first
         if feature_type not in FEATURE_TYPES:
@@ -99,7 +118,15 @@ class XGBTuner(Tuner):
         if self.sa_starts and self.xs:
             order = np.argsort(-np.asarray(self.ys), kind="stable")[:self.sa_starts]
             starts = [self.xs[int(k)] for k in order if self.ys[int(k)] > 0]
-        self.plan = self.optimizer.find_maximums(self.model, self.plan_size, self.visited, starts)
+        if self.diversity_filter_ratio:
+            # AutoTVM's diversity filter: of the model's top ratio x plan_size, the plan_size that
+            # together take the most distinct values of each knob
+            candidates = self.optimizer.find_maximums(
+                self.model, int(self.plan_size * self.diversity_filter_ratio), self.visited, starts)
+            self.plan = [candidates[k] for k in submodular_pick(
+                [self.space.index_to_point(i) for i in candidates], self.plan_size)]
+        else:
+            self.plan = self.optimizer.find_maximums(self.model, self.plan_size, self.visited, starts)
         self._eps = int(_EPS_GREEDY * self.plan_size)
         self._pos = 0
 
