@@ -9,10 +9,11 @@ from vtakit.hw.memory_master import READ_PRIORITY, MemoryMaster
 CONFIG = VTAConfig.small(dram_outstanding=2)
 
 
-def _simulate(requests, beats):
-    """requests: name -> first cycle it presents a 1-beat burst (kept until accepted);
+def _simulate(requests, beats, config=CONFIG, streams=()):
+    """requests: name -> first cycle it presents a 1-beat burst (kept until accepted); streams: names
+    that present a new request every cycle (the next one from the cycle after each acceptance);
     beats: cycle -> AXI ID of a last beat driven that cycle. Returns (accepts, routed beats)."""
-    dut = MemoryMaster(CONFIG)
+    dut = MemoryMaster(config)
     accepts, routed = [], []
 
     async def bench(ctx):
@@ -21,7 +22,7 @@ def _simulate(requests, beats):
         for cycle in range(12):
             for name in READ_PRIORITY:
                 port = getattr(dut, name)
-                ctx.set(port.ar.valid, name in pending and pending[name] <= cycle)
+                ctx.set(port.ar.valid, name in streams or (name in pending and pending[name] <= cycle))
                 ctx.set(port.ar.payload.addr, 0x100 * READ_PRIORITY.index(name))
             ctx.set(dut.axi.rvalid, cycle in beats)
             ctx.set(dut.axi.rid, beats.get(cycle, 0))
@@ -30,7 +31,7 @@ def _simulate(requests, beats):
                 port = getattr(dut, name)
                 if ctx.get(port.ar.valid) and ctx.get(port.ar.ready):
                     accepts.append((cycle, name, ctx.get(dut.axi.araddr), ctx.get(dut.axi.arid)))
-                    del pending[name]
+                    pending.pop(name, None)
                 if ctx.get(port.r.valid):
                     routed.append((cycle, name))
             await ctx.tick()
@@ -43,10 +44,22 @@ def _simulate(requests, beats):
 
 
 def test_fixed_priority_and_outstanding_limit():
-    # all three present in cycle 0; O = 2: fetch (0), compute (1), then load waits for a last beat
+    # all three present from cycle 0 and each is accepted a cycle after it is picked (the registered
+    # grant); O = 2: fetch (1), compute (2), then load waits for the last beat of cycle 5
     accepts, routed = _simulate({"fetch": 0, "compute": 0, "load": 0}, {5: 0})
-    assert accepts == [(0, "fetch", 0x000, 0), (1, "compute", 0x100, 1), (6, "load", 0x200, 2)]
+    assert accepts == [(1, "fetch", 0x000, 0), (2, "compute", 0x100, 1), (6, "load", 0x200, 2)]
     assert routed == [(5, "fetch")]
+
+
+def test_one_requester_every_other_cycle_lower_one_between():
+    # compute and load present all the time: compute is picked in 0, accepted in 1, presents its next
+    # request from 2, so load (lower priority) takes cycle 2; fetch arrives in 3 and is accepted in 4
+    accepts, _ = _simulate({"fetch": 3}, {}, config=VTAConfig.small(dram_outstanding=8), streams=("compute", "load"))
+    assert [(cycle, name) for cycle, name, _, _ in accepts] == [
+        (1, "compute"), (2, "load"), (3, "compute"), (4, "fetch"), (5, "compute"), (6, "load"), (7, "compute"),
+        (8, "load")]
+    accepts, _ = _simulate({}, {}, config=VTAConfig.small(dram_outstanding=8), streams=("load",))
+    assert [cycle for cycle, *_ in accepts] == [1, 3, 5, 7, 9, 11]
 
 
 def test_r_beats_routed_by_id():

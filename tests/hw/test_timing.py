@@ -47,10 +47,11 @@ def _run(config, insns, uops=(), dram_size=1 << 16, uop_addr=0x100):
 @pytest.mark.parametrize("config", [SMALL, SMALL.replace(dram_latency=5), DEFAULT.replace(bus_width=128)],
                          ids=["small", "small-L5", "default-bus128"])
 def test_finish_only_program(config):
-    """Fetch: request in cycle 1, first beat at 1 + L, complete, dispatch, take, start, retire."""
+    """Fetch: request presented in cycle 1, accepted in 2 (the registered grant), first beat at 2 + L,
+    complete, dispatch, take, start, retire."""
     stats = _run(config, [FinishInsn()])
     beats = max(1, 16 // config.bus_bytes)
-    complete = 1 + config.dram_latency + beats - 1
+    complete = 2 + config.dram_latency + beats - 1
     assert stats.cycles == stats.retire_cycles[0] == complete + 5    # dispatch, take, start, e = s, retire
     assert stats.busy_cycles["compute"] == 2                          # EXEC (s) and the retire cycle
 
@@ -89,9 +90,10 @@ def test_long_load_streams_one_beat_per_cycle(x_size, base):
     stats = _run(cfg, insns, dram_size=1 << 15)
     beats = x_size * e // cfg.bus_bytes
     r = stats.retire_cycles
-    # take r0+1, start r0+2, s = r0+3, prepared in s, s+1 (LOAD_PREP_CYCLES), request accepted at s+2,
-    # beats s+2+L .. s+1+L+beats, retire +1
-    assert r[1] - r[0] == 3 + LOAD_PREP_CYCLES + cfg.dram_latency + beats
+    # take r0+1, start r0+2, s = r0+3, prepared in s, s+1 (LOAD_PREP_CYCLES), request presented at s+2 and
+    # accepted at s+3 (the registered grant; the next burst two cycles later, 256 beats on), beats
+    # s+3+L .. s+2+L+beats, retire +1
+    assert r[1] - r[0] == 4 + LOAD_PREP_CYCLES + cfg.dram_latency + beats
 
 
 def test_store_timing():

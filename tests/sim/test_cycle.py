@@ -229,11 +229,12 @@ def _gemm_program(config, n_uops, iters, moving=True):
 @pytest.mark.parametrize("config", [SMALL, SMALL.replace(dram_latency=5), DEFAULT.replace(bus_width=128)],
                          ids=["small", "small-L5", "default-bus128"])
 def test_finish_only_program(config):
-    """docs/timing.md §2-§4: request in cycle 1, last beat, dispatch, take, start, e = s, retire."""
+    """docs/timing.md §2-§5: request presented in cycle 1 and accepted in 2 (the registered grant), last
+    beat, dispatch, take, start, e = s, retire."""
     _, launch = _launch(config, [FinishInsn()])
     stats = simulate(launch).stats
     beats = max(1, 16 // config.bus_bytes)
-    assert stats.cycles == stats.retire_cycles[0] == 1 + config.dram_latency + beats - 1 + 5
+    assert stats.cycles == stats.retire_cycles[0] == 2 + config.dram_latency + beats - 1 + 5
     assert stats.busy_cycles["compute"] == 2
 
 

@@ -223,7 +223,7 @@ class DmaLoad2D(wiring.Component):
         runs_left = Signal(16)
         pad_we = Signal()            # active and pads_left != 0, kept as a register (no wide OR before the writes)
         # pads_left <= DRAM_LATENCY (requests may start), kept as a register beside pads_left: no comparison
-        # between the counter and the request's valid, which the read grant of every requester depends on
+        # between the counter and the request's valid, which the memory master's registered pick depends on
         near = Signal(init=1)
         with m.If(pad_we):
             m.d.sync += [pads_left.eq(pads_left - 1), near.eq(pads_left <= self._latency + 1)]

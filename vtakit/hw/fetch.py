@@ -72,8 +72,8 @@ class FetchModule(wiring.Component):
         more = Signal()                     # remaining != 0, a register (no 32-bit OR before AR)
 
         # ---- requests: FETCH_BURST-aligned groups of instructions, when the buffer has room. ARVALID
-        # and the AR payload are functions of registers only (the read grant of every requester depends
-        # on ARVALID): n, the next burst's instructions, is kept one request ahead, and free, the buffer
+        # and the AR payload are functions of registers only (the memory master's registered pick
+        # depends on ARVALID): n, the next burst's instructions, is kept one request ahead, and free, the buffer
         # entries neither filled nor awaited (FETCH_DEPTH - level - in_flight), beside in_flight.
         def burst(rem, at):
             """Instructions in the burst from address ``at`` with ``rem`` left: up to the alignment."""

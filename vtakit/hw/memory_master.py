@@ -1,13 +1,20 @@
 """The memory master: one AXI4 port shared by the core's DMA engines.
 
 Read requests from fetch, compute and load are arbitrated with a fixed priority in that order
-(``READ_PRIORITY``); at most one request is accepted per cycle and at most DRAM_OUTSTANDING read
-bursts are in flight (counted from the accepted request to its last R beat). Each read burst
-carries its requester's index as AXI ID, and the R beats are routed back by ID; R and B are
-always ready. The only writer, store, drives the write channels directly (ID 0).
+(``READ_PRIORITY``) by a **registered grant** (docs/timing.md §5): in cycle c the arbiter picks,
+among the requesters presenting a request in c other than the one whose burst the AR channel
+carries in c, the highest-priority one, if fewer than DRAM_OUTSTANDING read bursts will be in
+flight in c + 1 (counted from the accepted request to its last R beat); it registers that
+request's payload and ID, drives them on AR from c + 1 and answers the requester's ``ready`` in
+the cycle of the AR handshake. So no path runs from one requester's request logic through the
+arbiter into any requester's next-state logic: ``ready`` and the AR channel come from registers.
+A request presented from cycle p is accepted in p + 1 at the earliest, one burst per cycle over
+all requesters, one every other cycle for one requester alone. Each read burst carries its
+requester's index as AXI ID, and the R beats are routed back by ID; R and B are always ready. The
+only writer, store, drives the write channels directly (ID 0).
 
-A requester that was offered but not accepted keeps its grant until accepted, so the AR payload
-stays stable while ARVALID is high, as AXI4 requires.
+The AR register holds while ARVALID is high and ARREADY low, so the AR payload is stable, as AXI4
+requires; a requester keeps presenting its request until it is accepted.
 """
 
 from __future__ import annotations
@@ -54,30 +61,41 @@ class MemoryMaster(wiring.Component):
         ports = [getattr(self, name) for name in READ_PRIORITY]
 
         outstanding = Signal(range(limit + 1))
-        held = Signal()                       # an offered request was not accepted: keep its grant
-        held_id = Signal(range(len(ports)))
-        grant = Signal(range(len(ports)))
-        any_valid = Signal()
-        for index in reversed(range(len(ports))):
-            with m.If(ports[index].ar.valid):
-                m.d.comb += [grant.eq(index), any_valid.eq(1)]
-        with m.If(held):
-            m.d.comb += grant.eq(held_id)
-
-        can_issue = outstanding < limit
-        m.d.comb += [axi.arvalid.eq(any_valid & can_issue), axi.arid.eq(grant), axi.arburst.eq(0b01)]
-        # The AR payload as an AND-OR of the requesters' payloads, not a multiplexer: Yosys' opt_share
-        # merges the arithmetic cells that feed one multiplexer into one cell with grant-selected
-        # inputs, which put one DMA engine's burst cutting on another's next-state path.
-        for field in ("addr", "len", "size"):
-            m.d.comb += getattr(axi, "ar" + field).eq(
-                _any_of(Mux(grant == index, getattr(port.ar.payload, field), 0) for index, port in enumerate(ports)))
+        # the AR register: the request picked in the previous cycle, driven on AR until accepted
+        ar_valid = Signal()
+        ar_id = Signal(range(len(ports)))
+        ar_fields = {field: Signal.like(getattr(axi, "ar" + field), name=f"ar_{field}")
+                     for field in ("addr", "len", "size")}
+        m.d.comb += [axi.arvalid.eq(ar_valid), axi.arid.eq(ar_id), axi.arburst.eq(0b01)]
+        m.d.comb += [getattr(axi, "ar" + field).eq(reg) for field, reg in ar_fields.items()]
+        ar_fire = ar_valid & axi.arready
         for index, port in enumerate(ports):
-            m.d.comb += port.ar.ready.eq((grant == index) & can_issue & axi.arready)
-        ar_fire = axi.arvalid & axi.arready
-        m.d.sync += [held.eq(axi.arvalid & ~axi.arready), held_id.eq(grant)]
+            m.d.comb += port.ar.ready.eq(ar_valid & (ar_id == index) & axi.arready)
+            # a requester presents its request until it is accepted (its payload unchanged)
+            m.d.sync += Assert(~ar_valid | (ar_id != index) | port.ar.valid,
+                               f"memory master: {READ_PRIORITY[index]} withdrew a granted read request")
 
         r_last = axi.rvalid & axi.rlast
+        # Bursts in flight from the next cycle on: the picked request is accepted there only below O.
+        room = Signal()
+        m.d.comb += room.eq(Mux(ar_fire & ~r_last, outstanding < limit - 1, Mux(~ar_fire & r_last, 1, outstanding < limit)))
+        # the candidates: presenting, and not the request the AR register carries (its requester
+        # still presents it in the cycle it is accepted)
+        candidates = [port.ar.valid & ~(ar_valid & (ar_id == index)) for index, port in enumerate(ports)]
+        pick = Signal(range(len(ports)))
+        for index in reversed(range(len(ports))):
+            with m.If(candidates[index]):
+                m.d.comb += pick.eq(index)
+        with m.If(~ar_valid | axi.arready):
+            m.d.sync += ar_valid.eq(_any_of(candidates) & room)
+            m.d.sync += ar_id.eq(pick)
+            # the payload as an AND-OR of the requesters' payloads, not a multiplexer: Yosys' opt_share
+            # would merge the arithmetic cells that feed one multiplexer into one cell with
+            # pick-selected inputs
+            for field, reg in ar_fields.items():
+                m.d.sync += reg.eq(_any_of(Mux(pick == index, getattr(port.ar.payload, field), 0)
+                                           for index, port in enumerate(ports)))
+
         m.d.sync += [
             outstanding.eq(outstanding + ar_fire - r_last),
             Assert(~axi.rvalid | (outstanding != 0), "memory master: R beat with no read burst in flight"),

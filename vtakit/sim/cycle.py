@@ -336,6 +336,8 @@ class _Core:
         self.token_depth = config.token_queue_depth
         self.cmd_depth = config.cmd_queue_depth
         self.dispatched = 0
+        # the first cycle fetch presents that request (§2; _NEVER: not yet); it is accepted from the next
+        self.fetch_from = 1 if self._fetch_presents() else _NEVER
         self.complete: list[int] = [0] * self.count   # cycle each requested instruction's last beat arrives
         self.done_cycle = -1
         self.write_bytes = 0
@@ -410,13 +412,15 @@ class _Core:
         tokens = self.tokens
         hb = self.hb
 
-        # Read arbitration (§5): one burst per cycle, fetch > compute > load, window permitting.
+        # Read arbitration (§5): one burst per cycle, fetch > compute > load, window permitting; the
+        # registered grant accepts a request from the cycle after the first it is presented in (the
+        # arbiter picks it in c - 1 among the requests presented then, other than the one accepted in c - 1).
         flight = memory.in_flight           # memory.window_open(c) == c, inlined
         while flight and flight[0] < c:
             flight.popleft()
         if len(flight) < memory.limit:
             n = self.fetch_next
-            if n and self.requested - self.dispatched + n <= FETCH_DEPTH:      # _fetch_presents(), inlined
+            if self.fetch_from < c:
                 k = self.insn_beats
                 first = memory.accept(c, n * k, min(isa.INSN_BYTES, self.bus), "fetch")
                 for j in range(self.requested, self.requested + n):
@@ -425,10 +429,11 @@ class _Core:
                 self.requested += n
                 self.fetch_next = min(self.count - self.requested,
                                       FETCH_BURST - (self.slot0 + self.requested) % FETCH_BURST)
+                self.fetch_from = _NEVER
             else:
                 for m in _READ_PRIORITY:
                     dma = modules[m].dma
-                    if dma is not None and dma.present_from <= c:
+                    if dma is not None and dma.present_from < c:
                         beats = dma.bursts[dma.next]
                         first = memory.accept(c, beats, dma.beat_bytes, MODULES[m])
                         dma.received.append((first, first + beats - 1))
@@ -501,6 +506,9 @@ class _Core:
                 mod.commands.append(d)
                 self.timing[d].dispatched = c
                 self.dispatched = d + 1
+        # fetch presents its next request from c + 1 if the state at the start of c + 1 allows it
+        if self.fetch_from == _NEVER and self._fetch_presents():
+            self.fetch_from = c + 1
 
     # ------------------------------------------------------------------ jumping
     def next_event(self, c: int) -> int:
@@ -528,13 +536,13 @@ class _Core:
                 nxt = min(nxt, complete + 1)
             elif len(self.modules[self.routes[d].module].commands) < self.cmd_depth:
                 return c1
-        n = self.fetch_next              # self._fetch_presents(), inlined
-        present = c1 if n > 0 and self.requested - self.dispatched + n <= FETCH_DEPTH else _NEVER
+        # the first cycle a request can be accepted: the one after it is first presented (§5)
+        present = max(self.fetch_from + 1, c1) if self.fetch_from < _NEVER else _NEVER
         modules = self.modules
         for m in _READ_PRIORITY:
             dma = modules[m].dma
             if dma is not None:
-                present = min(present, max(dma.present_from, c1))
+                present = min(present, max(dma.present_from + 1, c1))
         if present < nxt:
             nxt = min(nxt, self._window_open_after(present))
         return nxt
@@ -941,13 +949,16 @@ class _Solver:
 
     # ------------------------------------------------------------------ the read arbiter (§5)
     def _arbitrate(self) -> int:
-        """Accept bursts (§5), each in the earliest cycle in which a requester presents and the window is
-        open, to the highest-priority one, until an acceptance may unblock someone: returns whom
-        (-1: nobody presents, ever). A LOAD's bursts before its last one unblock nobody.
+        """Accept bursts (§5), each in the earliest cycle in which a requester may be accepted and the
+        window is open, to the highest-priority one, until an acceptance may unblock someone: returns
+        whom (-1: nobody presents, ever). A LOAD's bursts before its last one unblock nobody.
 
-        The DRAM serves bursts in order, so last beats grow with acceptance: fewer than O bursts are
-        in flight in cycle c iff the O-th latest accepted one (``lasts[-O]``) has its last beat
-        before c."""
+        The grant is registered: a request presented from cycle p may be accepted from p + 1 (the
+        arbiter picks in c among the requests presented in c, except the one accepted in c, for c + 1);
+        so a requester accepted in c presents its next request from c + 1 and is accepted in c + 2 at
+        the earliest, and a lower-priority one may take the cycle between. The DRAM serves bursts in
+        order, so last beats grow with acceptance: fewer than O bursts are in flight in cycle c iff the
+        O-th latest accepted one (``lasts[-O]``) has its last beat before c."""
         fetch_present = _NEVER
         n = self.fetch_next
         if n:
@@ -956,7 +967,8 @@ class _Solver:
                 fetch_present = self.fetch_from
             elif x < self.n_dispatched:
                 fetch_present = max(self.fetch_from, self.dispatched[x] + 1)
-        compute, load = self.present[_COMPUTE], self.present[_LOAD]
+            fetch_present += 1            # from here on: the first cycle each requester may be accepted
+        compute, load = self.present[_COMPUTE] + 1, self.present[_LOAD] + 1
         present = fetch_present
         if compute < present:
             present = compute
@@ -984,12 +996,12 @@ class _Solver:
             return _DISPATCH
         if compute <= c:
             m = _COMPUTE
-            rival = fetch_present         # while compute streams, the lower-priority load never gets a cycle
+            rival = fetch_present if fetch_present < load else load
         else:
             m = _LOAD
             rival = fetch_present if fetch_present < compute else compute
-        # Accept its burst, and its further bursts while nobody else presents: it presents from the
-        # cycle after each acceptance, so only the window delays it.
+        # Accept its burst, and its further bursts while nobody else may be accepted first: it presents
+        # from the cycle after each acceptance, so is accepted two cycles on unless the window delays it.
         bursts, j, received = self.reading[m], self.read_next[m], self.received[m]
         while True:
             first = c + latency if c + latency > last else last + 1
@@ -999,7 +1011,7 @@ class _Solver:
             j += 1
             if j == len(bursts):
                 break
-            nc = c + 1 if lasts[-limit] <= c else lasts[-limit] + 1
+            nc = c + 2 if lasts[-limit] <= c + 1 else lasts[-limit] + 1
             if nc >= rival:
                 break
             c = nc

@@ -680,8 +680,10 @@ static int interrupted(solver_t *s)
     return ++s->steps % POLL_STEPS == 0 && PyErr_CheckSignals() < 0;
 }
 
-/* Accept bursts, each in the earliest cycle in which a requester presents and the window is open,
- * to the highest-priority one (fetch > compute > load), until an acceptance may unblock someone:
+/* Accept bursts, each in the earliest cycle in which a requester may be accepted and the window is
+ * open, to the highest-priority one (fetch > compute > load), until an acceptance may unblock someone.
+ * The grant is registered: a request presented from cycle p may be accepted from p + 1, so a requester
+ * accepted in c is accepted again in c + 2 at the earliest and a lower-priority one may take c + 1:
  * returns whom (-1: nobody presents, ever: a deadlock; -2: a burst it cannot cut; -3: out of
  * memory; -4: a beat beyond CYCLE_CAP; -5: interrupted). Fewer than O bursts are in flight in cycle c iff the O-th
  * latest accepted one has its last beat before c (the DRAM serves bursts in order, so last beats
@@ -699,8 +701,11 @@ static int arbitrate(solver_t *s)
             if (fetch_present < s->fetch_from)
                 fetch_present = s->fetch_from;
         }
+        if (fetch_present < NEVER)
+            fetch_present++;              /* from here on: the first cycle each requester may be accepted */
     }
-    const int64_t compute = s->present[COMPUTE], load = s->present[LOAD];
+    const int64_t compute = s->present[COMPUTE] < NEVER ? s->present[COMPUTE] + 1 : NEVER;
+    const int64_t load = s->present[LOAD] < NEVER ? s->present[LOAD] + 1 : NEVER;
     int64_t present = fetch_present;
     if (compute < present)
         present = compute;
@@ -735,13 +740,13 @@ static int arbitrate(solver_t *s)
     int64_t rival;
     if (compute <= c) {
         m = COMPUTE;
-        rival = fetch_present;        /* while compute streams, the lower-priority load never gets a cycle */
+        rival = fetch_present < load ? fetch_present : load;
     } else {
         m = LOAD;
         rival = fetch_present < compute ? fetch_present : compute;
     }
-    /* Accept its burst, and its further bursts while nobody else presents: it presents from the
-     * cycle after each acceptance, so only the window delays it. */
+    /* Accept its burst, and its further bursts while nobody else may be accepted first: it presents
+     * from the cycle after each acceptance, so is accepted two cycles on unless the window delays it. */
     bursts_t *b = &s->reading[m];
     const Py_ssize_t i = s->lists[m][s->next[m]];
     for (;;) {
@@ -760,7 +765,7 @@ static int arbitrate(solver_t *s)
         if (interrupted(s))
             return -5;
         const int64_t oldest = s->lasts[s->lasts_head];
-        const int64_t nc = oldest <= c ? c + 1 : oldest + 1;
+        const int64_t nc = oldest <= c + 1 ? c + 2 : oldest + 1;
         if (nc >= rival)
             break;
         c = nc;
