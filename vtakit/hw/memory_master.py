@@ -19,7 +19,7 @@ requires; a requester keeps presenting its request until it is accepted.
 
 from __future__ import annotations
 
-from amaranth.hdl import Assert, Module, Mux, Signal
+from amaranth.hdl import Assert, Const, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -64,15 +64,19 @@ class MemoryMaster(wiring.Component):
         # the AR register: the request picked in the previous cycle, driven on AR until accepted
         ar_valid = Signal()
         ar_id = Signal(range(len(ports)))
+        # the same pick one-hot, in flip-flops of its own (a register per requester, not a decoded ar_id):
+        # Yosys' share pass cannot prove two requesters' acceptances exclusive then, so it does not merge
+        # two DMA engines' next-address adders into one behind input multiplexers
+        to = [Signal(name=f"ar_to_{name}") for name in READ_PRIORITY]
         ar_fields = {field: Signal.like(getattr(axi, "ar" + field), name=f"ar_{field}")
                      for field in ("addr", "len", "size")}
         m.d.comb += [axi.arvalid.eq(ar_valid), axi.arid.eq(ar_id), axi.arburst.eq(0b01)]
         m.d.comb += [getattr(axi, "ar" + field).eq(reg) for field, reg in ar_fields.items()]
         ar_fire = ar_valid & axi.arready
         for index, port in enumerate(ports):
-            m.d.comb += port.ar.ready.eq(ar_valid & (ar_id == index) & axi.arready)
+            m.d.comb += port.ar.ready.eq(to[index] & axi.arready)
             # a requester presents its request until it is accepted (its payload unchanged)
-            m.d.sync += Assert(~ar_valid | (ar_id != index) | port.ar.valid,
+            m.d.sync += Assert(~to[index] | port.ar.valid,
                                f"memory master: {READ_PRIORITY[index]} withdrew a granted read request")
 
         r_last = axi.rvalid & axi.rlast
@@ -81,7 +85,7 @@ class MemoryMaster(wiring.Component):
         m.d.comb += room.eq(Mux(ar_fire & ~r_last, outstanding < limit - 1, Mux(~ar_fire & r_last, 1, outstanding < limit)))
         # the candidates: presenting, and not the request the AR register carries (its requester
         # still presents it in the cycle it is accepted)
-        candidates = [port.ar.valid & ~(ar_valid & (ar_id == index)) for index, port in enumerate(ports)]
+        candidates = [port.ar.valid & ~to[index] for index, port in enumerate(ports)]
         pick = Signal(range(len(ports)))
         for index in reversed(range(len(ports))):
             with m.If(candidates[index]):
@@ -89,6 +93,9 @@ class MemoryMaster(wiring.Component):
         with m.If(~ar_valid | axi.arready):
             m.d.sync += ar_valid.eq(_any_of(candidates) & room)
             m.d.sync += ar_id.eq(pick)
+            for index, reg in enumerate(to):
+                higher = _any_of(candidates[:index]) if index else Const(0, 1)
+                m.d.sync += reg.eq(candidates[index] & ~higher & room)
             # the payload as an AND-OR of the requesters' payloads, not a multiplexer: Yosys' opt_share
             # would merge the arithmetic cells that feed one multiplexer into one cell with
             # pick-selected inputs

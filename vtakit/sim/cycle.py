@@ -649,7 +649,8 @@ class _Solver:
     * dispatch: ``max(complete + 1, previous dispatch + 1, take of the module's instruction
       j - Qc + 1)``;
     * fetch presents its next burst from ``max(previous acceptance + 1, dispatch of instruction
-      R + n - 17 + 1)``.
+      R + n - 17 + 1)``; like every read request, it may be accepted from the cycle after it is
+      first presented (the registered grant, §5).
 
     Each of these waits for conditions that only the waiting component can falsify again (only a
     queue's consumer removes its tokens, only its producer fills its slots, ...), which is why a max
