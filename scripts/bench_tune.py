@@ -43,6 +43,9 @@ reports, it asserts nothing.
     python scripts/bench_tune.py --cpu 256 --cpu-conv '' --layers C5 --trials 32 --seeds 2 --json   # short
     VTAKIT_NUM_THREADS=1 python scripts/bench_tune.py --cpu 1024 --cpu-trials 64 --plan-size 16 --number 1 \
         --repeat 3 --timer process --timeout 10 --ratio-rounds 9 --layers '' --parallel 2 --json  # the CPU lines
+    VTAKIT_NUM_THREADS=1 python scripts/bench_tune.py --cpu 1024 --cpu-trials 192 --cpu-stop-at-mark --seeds 10 \
+        --plan-size 16 --xgb-diversity 4 --number 1 --repeat 3 --timer process --timeout 10 --cpu-conv '' \
+        --layers '' --parallel 2 --memo TABLE.log --json   # the GEMM line uncapped, on a table of earlier runs
     python scripts/bench_tune.py --cpu 0 --cpu-conv '' --layers C9 --trials 64 --seeds 5 --plan-size 16 \
         --exhaustive-layers C9 --history-layers C2,C3,C4,C5,C6,C7,C8,C10,C11 --json   # C9 and transfer
 """
