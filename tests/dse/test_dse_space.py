@@ -153,3 +153,56 @@ def test_sampled_configurations_elaborate():
                 for hi, name, a, b in re.findall(r"reg \[(\d+):0\] (\w+_mem) \[(\d+):(\d+)\]", text)}
         assert mems == {k: (getattr(config, f"{k[:3]}_elem_bytes") * 8, getattr(config, f"{k[:3]}_depth"))
                         for k in ("inp_mem", "wgt_mem", "acc_mem", "out_mem", "uop_mem")}, config.model
+
+
+def _near_the_top(space: DesignSpace) -> list[VTAConfig]:
+    """Configurations of ``space`` whose estimated LUTs lie between ``1 - LUT_MARGIN`` of the part and
+    the whole part, every other resource within it (1x16x32 arrays, varying the LUT lanes and the
+    feature keys)."""
+    import itertools
+
+    from vtakit.hw.estimate import LUT_MARGIN
+
+    cap = space.part.capacity["lut"]
+    found = []
+    for lanes, alu_mul, requant, out_requant, bias, wgt in itertools.product(
+            (0, 2, 4, 6, 8, 12), (False, True), (False, True), (False, True), (False, True), (8, 9)):
+        try:
+            config = space.config({"log_block_in": 4, "log_block_out": 5, "gemm_lut_lanes": lanes, "alu_mul": alu_mul,
+                                   "alu_requant": requant, "gemm_out_requant": out_requant, "bias_preload": bias,
+                                   "log_wgt_depth": wgt})
+        except ConfigError:
+            continue
+        e = estimate(config, space.part)
+        others_fit = all(getattr(e, k).fraction <= 1 for k in ("ff", "dsp", "bram"))
+        if (1 - LUT_MARGIN) * cap < e.lut.used <= cap and others_fit:
+            found.append(config)
+    return found
+
+
+def test_a_point_within_the_estimates_lut_error_of_the_part_is_not_admitted():
+    """By default the LUT budget holds back the estimate's held-out error (LUT_MARGIN): a configuration
+    the estimate puts under the part's LUTs, but within that error of them, does not fit the search's
+    budget (only synthesis can say), and the search never proposes it; ``lut_margin=0`` admits it."""
+    from vtakit.hw.estimate import LUT_MARGIN
+
+    space, trusting = DesignSpace("xc7z020"), DesignSpace("xc7z020", lut_margin=0.0)
+    assert 0 < LUT_MARGIN < 0.15 and space.budget["lut"] == 1 - LUT_MARGIN and trusting.budget["lut"] == 1.0
+    near = _near_the_top(trusting)
+    assert near
+    for config in near:
+        assert estimate(config, "xc7z020").fits and trusting.fit(config).fits
+        fit = space.fit(config)
+        assert not fit.fits and fit.binding == "lut"
+        assert f"the estimate's {100 * LUT_MARGIN:g}% error margin" in fit.describe()
+        assert space.admit(space.point(config), set()) is None
+        assert trusting.admit(trusting.point(config), set()) == config
+    # a smaller budget than the margin's stays; the budget handed to the evaluation jobs is the one in force
+    assert DesignSpace("xc7z020", budget={"lut": 0.5}).budget["lut"] == 0.5
+    assert DesignSpace("xc7z020", budget=space.budget, lut_margin=0.0).budget == space.budget
+
+
+@pytest.mark.parametrize("margin", [-0.01, 1.0, True, "3%"])
+def test_bad_lut_margins_are_errors(margin):
+    with pytest.raises(DSEError, match=r"lut_margin must be a share of the part's LUTs in \[0, 1\)"):
+        DesignSpace("xc7z020", lut_margin=margin)

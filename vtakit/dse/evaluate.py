@@ -268,7 +268,7 @@ def evaluate_job(graph: Any, config: dict[str, Any], part: str, budget: dict[str
     network, to measure the whole network's cycles (None: the tasks' sum only); ``expected``: the
     integer CPU reference's outputs for it, which the accelerator's must equal."""
     start = time.perf_counter()
-    space = DesignSpace(part, max_batch, budget)
+    space = DesignSpace(part, max_batch, budget, lut_margin=0.0)    # ``budget``: the search's, margin included
     cfg = VTAConfig.from_dict(config)
     fit = space.fit(cfg)
     ev = Evaluation(cfg, "ok", binding=fit.binding, fits=fit.fits, resources=fit.resources(),

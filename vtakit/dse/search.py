@@ -64,7 +64,7 @@ def search(network: Any, part: str, *, trials: int = 32, schedule_trials: int = 
            budget: float | Mapping[str, float] = 1.0, log: str | Path | None = None,
            tuning_dir: str | Path | None = None, dask: str | None = None, n_parallel: int | None = None,
            timeout: float = 120.0, measure_cpu: bool = False, image: int = 224, verify: str | None = None,
-           verify_programs: int = 2) -> DSEResult:
+           verify_programs: int = 2, lut_margin: float | None = None) -> DSEResult:
     """Search accelerator configurations (and, for the best, schedules) for ``network`` on ``part``.
 
     ``network``: ``"resnet18"``, ``"digits"``, an ``.onnx`` path (``calibration`` quantises a float
@@ -73,7 +73,9 @@ def search(network: Any, part: str, *, trials: int = 32, schedule_trials: int = 
     tuning budget of each of the ``top_k`` fastest configurations and of the reference (0: no
     tuning, default tilings only). ``strategy``: ``xgb`` (the latency model) or ``random``.
     ``budget``: the share of the part every resource may use (or a share per kind, e.g.
-    ``{"bram": 0.85}``). ``log``: the search log (JSON lines) to resume from and append to; the
+    ``{"bram": 0.85}``); ``lut_margin``: the share of the LUTs held back for the estimate's error
+    (default :data:`vtakit.hw.estimate.LUT_MARGIN`; :class:`~vtakit.dse.space.DesignSpace`), so the
+    LUT budget is at most ``1 - lut_margin``. ``log``: the search log (JSON lines) to resume from and append to; the
     tuning logs go to ``tuning_dir`` (default: ``<log>.tuning/``, else a temporary directory).
     ``dask``: a scheduler address or ``local:N``; else ``n_parallel`` local worker processes.
     ``measure_cpu``: also build the best and the reference network and profile its CPU part.
@@ -85,7 +87,7 @@ def search(network: Any, part: str, *, trials: int = 32, schedule_trials: int = 
         raise DSEError(f"verify must be one of {list(VERIFY_MODES)}, got {verify!r}")
     part_name = get_part(part).name
     net = load_network(network, calibration, image=image)
-    space = DesignSpace(part_name, net.batch, budget)
+    space = DesignSpace(part_name, net.batch, budget, lut_margin=lut_margin)
     space.check_nonempty()
     result = Searcher(net, space, strategy=strategy, seed=seed, batch_size=batch_size, log=log,
                       tuning_dir=tuning_dir, timeout=timeout).run(trials, schedule_trials, top_k, dask, n_parallel,

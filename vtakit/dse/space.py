@@ -13,7 +13,11 @@ the network's batch.
 A point of the space is valid when :class:`VTAConfig` accepts it and fits when
 :func:`vtakit.hw.estimate` puts every resource within the budget (a share of the part's capacity);
 the search only ever proposes valid, fitting points (:meth:`DesignSpace.sample`,
-:meth:`DesignSpace.neighbours`).
+:meth:`DesignSpace.neighbours`). The LUT budget is at most ``1 - lut_margin`` of the part (default
+:data:`vtakit.hw.estimate.LUT_MARGIN`, the estimate's largest LUT error on the configurations held
+out of its fit): a point whose estimated LUTs come within the estimate's error of the capacity
+could go either way, and only a synthesis (:func:`vtakit.dse.verify.verify`) can say; the search
+does not count it as fitting. ``lut_margin=0`` trusts the estimate up to the capacity.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ import numpy as np
 from vtakit.dse.fmax import dram_latency_cycles, fmax_mhz
 from vtakit.errors import ConfigError, DSEError
 from vtakit.hw.config import VTAConfig
-from vtakit.hw.estimate import ResourceEstimate, estimate
+from vtakit.hw.estimate import LUT_MARGIN, ResourceEstimate, estimate
 from vtakit.hw.parts import KINDS, Part, get_part
 
 __all__ = ["Knob", "KNOBS", "OPTIONAL_KNOBS", "AREA_KEYS", "REPAIRS", "BUS_LIMITS", "DEFAULT_BUS_LIMIT", "Fit", "DesignSpace",
@@ -100,6 +104,7 @@ class Fit:
     estimate: ResourceEstimate
     shares: dict[str, float]
     budget: dict[str, float]
+    lut_margin: float = 0.0      # the share of the LUTs held back for the estimate's error (in ``budget``)
 
     @property
     def fits(self) -> bool:
@@ -121,6 +126,8 @@ class Fit:
         r = getattr(self.estimate, kind)
         cap = r.available * self.budget[kind]
         budget = "" if self.budget[kind] == 1.0 else f", budget {100 * self.budget[kind]:g}% = {cap:g}"
+        if kind == "lut" and self.lut_margin and self.budget[kind] == 1.0 - self.lut_margin:
+            budget += f": the estimate's {100 * self.lut_margin:g}% error margin, beyond which only synthesis can tell"
         share = f"{100 * r.used / cap:.0f}% of what is allowed"
         return f"{kind.upper()} {round(r.used, 1):g} of {r.available}{budget} ({share})"
 
@@ -131,15 +138,22 @@ class Fit:
 
 class DesignSpace:
     """The knobs a search varies on ``part`` for a network of batch ``max_batch``, within ``budget``
-    (a share of every resource, or a share per resource kind; 1.0: the whole part)."""
+    (a share of every resource, or a share per resource kind; 1.0: the whole part). The LUT budget is
+    at most ``1 - lut_margin`` (default :data:`vtakit.hw.estimate.LUT_MARGIN`; module docstring):
+    ``budget`` holds the shares in force, the margin included."""
 
     def __init__(self, part: str | Part, max_batch: int = 1, budget: float | Mapping[str, float] = 1.0,
-                 knobs: Iterable[Knob] | None = None) -> None:
+                 knobs: Iterable[Knob] | None = None, lut_margin: float | None = None) -> None:
         self.part = get_part(part)
         if not isinstance(max_batch, int) or isinstance(max_batch, bool) or max_batch < 1:
             raise DSEError(f"the network's batch must be a positive int, got {max_batch!r}")
         self.max_batch = max_batch
+        margin = LUT_MARGIN if lut_margin is None else lut_margin
+        if isinstance(margin, bool) or not isinstance(margin, (int, float)) or not 0 <= margin < 1:
+            raise DSEError(f"lut_margin must be a share of the part's LUTs in [0, 1), got {margin!r}")
+        self.lut_margin = float(margin)
         self.budget = _budget(budget)
+        self.budget["lut"] = min(self.budget["lut"], 1.0 - self.lut_margin)
         self.bus_limit = BUS_LIMITS.get(self.part.name, DEFAULT_BUS_LIMIT)
         chosen = list(knobs) if knobs is not None else [*KNOBS, *(k for k in OPTIONAL_KNOBS if k.name in _FIELDS)]
         self.knobs = tuple(self._bound(k) for k in chosen)
@@ -198,7 +212,7 @@ class DesignSpace:
     def fit(self, config: VTAConfig) -> Fit:
         est = estimate(config, self.part)
         shares = {k: getattr(est, k).used / (getattr(est, k).available * self.budget[k]) for k in KINDS}
-        return Fit(est, shares, self.budget)
+        return Fit(est, shares, self.budget, self.lut_margin)
 
     def check_nonempty(self) -> None:
         """A :class:`DSEError` naming the binding resource when even :meth:`smallest` does not fit."""
@@ -299,6 +313,7 @@ class DesignSpace:
     def describe(self) -> dict[str, Any]:
         """What the space searches, for reports: part, batch bound, budget, bus bound, knobs, points."""
         return {"part": self.part.name, "max_batch": self.max_batch, "budget": self.budget,
+                "lut_margin": self.lut_margin,
                 "bus_limit": self.bus_limit, "knobs": {k.name: list(k.values) for k in self.knobs},
                 "points": self.size()}
 
