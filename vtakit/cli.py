@@ -934,6 +934,9 @@ def _add_dse(verbs: argparse._SubParsersAction) -> None:
                    help="how configurations are chosen: the XGBoost model (default) or at random")
     p.add_argument("--budget", type=float, default=1.0, metavar="SHARE",
                    help="the share of each resource of the part the accelerator may use (default 1.0)")
+    p.add_argument("--lut-margin", type=float, metavar="SHARE",
+                   help="the share of the part's LUTs held back for the resource estimate's error (default: the "
+                        "estimate's LUT_MARGIN, 0.02); 0 trusts the estimate up to the capacity")
     p.add_argument("--batch-size", type=_positive, default=8, metavar="B", help="configurations per round (default 8)")
     p.add_argument("--dask", metavar="ADDRESS|local:N", help="evaluate on a dask.distributed cluster")
     p.add_argument("--parallel", type=_positive, metavar="N", help="local worker processes (default: CPUs)")
@@ -965,7 +968,8 @@ def cmd_dse(args: argparse.Namespace) -> int:
                         top_k=args.top_k, strategy=args.strategy, seed=args.seed, batch_size=args.batch_size,
                         calibration=None if args.calibration is None else str(args.calibration), budget=args.budget,
                         log=args.log, dask=args.dask, n_parallel=args.parallel, timeout=args.timeout,
-                        measure_cpu=args.cpu_part, verify=args.verify, verify_programs=args.verify_programs)
+                        measure_cpu=args.cpu_part, verify=args.verify, verify_programs=args.verify_programs,
+                        lut_margin=args.lut_margin)
     if args.plot is not None:
         result.plot(args.plot)
     if args.out is not None:

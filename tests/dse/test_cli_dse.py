@@ -7,6 +7,7 @@ import json
 import pytest
 
 from vtakit.cli import main
+from vtakit.errors import DSEError
 from vtakit.hw.config import VTAConfig
 
 
@@ -55,6 +56,8 @@ def test_dse_table_and_plot(small_search, small_options, tmp_path, capsys):
     (["--model", "digits", "--part", "xc7z020", "--budget", "0.05"], 1, "the binding resource is "),
     (["--model", "digits", "--part", "xc7z020", "--schedule-trials", "-1"], 1, "--schedule-trials must be >= 0"),
     (["--model", "digits", "--part", "xc7z020", "--trials", "0"], 2, "invalid count '0'"),
+    (["--model", "digits", "--part", "xc7z020", "--lut-margin", "1.5"], 1,
+     "lut_margin must be a share of the part's LUTs in [0, 1), got 1.5"),
 ])
 def test_dse_errors(argv, status, message, capsys):
     with pytest.raises(SystemExit) if status == 2 else _no_exit() as info:
@@ -72,3 +75,19 @@ class _no_exit:  # noqa: N801 -- stands in for pytest.raises where the command r
 
     def __exit__(self, *exc):
         return False
+
+
+def test_lut_margin_reaches_the_search(monkeypatch):
+    from vtakit import dse
+
+    seen = {}
+
+    def fake_search(*args, **kwargs):
+        seen.update(kwargs)
+        raise DSEError("stopped after the options were read")
+
+    monkeypatch.setattr(dse, "search", fake_search)
+    assert main(["dse", "--model", "digits", "--part", "xc7z020", "--lut-margin", "0"]) == 1
+    assert seen["lut_margin"] == 0.0
+    main(["dse", "--model", "digits", "--part", "xc7z020"])
+    assert seen["lut_margin"] is None                   # the search's default, the estimate's LUT_MARGIN
