@@ -213,10 +213,12 @@ class ComputeModule(wiring.Component):
         src_valid = Signal()
         src_addr = Signal(cfg.log_acc_depth)
         src_acc = src_b[:cfg.log_acc_depth]  # the ACC address src reads
-        # src_acc == src_addr, compared as uop.src_idx == src_addr - offset (mod ACC depth): the
-        # subtraction is of registers, so the uop SRAM's data meets only the comparator before issue
+        # src_acc == src_addr, compared as uop.src_idx == src_addr - offset (mod ACC depth), that
+        # difference kept in a register (src_want), so the registered uop word meets only the comparator
+        # before hold and issue. A miss holds B and loads src_addr = uop.src_idx + src_off_b (the
+        # difference becomes uop.src_idx); otherwise B takes src_off_u and src_addr stays
         src_want = Signal(cfg.log_acc_depth)
-        m.d.comb += src_want.eq(src_addr - src_off_b)
+        m.d.sync += src_want.eq(Mux(hold, uop.src_idx[:cfg.log_acc_depth], src_addr - src_off_u))
         m.d.comb += miss_b.eq(two_read & ~(src_valid & (uop.src_idx[:cfg.log_acc_depth] == src_want)))
         m.d.sync += [v_b2.eq(v_b & miss_b), dst_b2.eq(dst_b)]
         m.d.comb += [
@@ -329,6 +331,9 @@ class ComputeModule(wiring.Component):
             with m.If(seq.start & is_alu):
                 m.d.sync += src_valid.eq(0)
         m.d.sync += Assert(~(v_w & acc_ld_we), "compute: micro-op and ACC load write in the same cycle")
+        if one_port:
+            m.d.sync += Assert(src_want == (src_addr - src_off_b)[:cfg.log_acc_depth],
+                               "compute: src_want is src_addr - src_off_b")
         m.d.sync += Assert(~dma.wr_en | (dma.wr_addr < Mux(is_uop_ld, cfg.uop_depth, cfg.acc_depth)), Format(
             f"compute: SRAM write to entry {{}} is out of range (UOP has {cfg.uop_depth} entries, ACC {cfg.acc_depth})",
             dma.wr_addr))

@@ -102,37 +102,53 @@ def _requant_clip(shifted, imm):
     return Mux(shifted < lo, lo, Mux(shifted > 127, 127, shifted))[:32]
 
 
+class _AluTerms:
+    """One ALU lane's operations before the result select: ``lt`` (``a < b``, signed), MIN/MAX's select
+    ``minmax`` with ``is_max``, its operands ``a`` and ``b``, and the other operations as (select, value)."""
+
+    def __init__(self, config: VTAConfig, alu_opcode, lhs, rhs, imm=None, use_imm=None):
+        a = self.a = lhs.as_signed()
+        b = self.b = rhs.as_signed()
+        shift = rhs[:6].as_signed()
+        if config.alu_requant:
+            requant = alu_opcode == isa.AluOp.REQUANT
+            total = _requant_sum(a, Mux(use_imm, 0, rhs), imm)
+            right = (Mux(requant, total, a) >> Mux(requant, imm[:5], shift[:5]))[:32]
+        else:
+            right = (a >> shift[:5])[:32]
+        # a negative amount s (-32..-1) shifts left by -s = ~s + 1: (a << 1) << ~s[4:0], no negation (a carry
+        # chain) between the operand and the shifter's select lines
+        left = ((a << 1) << (~shift)[:5])[:32]
+        # MIN and MAX share one comparison: MIN takes a if a < b, MAX takes b if a < b (either when equal)
+        self.lt = a < b
+        self.is_max = alu_opcode == isa.AluOp.MAX
+        self.minmax = (alu_opcode == isa.AluOp.MIN) | self.is_max
+        self.others = [(alu_opcode == isa.AluOp.ADD, (a + b)[:32]), (alu_opcode == isa.AluOp.SHR, Mux(shift[5], left, right))]
+        if config.alu_mul:
+            self.others.append((alu_opcode == isa.AluOp.MUL, (a * rhs[:16].as_signed())[:32]))
+        if config.alu_requant:
+            self.others.append((alu_opcode == isa.AluOp.REQUANT, _requant_clip(right.as_signed(), imm)))
+
+    def result(self):
+        """The lane's 32-bit result: a parallel AND-OR select (not a chain of muxes)."""
+        return _select([(self.minmax, Mux(self.lt ^ self.is_max, self.a, self.b)[:32]), *self.others])
+
+
+def _select(choices):
+    """The AND-OR of (select, value) pairs whose selects are exclusive: one level after the slowest value."""
+    expr = Const(0, 32)
+    for selected, value in choices:
+        expr = expr | Mux(selected, value, 0)
+    return expr
+
+
 def alu_datapath(config: VTAConfig, alu_opcode, lhs, rhs, imm=None, use_imm=None):
     """One ALU lane: op(lhs, rhs) on int32 with docs/architecture.md §2's SHR and MUL rules (32-bit result).
 
     With ALU_REQUANT, REQUANT also reads the immediate field ``imm`` (its control bits) and
     ``use_imm`` (its addend is ``rhs`` in the tensor form, 0 in the immediate form); it shares SHR's
     right shifter (its input and amount muxed), so the lane adds an adder, the clip and two muxes."""
-    a = lhs.as_signed()
-    b = rhs.as_signed()
-    shift = rhs[:6].as_signed()
-    if config.alu_requant:
-        requant = alu_opcode == isa.AluOp.REQUANT
-        total = _requant_sum(a, Mux(use_imm, 0, rhs), imm)
-        right = (Mux(requant, total, a) >> Mux(requant, imm[:5], shift[:5]))[:32]
-    else:
-        right = (a >> shift[:5])[:32]
-    # a negative amount s (-32..-1) shifts left by -s = ~s + 1: (a << 1) << ~s[4:0], no negation (a carry
-    # chain) between the operand and the shifter's select lines
-    left = ((a << 1) << (~shift)[:5])[:32]
-    # MIN and MAX share one comparison: MIN takes a if a < b, MAX takes b if a < b (either when equal)
-    is_max = alu_opcode == isa.AluOp.MAX
-    choices = [((alu_opcode == isa.AluOp.MIN) | is_max, Mux((a < b) ^ is_max, a, b)[:32]),
-               (alu_opcode == isa.AluOp.ADD, (a + b)[:32]), (alu_opcode == isa.AluOp.SHR, Mux(shift[5], left, right))]
-    if config.alu_mul:
-        choices.append((alu_opcode == isa.AluOp.MUL, (a * rhs[:16].as_signed())[:32]))
-    if config.alu_requant:
-        choices.append((alu_opcode == isa.AluOp.REQUANT, _requant_clip(right.as_signed(), imm)))
-    # a parallel AND-OR select (not a chain of muxes): one level after the slowest operation
-    expr = Const(0, 32)
-    for selected, value in choices:
-        expr = expr | Mux(selected, value, 0)
-    return expr
+    return _AluTerms(config, alu_opcode, lhs, rhs, imm, use_imm).result()
 
 
 class TensorDatapath(wiring.Component):
@@ -186,10 +202,25 @@ class TensorDatapath(wiring.Component):
             if self._imm_selected and not cfg.gemm_out_requant:
                 return src
             return Mux(use_imm, imm, src)
-        alu_lanes = [alu_datapath(cfg, op, lhs.word_select(lane, 32), rhs(lane), imm, use_imm) for lane in lanes]
-        init = Mux(self.bias, self.acc_dst, 0) if cfg.bias_preload else 0   # a bias reset copies the entry read
-        m.d.comb += self.result.eq(Mux(self.is_alu, Cat(*alu_lanes), Mux(self.reset, init, Cat(*gemm_lanes))))
+        terms = [_AluTerms(cfg, op, lhs.word_select(lane, 32), rhs(lane), imm, use_imm) for lane in lanes]
+        # The result as one flat select whose selects come from registers (the instruction's op, is_alu,
+        # reset), with the comparison last: the lane's value if a < b and if not, every other
+        # operation (GEMM's accumulate, a bias reset's copy included) ORed into both, so that MIN/MAX's
+        # comparison (a carry chain, then 32 loads) meets one multiplexer before the register.
+        is_alu = self.is_alu
+        gemm = ~is_alu & ~self.reset
+        bias = ~is_alu & self.reset & self.bias if cfg.bias_preload else None   # a bias reset copies the entry read
+        lane_results = []
+        for lane, t in zip(lanes, terms):
+            rest = [(is_alu & sel, value) for sel, value in t.others] + [(gemm, gemm_lanes[lane])]
+            if bias is not None:
+                rest.append((bias, self.acc_dst.word_select(lane, 32)))
+            picked = is_alu & t.minmax
+            when_lt = _select(rest + [(picked, Mux(t.is_max, t.b, t.a)[:32])])
+            when_ge = _select(rest + [(picked, Mux(t.is_max, t.a, t.b)[:32])])
+            lane_results.append(Mux(t.lt, when_lt, when_ge))
+        m.d.comb += self.result.eq(Cat(*lane_results))
         if cfg.gemm_out_requant:
             low = Cat(*(self.written.word_select(lane, 32)[:8] for lane in lanes))
-            m.d.comb += self.out.eq(Mux(self.requant_out, Cat(*(lane[:8] for lane in alu_lanes)), low))
+            m.d.comb += self.out.eq(Mux(self.requant_out, Cat(*(t.result()[:8] for t in terms)), low))
         return m
