@@ -63,6 +63,12 @@ def _to_boundary(addr, log_size):
     return (BOUNDARY_BYTES - addr[:12]) >> log_size
 
 
+def _cap(to_boundary):
+    """(whether the 4 KiB boundary comes within 256 beats, min(256, beats to it))."""
+    at_boundary = to_boundary <= MAX_BURST_BEATS
+    return at_boundary, Mux(at_boundary, to_boundary, MAX_BURST_BEATS)
+
+
 class _NextBurst:
     """The next burst from ``addr`` (aligned to ``2**log_size``) with ``row_left`` beats left in the row:
     the rest of the row, capped at 256 beats and at the 4 KiB boundary. Built shallow (no comparison of
@@ -70,13 +76,16 @@ class _NextBurst:
     on ``addr`` alone, ``row_end`` (the burst ends the row) = row_left <= cap, ``beats``, and
     ``after``: the address after a burst that does not end the row (the boundary, or 256 beats on)."""
 
-    def __init__(self, m: Module, row_left, addr, log_size, to_boundary=None):
+    def __init__(self, m: Module, row_left, addr, log_size, to_boundary=None, kept=None):
         if to_boundary is None:      # else the caller keeps it (beats from addr to the boundary) in a register
             to_boundary = Signal(13)
             m.d.comb += to_boundary.eq(_to_boundary(addr, log_size))
-        self.at_boundary = to_boundary <= MAX_BURST_BEATS
-        self.cap = Signal(range(MAX_BURST_BEATS + 1))
-        m.d.comb += self.cap.eq(Mux(self.at_boundary, to_boundary, MAX_BURST_BEATS))
+        if kept is not None:         # the caller keeps at_boundary and cap in registers too (see _cap)
+            self.at_boundary, self.cap = kept
+        else:
+            self.at_boundary, cap = _cap(to_boundary)
+            self.cap = Signal(range(MAX_BURST_BEATS + 1))
+            m.d.comb += self.cap.eq(cap)
         low = exact_log2(MAX_BURST_BEATS) + 1
         self.row_end = (row_left[low:] == 0) & (row_left[:low] <= self.cap)
         self.beats = Signal(range(MAX_BURST_BEATS + 1))
@@ -103,8 +112,13 @@ class _BurstGenerator:
         # beats from addr to the 4 KiB boundary, kept beside addr (no subtraction and shift between the
         # address register and the burst cutting that the next address depends on)
         self.to_boundary = Signal(13)
+        # and, beside it, whether that is within 256 beats and the burst cap min(256, to_boundary): the
+        # row-end comparison starts from a register (the acceptance, ready, is a register since the read
+        # grant is registered)
+        self.at_boundary = Signal()
+        self.cap = Signal(range(MAX_BURST_BEATS + 1))
 
-        nxt = _NextBurst(m, self.rem, self.addr, log_size, self.to_boundary)
+        nxt = _NextBurst(m, self.rem, self.addr, log_size, self.to_boundary, kept=(self.at_boundary, self.cap))
         beats = nxt.beats
         m.d.comb += [
             req.valid.eq(self.active & enable),
@@ -115,21 +129,29 @@ class _BurstGenerator:
         self.fire = req.valid & req.ready
         with m.If(self.fire):
             with m.If(nxt.row_end):
-                m.d.sync += [self.addr.eq(self.next_row), self.to_boundary.eq(_to_boundary(self.next_row, log_size)),
+                self._set_boundary(m, _to_boundary(self.next_row, log_size))
+                m.d.sync += [self.addr.eq(self.next_row),
                              self.next_row.eq(self.next_row + self.stride_bytes), self.rem.eq(self.row_beats),
                              self.rows_left.eq(self.rows_left - 1)]
                 with m.If(self.rows_left == 1):
                     m.d.sync += self.active.eq(0)
             with m.Else():
                 # after: the boundary (a whole page to the next one), or 256 beats on (256 fewer to it)
-                m.d.sync += [self.addr.eq(nxt.after), self.rem.eq(self.rem - nxt.cap),
-                             self.to_boundary.eq(Mux(nxt.at_boundary, Const(BOUNDARY_BYTES, 13) >> log_size,
-                                                     self.to_boundary - MAX_BURST_BEATS))]
+                m.d.sync += [self.addr.eq(nxt.after), self.rem.eq(self.rem - nxt.cap)]
+                self._set_boundary(m, Mux(nxt.at_boundary, Const(BOUNDARY_BYTES, 13) >> log_size,
+                                          self.to_boundary - MAX_BURST_BEATS))
+
+    def _set_boundary(self, m: Module, to_boundary) -> None:
+        """Load ``to_boundary`` (in the current control context) and the values kept beside it."""
+        value = Signal(13)
+        at_boundary, cap = _cap(value)
+        m.d.comb += value.eq(to_boundary)
+        m.d.sync += [self.to_boundary.eq(value), self.at_boundary.eq(at_boundary), self.cap.eq(cap)]
 
     def start(self, m: Module, *, base, stride_bytes, rows, row_beats):
+        self._set_boundary(m, _to_boundary(base, self.log_size))
         m.d.sync += [self.active.eq((rows != 0) & (row_beats != 0)), self.rows_left.eq(rows),
                      self.next_row.eq(base + stride_bytes), self.addr.eq(base),
-                     self.to_boundary.eq(_to_boundary(base, self.log_size)),
                      self.rem.eq(row_beats),
                      self.row_beats.eq(row_beats), self.stride_bytes.eq(stride_bytes)]
 
