@@ -28,12 +28,30 @@ def test_bias_preload_costs_flip_flops_only(config):
     assert (on.lut.used, on.dsp.used, on.bram.used) == (off.lut.used, off.dsp.used, off.bram.used)
 
 
+def _stored_counts(config: VTAConfig) -> dict:
+    """Yosys' counts of ``config`` as scripts/calibrate_estimate.py stored them (no synthesis here)."""
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    from vtakit.hw.synth import count_resources
+
+    path = Path(__file__).resolve().parents[2] / "scripts" / "calibrate_estimate.py"
+    spec = importlib.util.spec_from_file_location("calibrate_estimate_for_epilogue", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    stored = json.loads(script.DATA.read_text())
+    return count_resources(stored[script._key(config)]["cells"], "xilinx7")
+
+
 def test_small_configuration_matches_its_synthesis():
-    """Yosys' flattened synth_xilinx of VTAConfig.small(alu_requant=True) at 4ed3966
-    (scripts/calibrate_estimate.json): 8,375 LUT, 4,695 FF; with GEMM_OUT_REQUANT 8,414 LUT (+39),
-    4,704 FF (+9); with BIAS_PRELOAD as well 8,366 LUT, 4,726 FF (+22; at c375cfc +23 alone)."""
+    """GEMM_OUT_REQUANT on VTAConfig.small(alu_requant=True): the estimate's extra LUTs and FFs
+    against the stored synthesis of both (a04aac6: 8,139 -> 8,495 LUT, +356; 4,578 -> 4,587 FF, +9);
+    BIAS_PRELOAD adds flip-flops only (+23, measured at c375cfc)."""
     base = VTAConfig.small(alu_requant=True)
     assert estimate(base.replace(bias_preload=True)).ff.used - estimate(base).ff.used == 23
     out = base.replace(gemm_out_requant=True)
-    assert estimate(out).lut.used - estimate(base).lut.used == pytest.approx(39, abs=5)
-    assert estimate(out).ff.used - estimate(base).ff.used == pytest.approx(9)
+    measured_base, measured_out = _stored_counts(base), _stored_counts(out)
+    lut_delta = measured_out["lut"] - measured_base["lut"]
+    assert estimate(out).lut.used - estimate(base).lut.used == pytest.approx(lut_delta, rel=0.1)
+    assert estimate(out).ff.used - estimate(base).ff.used == pytest.approx(measured_out["ff"] - measured_base["ff"], abs=1)
