@@ -95,22 +95,20 @@ def tile_stats(func: ir.PrimFunc, lanes: Callable[[str], int], registers: int) -
     hot = [0.0, 0.0]   # iteration product, width in vectors
     tile = 0.0
 
-    def visit(node: Any, product: float, dtype: str) -> None:
+    def visit(node: Any, product: float) -> None:
         nonlocal tile
         if isinstance(node, ir.Allocate) and node.buffer.scope == "local":
             size = math.prod(d.value if isinstance(d, ir.IntImm) else 1 for d in node.buffer.shape)
             tile = max(tile, size / lanes(node.buffer.dtype) / registers)
-        if isinstance(node, ir.BufferStore):
-            dtype = node.buffer.dtype
         if isinstance(node, ir.For):
             extent = node.extent.value if isinstance(node.extent, ir.IntImm) else 1
             product *= max(1, extent)
             if node.kind == ir.ForKind.VECTORIZED and product >= hot[0]:
                 hot[0], hot[1] = product, extent / lanes(_store_dtype(node.body))
         for child in ir.children(node):
-            visit(child, product, dtype)
+            visit(child, product)
 
-    visit(func.body, 1.0, "float32")
+    visit(func.body, 1.0)
     return (math.log2(hot[1]) if hot[1] else 0.0, math.log2(tile) if tile else 0.0)
 
 
