@@ -1,5 +1,6 @@
 """The test tree's layout: pytest imports test modules by basename (the test directories are not
-packages), so two test files with the same name in different directories fail to collect."""
+packages), so two test files with the same name in different directories fail to collect; and a
+file's name says what it tests, not how it came about."""
 
 from __future__ import annotations
 
@@ -15,6 +16,18 @@ def test_no_two_test_files_share_a_basename():
         seen[path.name].append(str(path.relative_to(root)))
     clashes = {name: paths for name, paths in seen.items() if len(paths) > 1}
     assert not clashes, f"rename one of each: {clashes}"
+
+
+
+# Words of a file name (between underscores) that say how it came about rather than what it tests.
+_HISTORY_WORDS = ("audit", "second_reader", "review", "followup", "new", "old", "v2")
+
+
+def test_test_files_are_named_after_their_subject():
+    root = Path(__file__).parent
+    named_after_history = sorted(str(path.relative_to(root)) for path in root.rglob("test_*.py")
+                                 if any(f"_{word}_" in f"{path.stem}_" for word in _HISTORY_WORDS))
+    assert not named_after_history, f"name these after what they test: {named_after_history}"
 
 
 # ---------------------------------------------------------------------------- every test checks something

@@ -2,7 +2,7 @@
 
 The simplifier's min/max case split distributes sums into both arms and re-simplifies them, and
 ``prove_ge`` re-runs the simplifier on differences; without sharing, the work grew exponentially
-with the nesting depth (storage-reuse audit seeds 349: ~13 s, 159: over 5 minutes). The analyzer
+with the nesting depth (storage-reuse equivalence seeds 349: ~13 s, 159: over 5 minutes). The analyzer
 now memoises simplified forms, bounds and proofs per query (hash-consed). These tests check the
 two schedules lower and compute what numpy does, that the work of a nested clip family stays small
 (counted in simplifier calls, not time), and that the memo never outlives a query's bounds.
@@ -15,7 +15,7 @@ import random
 import numpy as np
 import pytest
 
-from tests.compiler.test_storage_reuse_audit import SC, SHAPE, _build, _check, _numpy, _random_program
+from tests.compiler.test_storage_reuse_equivalence import SC, SHAPE, _build, _check, _numpy, _random_program
 from vtakit.compiler import ir
 from vtakit.compiler.arith import Analyzer, structural_key
 from vtakit.compiler.arith.analyzer import Analyzer as _AnalyzerImpl

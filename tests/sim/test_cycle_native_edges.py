@@ -1,4 +1,4 @@
-"""Second reader's audit of the compiled timing solver (vtakit/sim/csrc/timing_core.c).
+"""The compiled timing solver (vtakit/sim/csrc/timing_core.c) at its edges.
 
 test_cycle_native.py checks the core against the Python solver on the corner configurations the
 solver-vs-stepping tests use. This file attacks it with inputs those tests do not draw:

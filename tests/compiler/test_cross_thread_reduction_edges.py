@@ -1,6 +1,6 @@
-"""Second-reader audit of cross-thread reductions (``tvm_thread_allreduce``) and store predicates.
+"""Cross-thread reductions (``tvm_thread_allreduce``) and store predicates at their edges.
 
-Inputs the first tests did not try: ``where`` conditions on the thread index, reduce axes with a
+Inputs test_cross_thread_reduction.py does not try: ``where`` conditions on the thread index, reduce axes with a
 non-zero minimum or a tail, rfactor of fused axes, caches and producers attached at every level of
 the reduction (including the thread-bound axis after the per-thread loop), int8 -> int32
 accumulation, softmax-like chains of all-reduces, symbolic reduction extents, store predicates on

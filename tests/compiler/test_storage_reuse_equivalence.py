@@ -1,7 +1,7 @@
-"""Second-reader audit of StorageReuse: inputs its author did not try, each against a golden model.
+"""StorageReuse never changes a result: varied schedules and programs, each against a golden model.
 
 Generic IR runs on the reference interpreter against numpy, with the pass on and off (the pass may
-never change a result nor raise a scope's peak). The schedules exercise what the first tests do not:
+never change a result nor raise a scope's peak). The schedules exercise what test_storage_reuse.py does not:
 a stage read twice at one index or through equal but different index expressions, two consumers of
 one producer, a later reader of an already-shared buffer, reordered/split/fused/vectorised consumers
 with loop orders unlike the producer's, guards, reductions, casts, virtual threads of both kinds and

@@ -1,4 +1,4 @@
-"""Second reader's audit of fsim's compiled core (csrc/fsim_core.c): new inputs, same contract.
+"""fsim's compiled core (csrc/fsim_core.c) at its edges: extreme and malformed inputs, same contract.
 
 The contract (vtakit/sim/native.py): the core completes only programs the Python engine accepts,
 leaving identical DRAM, SRAMs, written masks, counters and stall statistics; everything Python
