@@ -9,7 +9,7 @@ it must be the first statement of the loop it is attached in. The loop ::
 becomes ::
 
     allocate B[2*S]
-    produce B(0) into slot 0
+    produce B(0) into slot 0      (under ``if 0 < n`` unless n is a positive constant)
     for i:
         if i + 1 < n: produce B(i + 1) into slot (i + 1) % 2
         consume B from slot i % 2
@@ -88,6 +88,8 @@ class _Injector(ir.IRMutator):
 
         produce = first.body
         prologue = slot(ir.substitute(produce, {v: mn}), ir.IntImm(v.dtype, 0))
+        if not (isinstance(node.extent, ir.IntImm) and node.extent.value > 0):
+            prologue = ir.IfThenElse(mn < end, prologue)    # a loop that may run no iteration fetches nothing
         prefetch = ir.IfThenElse(v + 1 < end, slot(ir.substitute(produce, {v: v + 1}), ir.FloorMod(v + 1 - mn, two)))
         consume = slot(ir.seq(*stmts[1:]), ir.FloorMod(v - mn, two)) if len(stmts) > 1 else None
         loop = ir.For(v, node.min, node.extent, node.kind, ir.seq(prefetch, consume), node.thread_tag,
