@@ -3,8 +3,9 @@
 Inside each ``coproc_uop_scope``, up to two outermost serial loops whose micro-op operands
 (``dst``, ``src``, ``wgt`` pointer offsets) are affine in the loop variable, with one factor
 per operand shared by every micro-op below, are replaced by ``vta.uop_loop_begin(extent,
-dst_factor, src_factor, wgt_factor)`` ... ``vta.uop_loop_end()``; the variable becomes 0 in the
-body. Loops that stay inside expand into the micro-op kernel when the code generator runs it.
+dst_factor, src_factor, wgt_factor)`` ... ``vta.uop_loop_end()``; the variable becomes the loop's
+min in the body (its first iteration). Loops that stay inside expand into the micro-op kernel when
+the code generator runs it.
 Factors are in scalars here, like the pointer offsets; the code generator divides by the
 entry size of each operand's memory.
 """
@@ -67,7 +68,7 @@ def _fold_one(s: ir.Stmt) -> tuple[ir.For, list[int], ir.Stmt] | None:
                 factors[slot] = coef
             elif factors[slot] != coef:
                 return None
-    body = ir.substitute(s.body, {var: ir.IntImm(var.dtype, 0)})
+    body = ir.substitute(s.body, {var: s.min})     # the first iteration; the factors step from there
     return s, [int(f or 0) for f in factors], body
 
 
