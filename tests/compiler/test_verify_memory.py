@@ -34,9 +34,12 @@ def _func(body: ir.Stmt) -> ir.PrimFunc:
 
 
 def _verify(body: ir.Stmt) -> ir.PrimFunc:
+    """Run the pass under SCOPES; a function that passes comes back unchanged (the pass only checks)."""
     func = _func(body)
     with PassContext(memory_scopes=SCOPES):
-        return verify_memory_scopes(func)
+        out = verify_memory_scopes(func)
+    assert out is func
+    return out
 
 
 def test_allocation_bits_counts_elements_width_and_lanes():
