@@ -44,8 +44,8 @@ reports, it asserts nothing.
     VTAKIT_NUM_THREADS=1 python scripts/bench_tune.py --cpu 1024 --cpu-trials 64 --plan-size 16 --number 1 \
         --repeat 3 --timer process --timeout 10 --ratio-rounds 9 --layers '' --parallel 2 --json  # the CPU lines
     VTAKIT_NUM_THREADS=1 python scripts/bench_tune.py --cpu 1024 --cpu-trials 192 --cpu-stop-at-mark --seeds 10 \
-        --plan-size 16 --xgb-diversity 4 --number 1 --repeat 3 --timer process --timeout 10 --cpu-conv '' \
-        --layers '' --parallel 2 --memo TABLE.log --json   # the GEMM line uncapped, on a table of earlier runs
+        --plan-size 8 --xgb-diversity 4 --xgb-local-picks 4 --number 1 --repeat 3 --timer process --timeout 10 \
+        --cpu-conv '' --layers '' --parallel 2 --memo TABLE.log --json   # the GEMM line uncapped, on a table
     python scripts/bench_tune.py --cpu 0 --cpu-conv '' --layers C9 --trials 64 --seeds 5 --plan-size 16 \
         --exhaustive-layers C9 --history-layers C2,C3,C4,C5,C6,C7,C8,C10,C11 --json   # C9 and transfer
 """
@@ -79,7 +79,7 @@ from vtakit.compiler.ops.layout import pack_conv2d_kernel
 from vtakit.errors import TuningError
 
 PLAN_SIZE = [64]   # XGB's plan size (AutoTVM's default; --plan-size for short runs)
-XGB_OPTIONS: dict[str, Any] = {}   # more XGBTuner arguments (--xgb-diversity)
+XGB_OPTIONS: dict[str, Any] = {}   # more XGBTuner arguments (--xgb-diversity, --xgb-local-picks)
 TUNERS: dict[str, Callable[..., autotune.Tuner]] = {
     "xgb": lambda task, seed, **kw: autotune.XGBTuner(task, plan_size=PLAN_SIZE[0], seed=seed,
                                                       **{**XGB_OPTIONS, **kw}),
@@ -518,6 +518,9 @@ def main() -> int:
     p.add_argument("--plan-size", type=int, default=64, help="XGB's plan size (default 64, AutoTVM's)")
     p.add_argument("--xgb-diversity", type=float, default=None, metavar="R", help="XGB's diversity_filter_ratio "
                    "(AutoTVM's: each plan the most diverse plan_size of the model's top R x plan_size)")
+    p.add_argument("--xgb-local-picks", type=int, default=0, metavar="L", help="XGB's local_picks (each plan "
+                   "starts with the model's L best one-knob neighbours of the best measured config; the first, "
+                   "random plan mutates the best so far every third pick)")
     p.add_argument("--out", type=Path, default=Path(tempfile.gettempdir()) / "vtakit-bench-tune",
                    help="where the logs, curves.json and curves.png go")
     p.add_argument("--memo", nargs="*", default=[], metavar="LOG", help="answer the configs these logs hold "
@@ -532,6 +535,8 @@ def main() -> int:
     PLAN_SIZE[0] = args.plan_size
     if args.xgb_diversity:
         XGB_OPTIONS["diversity_filter_ratio"] = args.xgb_diversity
+    if args.xgb_local_picks:
+        XGB_OPTIONS["local_picks"] = args.xgb_local_picks
     builder = LocalBuilder(timeout=max(120.0, args.timeout), n_parallel=args.parallel)
     runner = LocalRunner(timeout=args.timeout, number=args.number, repeat=args.repeat, timer=args.timer)
     OPTION.append(autotune.measure_option(builder, runner))
@@ -547,6 +552,7 @@ def main() -> int:
                                               "timer": args.timer,
                                               "trials_in_flight": OPTION[0].n_parallel, "plan_size": args.plan_size,
                                               "xgb_diversity_filter_ratio": args.xgb_diversity,
+                                              "xgb_local_picks": args.xgb_local_picks,
                                               "memo_logs": args.memo, "configs_preloaded": preloaded}}
     layers = [x for x in args.layers.split(",") if x]
     try:

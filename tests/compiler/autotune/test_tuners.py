@@ -228,3 +228,32 @@ def test_diversity_filter_picks_a_plan_of_distinct_knob_values(small_dense_task)
     results = [autotune.MeasureResult((float(1 + i),), autotune.MeasureErrorNo.NO_ERROR) for i in range(4)]
     tuner.update([autotune.MeasureInput(small_dense_task, c) for c in configs], results)
     assert len(tuner.plan) == 4 == len(set(tuner.plan)) and not set(tuner.plan) & {c.index for c in configs}
+
+
+def test_local_picks_mutate_then_exploit_the_best_measured_config(small_dense_task):
+    """``local_picks``: before the first fit every third random pick is a one-knob neighbour of the
+    best measured config; each plan after a fit starts with the neighbours the model rates best."""
+    space = small_dense_task.config_space
+    with pytest.raises(TuningError):
+        autotune.XGBTuner(small_dense_task, plan_size=4, local_picks=5)
+    tuner = autotune.XGBTuner(small_dense_task, plan_size=8, seed=0, local_picks=3)
+
+    def differ(a, b):
+        return sum(x != y for x, y in zip(space.index_to_point(a), space.index_to_point(b)))
+
+    measured = []
+    for k in range(8):
+        (cfg,) = tuner.next_batch(1)
+        measured.append(cfg.index)
+        cost = 1.0 if k == 0 else 2.0 + k            # the first (the fallback) stays the best
+        tuner.update([autotune.MeasureInput(small_dense_task, cfg)],
+                     [autotune.MeasureResult((cost,), autotune.MeasureErrorNo.NO_ERROR)])
+    best = space.fallback.index
+    assert measured[0] == best and differ(measured[3], best) == 1 and differ(measured[6], best) == 1
+    assert len(set(measured)) == 8
+    local = tuner.plan[:3]                                # the model has been fitted: the plan is new
+    neighbours = tuner._neighbours(best)
+    assert set(local) <= set(neighbours) and not set(local) & set(measured)
+    rated = dict(zip(neighbours, tuner.model.predict(neighbours)))
+    assert min(rated[i] for i in local) >= max(v for i, v in rated.items() if i not in local)
+    assert len(tuner.plan) == 8 == len(set(tuner.plan))

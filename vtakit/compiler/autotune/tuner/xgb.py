@@ -8,6 +8,12 @@ the next plan, the ``plan_size`` unvisited configs the model rates best, searche
 valid configs and from the best ``sa_starts`` measured ones (their one-knob neighbours are where
 good configs are likeliest). The last 5% of each plan are random (epsilon-greedy), so the model
 keeps seeing configs it would not choose.
+
+``local_picks=L`` exploits the incumbent: each plan after a model fit starts with the ``L``
+unvisited one-knob neighbours of the best measured config that the model rates best (the
+annealing's plan fills the rest), and before the first fit every third pick of the random first
+plan is a random unvisited one-knob neighbour of the best measured so far instead of a random
+config (a mutation of the incumbent, as an evolutionary search would take).
 """
 
 from __future__ import annotations
@@ -57,8 +63,12 @@ class XGBTuner(Tuner):
     def __init__(self, task: Task, plan_size: int = 64, feature_type: str = "itervar", loss_type: str = "rank",
                  num_threads: int | None = None, seed: int | None = None, sa_iters: int = 500,
                  sa_parallel: int = 128, max_new_features: int | None = None, fallback_first: bool = True,
-                 sa_starts: int | None = None, diversity_filter_ratio: float | None = None) -> None:
+                 sa_starts: int | None = None, diversity_filter_ratio: float | None = None,
+                 local_picks: int = 0) -> None:
         super().__init__(task, seed)
+        if not 0 <= local_picks <= plan_size:
+            raise TuningError(f"local_picks must be within 0..plan_size ({plan_size}), got {local_picks}")
+        self.local_picks = local_picks
         self.diversity_filter_ratio = diversity_filter_ratio
         self.sa_starts = plan_size if sa_starts is None else sa_starts
         self.fallback_first = fallback_first
@@ -78,6 +88,7 @@ class XGBTuner(Tuner):
         self._eps = 0                                          # random picks at the end of the plan
         self._pos = 0
         self._fits = 0
+        self._random_picks = 0                                 # random picks before the first fit
 
     def next_batch(self, n: int) -> list[ConfigEntity]:
         out: list[ConfigEntity] = []
@@ -89,9 +100,32 @@ class XGBTuner(Tuner):
                 index = self.plan[self._pos]
                 self._pos += 1
             else:
-                index = self._random_unvisited()
+                index = self._random_pick()
             self.visited.add(index)
             out.append(self.space.get(index))
+        return out
+
+    def _random_pick(self) -> int:
+        """A random unvisited config; with ``local_picks`` and no model yet, every third one a
+        random unvisited one-knob neighbour of the best measured config."""
+        if self.local_picks and not self._fits:
+            self._random_picks += 1
+            if self._random_picks % 3 == 0 and self.ys and max(self.ys) > 0:
+                near = self._neighbours(self.xs[int(np.argmax(self.ys))])
+                if near:
+                    return near[int(self.rng.integers(len(near)))]
+        return self._random_unvisited()
+
+    def _neighbours(self, index: int) -> list[int]:
+        """The unvisited configs the template's filter accepts that differ from ``index`` in one knob."""
+        point = self.space.index_to_point(index)
+        out: list[int] = []
+        for j, size in enumerate(self.space.dims):
+            for v in range(size):
+                if v != point[j]:
+                    other = self.space.point_to_index([*point[:j], v, *point[j + 1:]])
+                    if other not in self.visited:   # the filtered configs are marked visited
+                        out.append(other)
         return out
 
     def _random_unvisited(self) -> int:
@@ -127,6 +161,13 @@ class XGBTuner(Tuner):
                 [self.space.index_to_point(i) for i in candidates], self.plan_size)]
         else:
             self.plan = self.optimizer.find_maximums(self.model, self.plan_size, self.visited, starts)
+        if self.local_picks and self.ys and max(self.ys) > 0:
+            near = self._neighbours(self.xs[int(np.argmax(self.ys))])
+            if near:
+                rated = self.model.predict(near)
+                local = [near[int(k)] for k in np.argsort(-rated, kind="stable")[:self.local_picks]]
+                rest = [i for i in self.plan if i not in local]
+                self.plan = local + rest[:self.plan_size - len(local)]
         self._eps = int(_EPS_GREEDY * self.plan_size)
         self._pos = 0
 
