@@ -153,9 +153,6 @@ def test_lane_dependent_control_flow_and_lazy_calls_are_serialised():
     assert_serialised(_func(_vloop(i, 0, 4, ir.LetStmt(x, A[i] * 2, ir.BufferStore(B, x + 1, (i,))))))
 
 
-@pytest.mark.xfail(strict=True, reason="ir.element_of('boolx4') is 'boolx4' (it expects a digit before the 'x'), "
-                   "so a vector comparison reports 1 lane: the vectoriser broadcasts the already-vector "
-                   "condition of a Select again, and the interpreter cannot build a 'boolx4' array")
 def test_a_select_on_the_lane_becomes_a_vector_select():
     i = ir.Var("i")
     before = _func(_vloop(i, 0, 4, ir.BufferStore(B, ir.Select(ir.LT(i, ir.const(2)), A[i], A[i + 8]), (i,))))

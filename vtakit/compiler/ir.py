@@ -61,8 +61,9 @@ def lanes_of(dtype: str) -> int:
 
 
 def element_of(dtype: str) -> str:
+    """The element type of a vector type (``"int8x16"`` -> ``"int8"``, ``"boolx4"`` -> ``"bool"``)."""
     head, sep, tail = dtype.rpartition("x")
-    return head if sep and tail.isdigit() and head[-1:].isdigit() else dtype
+    return head if sep and tail.isdigit() and (head[-1:].isdigit() or head == "bool") else dtype
 
 
 def with_lanes(dtype: str, lanes: int) -> str:
