@@ -11,8 +11,9 @@ from __future__ import annotations
 import numpy as np
 
 from vtakit.compiler.graph.frontend.registry import ConvertContext, OnnxNode, converter, register_passthrough
+from vtakit.errors import GraphError
 
-__all__ = ["PASSTHROUGH"]
+__all__ = ["PASSTHROUGH", "GELU_APPROXIMATIONS"]
 
 # ONNX op -> the opset from which its semantics (as the graph operator of that name) hold
 PASSTHROUGH: dict[str, int] = {
@@ -25,6 +26,9 @@ PASSTHROUGH: dict[str, int] = {
     "Floor": 6, "Ceil": 6, "Sin": 7, "Cos": 7, "IsNaN": 9, "IsInf": 10,
 }
 
+# Gelu's approximate attribute: the forms ONNX defines
+GELU_APPROXIMATIONS = ("none", "tanh")
+
 for _op, _since in PASSTHROUGH.items():
     register_passthrough(_op, since=_since)
 
@@ -36,3 +40,13 @@ def _clip_attributes(ctx: ConvertContext, node: OnnxNode) -> None:
     bounds = [ctx.add_constant(np.array(node.attrs[k], dtype), f"{node.name or 'clip'}_{k}") if k in node.attrs
               else "" for k in ("min", "max")]
     ctx.emit("Clip", [node.input(0), *bounds], node.outputs, {}, node.name)
+
+
+@converter("Gelu", since=20)
+def _gelu(ctx: ConvertContext, node: OnnxNode) -> None:
+    """One to one; ``approximate`` is ``none`` (the erf form) or ``tanh``."""
+    approximate = node.attrs.get("approximate", "none")
+    if approximate not in GELU_APPROXIMATIONS:
+        raise GraphError(f"{node.label}: approximate={approximate!r} is not a Gelu form; expected one of "
+                         f"{list(GELU_APPROXIMATIONS)}")
+    ctx.emit("Gelu", node.inputs, node.outputs, node.attrs, node.name)

@@ -161,3 +161,17 @@ def _upsample_7(ctx: ConvertContext, node: OnnxNode) -> None:
 def _upsample_9(ctx: ConvertContext, node: OnnxNode) -> None:
     """Upsample-9: scales as an input."""
     _upsample(ctx, node, node.inputs[1])
+
+
+for _op, _since in (("ArgMax", 1), ("ArgMin", 1), ("CumSum", 11)):
+    register_passthrough(_op, since=_since)
+
+
+@converter("LayerNormalization", since=17)
+def _layer_norm(ctx: ConvertContext, node: OnnxNode) -> None:
+    """One to one, with the optional Mean and InvStdDev outputs (float32); ``stash_type`` must be 1 (float32)."""
+    stash = node.attrs.get("stash_type", 1)
+    if stash != 1:
+        raise UnsupportedOperatorError(f"{node.label}: stash_type {stash} is not supported; expected 1 (float32 "
+                                       "statistics)")
+    ctx.emit("LayerNormalization", node.inputs, node.outputs, node.attrs, node.name)

@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from vtakit.compiler import ops
+from vtakit.compiler import ir, ops, te
 from vtakit.compiler.graph.op import Pattern, register_op
 from vtakit.compiler.ops import math as tmath
 from vtakit.compiler.ops import transform
@@ -62,6 +62,31 @@ class Unary:
     result_dtype: str | None = None   # the output dtype, when not the input's
 
 
+def _gelu_form(approximate: str) -> str:
+    if approximate not in ("none", "tanh"):
+        raise GraphError(f"Gelu: approximate={approximate!r}; expected 'none' or 'tanh'")
+    return approximate
+
+
+def _gelu(x: np.ndarray, approximate: str) -> np.ndarray:
+    if _gelu_form(approximate) == "tanh":
+        return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))
+    return 0.5 * x * (1 + _erf(x / np.sqrt(2)))
+
+
+def _gelu_compute(x: Any, approximate: str) -> Any:
+    """TVM's relay gelu: ``0.5 x (1 + erf(x / sqrt 2))``, or ONNX's tanh approximation."""
+    form = _gelu_form(approximate)
+
+    def fn(v: Any) -> Any:
+        half, one = ir.const(0.5, v.dtype), ir.const(1.0, v.dtype)
+        if form == "tanh":
+            inner = ir.const(math.sqrt(2 / math.pi), v.dtype) * (v + ir.const(0.044715, v.dtype) * v * v * v)
+            return half * v * (one + te.tanh(inner))
+        return half * v * (one + te.erf(v * ir.const(1 / math.sqrt(2), v.dtype)))
+    return tmath.float_unary(x, fn, "gelu")
+
+
 def _shrink(x: np.ndarray, bias: float, lambd: float) -> np.ndarray:
     return np.where(x < -lambd, x + bias, np.where(x > lambd, x - bias, 0))
 
@@ -98,6 +123,8 @@ UNARY: dict[str, Unary] = {
     "Floor": Unary(np.floor, tmath.floor, "Round down."),
     "Ceil": Unary(np.ceil, tmath.ceil, "Round up."),
     "Sin": Unary(np.sin, tmath.sin, "Sine."),
+    "Gelu": Unary(_gelu, _gelu_compute, "x * Phi(x) (the normal CDF by erf, or its tanh approximation).",
+                  {"approximate": "none"}),
     "Cos": Unary(np.cos, tmath.cos, "Cosine."),
     "IsNaN": Unary(np.isnan, tmath.is_nan, "Whether x is NaN, as bool.", result_dtype="bool"),
     "IsInf": Unary(lambda x, detect_negative, detect_positive: (np.isneginf(x) & bool(detect_negative))

@@ -481,3 +481,193 @@ register_op("Softmax", pattern=Pattern.OPAQUE, attrs={"axis": -1},
             compute=_softmax_compute(False))(_softmax_reference(False))
 register_op("LogSoftmax", pattern=Pattern.OPAQUE, attrs={"axis": -1},
             compute=_softmax_compute(True))(_softmax_reference(True))
+
+
+# ---------------------------------------------------------------------------- layer normalisation
+# ONNX stash_type (the element type of the statistics) -> numpy dtype name; vtakit computes float32 statistics
+_STASH_TYPES = {1: "float32"}
+
+
+def _norm_axis(op: str, axis: int, rank: int) -> int:
+    if not -rank <= axis < rank:
+        raise GraphError(f"{op}: axis {axis} is out of range for an input of rank {rank} (expected {-rank}..{rank - 1})")
+    return axis % rank
+
+
+def _stash_dtype(op: str, stash_type: int) -> str:
+    if stash_type not in _STASH_TYPES:
+        raise GraphError(f"{op}: stash_type {stash_type} is not supported; expected 1 (float32 statistics)")
+    return _STASH_TYPES[stash_type]
+
+
+def _layer_norm_reference(ins: list, attrs: dict) -> tuple[np.ndarray, ...]:
+    """Normalise over the axes from ``axis`` on (statistics in float32, float64 for a float64 input), then
+    ``* Scale + B`` (broadcast over those axes); also the Mean and InvStdDev, 1s in the normalised axes."""
+    x, scale = ins[0], ins[1]
+    bias = ins[2] if len(ins) > 2 else None
+    axis = _norm_axis("LayerNormalization", attrs["axis"], x.ndim)
+    stash = _stash_dtype("LayerNormalization", attrs["stash_type"])
+    work = np.float64 if x.dtype == np.float64 else np.dtype(stash).type
+    axes = tuple(range(axis, x.ndim))
+    xw = x.astype(work)
+    mean = xw.mean(axis=axes, keepdims=True)
+    inv = 1 / np.sqrt(((xw - mean) ** 2).mean(axis=axes, keepdims=True) + work(attrs["epsilon"]))
+    y = (xw - mean) * inv * scale.astype(work)
+    if bias is not None:
+        y = y + bias.astype(work)
+    return y.astype(x.dtype), mean.astype(stash), inv.astype(stash)
+
+
+def _trailing(t: te.Tensor, idx: tuple) -> ir.PrimExpr:
+    """``t`` (broadcastable to the trailing axes of ``idx``) read at ``idx``."""
+    shape = static_shape(t)
+    tail = idx[len(idx) - len(shape):] if shape else ()
+    return t[tuple(0 if s == 1 else i for s, i in zip(shape, tail))]
+
+
+def _layer_norm_compute(ins: list, attrs: dict) -> list[te.Tensor]:
+    x, scale = ins[0], ins[1]
+    bias = ins[2] if len(ins) > 2 else None
+    shape = static_shape(x)
+    axis = _norm_axis("LayerNormalization", attrs["axis"], len(shape))
+    stash = _stash_dtype("LayerNormalization", attrs["stash_type"])
+    if not ir.is_float(x.dtype):
+        raise GraphError(f"LayerNormalization: input of dtype {x.dtype}; expected a float tensor")
+    work = "float64" if x.dtype == "float64" else stash
+    axes = list(range(axis, len(shape)))
+    count = int(np.prod(shape[axis:], dtype=np.int64))
+    xw = x if x.dtype == work else te.compute(shape, lambda *i: x[i].astype(work), name="layer_norm_in")
+    lead = len(shape) - len(axes)
+
+    def stat(t: te.Tensor, i: tuple) -> ir.PrimExpr:
+        return t[tuple(i[:lead]) + (0,) * len(axes)]
+
+    total = nn_extra.reduce(xw, axes, "sum", name="layer_norm_sum")
+    mean = te.compute(static_shape(total), lambda *i: total[i] / ir.const(count, work), name="layer_norm_mean")
+    dev = te.compute(shape, lambda *i: (xw[i] - stat(mean, i)) * (xw[i] - stat(mean, i)), name="layer_norm_dev")
+    var = nn_extra.reduce(dev, axes, "sum", name="layer_norm_var")
+    inv = te.compute(static_shape(var), lambda *i: ir.const(1.0, work) / te.sqrt(
+        var[i] / ir.const(count, work) + ir.const(attrs["epsilon"], work)), name="layer_norm_inv")
+
+    def out(*i):
+        v = (xw[i] - stat(mean, i)) * stat(inv, i) * _trailing(scale, i).astype(work)
+        if bias is not None:
+            v = v + _trailing(bias, i).astype(work)
+        return v.astype(x.dtype) if work != x.dtype else v
+
+    y = te.compute(shape, out, name="layer_norm")
+    stats = [t if t.dtype == stash else te.compute(static_shape(t), lambda *i, t=t: t[i].astype(stash),
+                                                   name=f"{t.name}_{stash}") for t in (mean, inv)]
+    return [y, *stats]
+
+
+register_op("LayerNormalization", pattern=Pattern.COMM_REDUCE, attrs={"axis": -1, "epsilon": 1e-5, "stash_type": 1},
+            compute=_layer_norm_compute)(_layer_norm_reference)
+
+
+# ---------------------------------------------------------------------------- arg reductions
+def _arg_reference(kind: str) -> Callable[[list, dict], tuple[np.ndarray, ...]]:
+    def reference(ins: list, attrs: dict) -> tuple[np.ndarray, ...]:
+        x = ins[0]
+        axis = _norm_axis(f"Arg{kind.capitalize()}", attrs["axis"], max(x.ndim, 1))
+        pick = np.argmax if kind == "max" else np.argmin
+        if attrs["select_last_index"]:
+            flipped = np.flip(x, axis)
+            idx = x.shape[axis] - 1 - pick(flipped, axis=axis)
+        else:
+            idx = pick(x, axis=axis)
+        idx = np.asarray(idx, np.int64)
+        return (np.expand_dims(idx, axis) if attrs["keepdims"] else idx,)
+    reference.__doc__ = (f"The index of the {kind}imum along ``axis`` (int64): the first, or the last with "
+                         "select_last_index; keepdims keeps the axis as a 1.")
+    return reference
+
+
+def _arg_compute(kind: str) -> Callable[[list, dict], list[te.Tensor]]:
+    """TVM's argmax reduces (index, value) pairs with one tuple reducer; vtakit's reducers are scalar, so this
+    takes two: the extreme value along the axis, then the first (or last) index holding it."""
+    def compute(ins: list, attrs: dict) -> list[te.Tensor]:
+        x = ins[0]
+        shape = static_shape(x)
+        axis = _norm_axis(f"Arg{kind.capitalize()}", attrs["axis"], len(shape))
+        n = shape[axis]
+        src = x
+        if x.dtype == "bool":  # compare bools as 0/1
+            src = te.compute(shape, lambda *i: x[i].astype("uint8"), name="arg_bool")
+        extreme = nn_extra.reduce(src, [axis], kind, keepdims=True, name=f"arg{kind}_value")
+        k = te.reduce_axis((0, n), "k")
+        keep = bool(attrs["keepdims"])
+        out_shape = tuple(1 if a == axis else s for a, s in enumerate(shape)) if keep else \
+            tuple(s for a, s in enumerate(shape) if a != axis)
+        last = bool(attrs["select_last_index"])
+
+        def body(*i):
+            outer = list(i)
+            if not keep:
+                outer.insert(axis, 0)
+            at = tuple(k if a == axis else v for a, v in enumerate(outer))
+            hit = src[at] == extreme[tuple(outer[:axis]) + (0,) + tuple(outer[axis + 1:])]
+            index = k.var.astype("int64")
+            if last:
+                return te.max(ir.Select(hit, index, ir.const(-1, "int64")), axis=k)
+            return te.min(ir.Select(hit, index, ir.const(n, "int64")), axis=k)
+
+        return [te.compute(out_shape, body, name=f"arg{kind}", tag="reduce")]
+    return compute
+
+
+for _kind in ("max", "min"):
+    register_op(f"Arg{_kind.capitalize()}", pattern=Pattern.COMM_REDUCE,
+                attrs={"axis": 0, "keepdims": 1, "select_last_index": 0},
+                compute=_arg_compute(_kind))(_arg_reference(_kind))
+
+
+# ---------------------------------------------------------------------------- cumulative sum
+def _cumsum_axis(axis_input: Any, rank: int) -> int:
+    values = np.asarray(axis_input).reshape(-1)
+    if values.size != 1:
+        raise GraphError(f"CumSum: axis must be a single integer, got {values.tolist()}")
+    return _norm_axis("CumSum", int(values[0]), rank)
+
+
+def _cumsum_compute(ins: list, attrs: dict) -> list[te.Tensor]:
+    """Each output sums its line's inputs up to it (``where`` masks the line): O(n^2) per line, where TVM's
+    ``topi.cumsum`` runs a sequential scan; float16 accumulates in float32."""
+    x = ins[0]
+    shape = static_shape(x)
+    axis = _cumsum_axis(ins[1], len(shape))
+    work = "float32" if x.dtype == "float16" else x.dtype
+    k = te.reduce_axis((0, shape[axis]), "k")
+    exclusive, reverse = bool(attrs["exclusive"]), bool(attrs["reverse"])
+
+    def body(*i):
+        at = tuple(k if a == axis else v for a, v in enumerate(i))
+        pos = i[axis]
+        if reverse:
+            cond = k > pos if exclusive else k >= pos
+        else:
+            cond = k < pos if exclusive else k <= pos
+        v = x[at]
+        return te.sum(v.astype(work) if work != x.dtype else v, axis=k, where=cond)
+
+    total = te.compute(shape, body, name="cumsum", tag="reduce")
+    if work == x.dtype:
+        return [total]
+    return [te.compute(shape, lambda *i: total[i].astype(x.dtype), name="cumsum_cast")]
+
+
+@register_op("CumSum", pattern=Pattern.COMM_REDUCE, attrs={"exclusive": 0, "reverse": 0}, const_inputs=(1,),
+             compute=_cumsum_compute)
+def _cumsum_reference(ins, attrs):
+    """Cumulative sum along the (constant) axis input; exclusive starts from 0, reverse sums from the end."""
+    x = ins[0]
+    axis = _cumsum_axis(ins[1], x.ndim)
+    work = np.float32 if x.dtype == np.float16 else x.dtype
+    v = np.flip(x, axis) if attrs["reverse"] else x
+    out = np.cumsum(v, axis=axis, dtype=work)
+    if attrs["exclusive"] and v.shape[axis]:
+        out = np.concatenate([np.zeros_like(np.take(out, [0], axis=axis)), np.take(out, range(v.shape[axis] - 1),
+                                                                                   axis=axis)], axis=axis)
+    if attrs["reverse"]:
+        out = np.flip(out, axis)
+    return (np.ascontiguousarray(out).astype(x.dtype),)
