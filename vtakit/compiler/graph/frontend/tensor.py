@@ -196,3 +196,7 @@ def _slice_1(ctx: ConvertContext, node: OnnxNode) -> None:
     if "axes" in node.attrs:
         inputs.append(_ints_const(ctx, node, node.attrs["axes"], "axes"))
     ctx.emit("Slice", inputs, node.outputs, {}, node.name)
+
+
+for _op, _since in (("GatherElements", 11), ("Trilu", 14), ("DepthToSpace", 1), ("SpaceToDepth", 1)):
+    register_passthrough(_op, since=_since)

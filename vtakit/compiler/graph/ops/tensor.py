@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from vtakit.compiler import ir, te
 from vtakit.compiler.graph.ir import TensorType
 from vtakit.compiler.graph.op import REQUIRED, Pattern, register_op
 from vtakit.compiler.ops import math as tmath
@@ -18,7 +19,7 @@ from vtakit.compiler.ops import transform
 from vtakit.compiler.ops.common import static_shape
 from vtakit.errors import GraphError, UnsupportedOperatorError
 
-__all__ = ["reshape_target", "split_sizes", "slices", "pad_widths", "PAD_MODES"]
+__all__ = ["reshape_target", "split_sizes", "slices", "pad_widths", "PAD_MODES", "DEPTH_TO_SPACE_MODES"]
 
 
 def _shape_fold(types: list[TensorType], attrs: dict) -> tuple[np.ndarray, ...]:
@@ -373,3 +374,142 @@ def _tile(ins, attrs):
     if len(reps) != ins[0].ndim:
         raise GraphError(f"Tile: {len(reps)} repeats {reps} for an input of rank {ins[0].ndim}")
     return (np.tile(ins[0], reps),)
+
+
+# -- GatherElements, Trilu, DepthToSpace / SpaceToDepth ---------------------------------------------------
+def _gather_elements_compute(ins: list, attrs: dict) -> list:
+    data, indices = ins
+    shape, ishape = static_shape(data), static_shape(indices)
+    axis = _axis(attrs["axis"], len(shape), "GatherElements")
+    if len(ishape) != len(shape):
+        raise GraphError(f"GatherElements: indices of rank {len(ishape)} for data of rank {len(shape)}; expected "
+                         "equal ranks")
+    n = shape[axis]
+
+    def read(*i):  # TVM's topi.gather: out[i] = data[i with i[axis] -> indices[i]]; negatives wrap, then clamped
+        k = indices(*i).astype("int32")
+        k = tmath.select(k < 0, k + n, k)
+        k = te.max(te.min(k, n - 1), 0)
+        return data(*i[:axis], k, *i[axis + 1:])
+    return [te.compute(ishape, read, name="gather_elements", tag="injective")]
+
+
+@register_op("GatherElements", pattern=Pattern.INJECTIVE, attrs={"axis": 0}, compute=_gather_elements_compute)
+def _gather_elements(ins, attrs):
+    """``out[i] = data[i with i[axis] replaced by indices[i]]`` (negative indices count from the end)."""
+    data, idx = ins[0], np.asarray(ins[1]).astype(np.int64)
+    axis = _axis(attrs["axis"], data.ndim, "GatherElements")
+    n = data.shape[axis]
+    if idx.size and (idx.min() < -n or idx.max() >= n):
+        raise GraphError(f"GatherElements: indices {idx.min()}..{idx.max()} are out of range for an axis of {n}")
+    return (np.take_along_axis(data, np.where(idx < 0, idx + n, idx), axis=axis),)
+
+
+def _trilu_k(ins: list) -> int:
+    k = ins[1] if len(ins) > 1 and ins[1] is not None else np.zeros((), np.int64)
+    values = np.asarray(k).reshape(-1)
+    if values.size != 1:
+        raise GraphError(f"Trilu: k must be a single integer, got {values.tolist()}")
+    return int(values[0])
+
+
+def _trilu_rank(rank: int) -> None:
+    if rank < 2:
+        raise GraphError(f"Trilu: input of rank {rank}; expected rank 2 or more")
+
+
+def _trilu_compute(ins: list, attrs: dict) -> list:
+    x = ins[0]
+    shape = static_shape(x)
+    _trilu_rank(len(shape))
+    k, upper = _trilu_k(ins), bool(attrs["upper"])
+
+    def read(*i):
+        diff = i[-1] - i[-2]
+        keep = diff >= k if upper else diff <= k
+        return tmath.select(keep, x(*i), ir.const(0, x.dtype))
+    return [te.compute(shape, read, name="trilu", tag="injective")]
+
+
+@register_op("Trilu", pattern=Pattern.INJECTIVE, attrs={"upper": 1}, const_inputs=(1,), compute=_trilu_compute)
+def _trilu(ins, attrs):
+    """The upper (``upper``=1: j - i >= k) or lower (j - i <= k) triangle of the last two axes; the rest 0."""
+    x = ins[0]
+    _trilu_rank(x.ndim)
+    k = _trilu_k(ins)
+    return (np.triu(x, k) if attrs["upper"] else np.tril(x, k),)
+
+
+# DepthToSpace modes: DCR (depth-column-row, the default) and CRD (column-row-depth)
+DEPTH_TO_SPACE_MODES = ("DCR", "CRD")
+
+
+def _block(op: str, shape: tuple[int, ...], b: int, to_space: bool) -> None:
+    if len(shape) != 4:
+        raise GraphError(f"{op}: input of shape {list(shape)}; expected rank 4 (N, C, H, W)")
+    if b < 1:
+        raise GraphError(f"{op}: blocksize {b}; expected a positive integer")
+    if to_space and shape[1] % (b * b):
+        raise GraphError(f"{op}: {shape[1]} channels are not a multiple of blocksize^2 = {b * b}")
+    if not to_space and (shape[2] % b or shape[3] % b):
+        raise GraphError(f"{op}: height {shape[2]} and width {shape[3]} must be multiples of blocksize {b}")
+
+
+def _d2s_mode(mode: str) -> str:
+    if mode not in DEPTH_TO_SPACE_MODES:
+        raise GraphError(f"DepthToSpace: mode {mode!r}; expected one of {list(DEPTH_TO_SPACE_MODES)}")
+    return mode
+
+
+def _depth_to_space_compute(ins: list, attrs: dict) -> list:
+    x = ins[0]
+    shape = static_shape(x)
+    b = attrs["blocksize"]
+    _block("DepthToSpace", shape, b, True)
+    mode = _d2s_mode(attrs["mode"])
+    n, c, h, w = shape
+    oc = c // (b * b)
+
+    def read(i, ch, y, z):  # TVM's topi.nn.depth_to_space
+        by, bx = y % b, z % b
+        src = (by * b + bx) * oc + ch if mode == "DCR" else ch * b * b + by * b + bx
+        return x(i, src, y // b, z // b)
+    return [te.compute((n, oc, h * b, w * b), read, name="depth_to_space", tag="injective")]
+
+
+@register_op("DepthToSpace", pattern=Pattern.INJECTIVE, attrs={"blocksize": REQUIRED, "mode": "DCR"},
+             compute=_depth_to_space_compute)
+def _depth_to_space(ins, attrs):
+    """Channel blocks moved into blocksize x blocksize spatial blocks, in DCR or CRD order."""
+    x, b = ins[0], attrs["blocksize"]
+    _block("DepthToSpace", x.shape, b, True)
+    n, c, h, w = x.shape
+    if _d2s_mode(attrs["mode"]) == "DCR":
+        t = x.reshape(n, b, b, c // (b * b), h, w).transpose(0, 3, 4, 1, 5, 2)
+    else:
+        t = x.reshape(n, c // (b * b), b, b, h, w).transpose(0, 1, 4, 2, 5, 3)
+    return (np.ascontiguousarray(t.reshape(n, c // (b * b), h * b, w * b)),)
+
+
+def _space_to_depth_compute(ins: list, attrs: dict) -> list:
+    x = ins[0]
+    shape = static_shape(x)
+    b = attrs["blocksize"]
+    _block("SpaceToDepth", shape, b, False)
+    n, c, h, w = shape
+
+    def read(i, ch, y, z):  # TVM's topi.nn.space_to_depth: channel (by * b + bx) * C + c
+        block, src = ch // c, ch % c
+        return x(i, src, y * b + block // b, z * b + block % b)
+    return [te.compute((n, c * b * b, h // b, w // b), read, name="space_to_depth", tag="injective")]
+
+
+@register_op("SpaceToDepth", pattern=Pattern.INJECTIVE, attrs={"blocksize": REQUIRED},
+             compute=_space_to_depth_compute)
+def _space_to_depth(ins, attrs):
+    """blocksize x blocksize spatial blocks moved into channels (DepthToSpace's DCR order, inverted)."""
+    x, b = ins[0], attrs["blocksize"]
+    _block("SpaceToDepth", x.shape, b, False)
+    n, c, h, w = x.shape
+    t = x.reshape(n, c, h // b, b, w // b, b).transpose(0, 3, 5, 1, 2, 4)
+    return (np.ascontiguousarray(t.reshape(n, c * b * b, h // b, w // b)),)
