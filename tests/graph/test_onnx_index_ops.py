@@ -1,4 +1,4 @@
-"""Indexing and rearranging operators (GatherElements, Trilu, DepthToSpace, SpaceToDepth) against onnxruntime,
+"""Indexing and rearranging operators (GatherElements, Trilu, DepthToSpace, SpaceToDepth, Einsum) against onnxruntime,
 exactly (they move elements), on shapes beyond onnx's node tests: random shapes and indices, negative axes and
 indices, int and float types, both DepthToSpace modes; bad attributes are errors naming the value."""
 
@@ -95,3 +95,42 @@ def test_depth_to_space_bad_attributes_name_the_value():
         vg.from_onnx(model_of(Case("SpaceToDepth", {"x": x}, {"blocksize": 3}, opset=13)))
     with pytest.raises(GraphError, match="missing required attribute 'blocksize'"):
         vg.from_onnx(model_of(Case("SpaceToDepth", {"x": x}, opset=13)))
+
+
+# ---------------------------------------------------------------------------- Einsum (rewritten to MatMul etc.)
+EINSUM_CASES = {
+    "attention_scores": ("bhid,bhjd->bhij", [(2, 3, 5, 4), (2, 3, 6, 4)]),
+    "attention_context": ("bhij,bhjd->bhid", [(2, 3, 5, 6), (2, 3, 6, 4)]),
+    "linear": ("bsd,df->bsf", [(2, 5, 8), (8, 3)]),
+    "batch_broadcast_ellipsis": ("...ij,...jk->...ik", [(2, 1, 3, 4), (2, 5, 4, 2)]),
+    "outer": ("i,j->ij", [(4,), (3,)]),
+    "inner_implicit": ("i,i", [(7,)] * 2),
+    "transpose_implicit": ("ji", [(3, 5)]),
+    "sum_all": ("ij->", [(3, 4)]),
+    "trace": ("ii", [(5, 5)]),
+    "batch_diagonal": ("...ii->...i", [(2, 3, 4, 4)]),
+    "bilinear_three_operands": ("bi,ij,bj->b", [(4, 3), (3, 5), (4, 5)]),
+    "summed_free_letter": ("ij,jk->i", [(3, 4), (4, 5)]),
+    "upper_case_letters": ("bN,NM->Mb", [(2, 3), (3, 4)]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(EINSUM_CASES))
+@pytest.mark.parametrize("dtype", [np.float32, np.int64])
+def test_einsum_equals_onnxruntime(name, dtype):
+    equation, shapes = EINSUM_CASES[name]
+    inputs = {f"x{i}": rand(*s, seed=7 + i, low=-5, high=5).astype(dtype) for i, s in enumerate(shapes)}
+    g = check(Case("Einsum", inputs, {"equation": equation}, opset=12), rtol=1e-5, atol=1e-5)
+    assert "Einsum" not in {node.op for node in g.nodes}
+
+
+def test_einsum_bad_equations_name_the_problem():
+    x = rand(3, 4)
+    with pytest.raises(GraphError, match=r"term 'ijk' of equation 'ijk->i' names 3 axes for an input of rank 2"):
+        vg.from_onnx(model_of(Case("Einsum", {"x": x}, {"equation": "ijk->i"}, opset=12)))
+    with pytest.raises(GraphError, match=r"equation 'ij,jk->ik' has 2 operands, the node has 1 inputs"):
+        vg.from_onnx(model_of(Case("Einsum", {"x": x}, {"equation": "ij,jk->ik"}, opset=12)))
+    with pytest.raises(GraphError, match=r"output 'iz' of equation 'ij->iz' names letters \['z'\]"):
+        vg.from_onnx(model_of(Case("Einsum", {"x": x}, {"equation": "ij->iz"}, opset=12)))
+    with pytest.raises(GraphError, match=r"letter 'i' labels axes of sizes 3 and 4"):
+        vg.from_onnx(model_of(Case("Einsum", {"x": x}, {"equation": "ii->i"}, opset=12)))

@@ -4,7 +4,7 @@ Importing this package registers every converter (and, through :mod:`..ops`, eve
 """
 
 from vtakit.compiler.graph import ops  # noqa: F401  (graph operators first: converters emit them)
-from vtakit.compiler.graph.frontend import elementwise, nn, quantized, tensor  # noqa: F401
+from vtakit.compiler.graph.frontend import einsum, elementwise, nn, quantized, tensor  # noqa: F401
 from vtakit.compiler.graph.frontend.importer import from_onnx, load_model, model_opset
 
 __all__ = ["from_onnx", "load_model", "model_opset"]
