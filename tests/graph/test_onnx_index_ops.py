@@ -1,6 +1,6 @@
-"""Indexing and rearranging operators (GatherElements, Trilu, DepthToSpace, SpaceToDepth, Einsum) against onnxruntime,
-exactly (they move elements), on shapes beyond onnx's node tests: random shapes and indices, negative axes and
-indices, int and float types, both DepthToSpace modes; bad attributes are errors naming the value."""
+"""Indexing, rearranging and selecting operators (GatherElements, Trilu, DepthToSpace, SpaceToDepth, Einsum, TopK)
+against onnxruntime, exactly where they move elements, on shapes beyond onnx's node tests: random shapes and
+indices, negative axes and indices, int and float types, every mode; bad attributes are errors naming the value."""
 
 from __future__ import annotations
 
@@ -134,3 +134,42 @@ def test_einsum_bad_equations_name_the_problem():
         vg.from_onnx(model_of(Case("Einsum", {"x": x}, {"equation": "ij->iz"}, opset=12)))
     with pytest.raises(GraphError, match=r"letter 'i' labels axes of sizes 3 and 4"):
         vg.from_onnx(model_of(Case("Einsum", {"x": x}, {"equation": "ii->i"}, opset=12)))
+
+
+# ---------------------------------------------------------------------------- TopK
+@pytest.mark.parametrize("largest", [1, 0])
+@pytest.mark.parametrize("axis, k", [(-1, 3), (1, 5), (0, 1), (2, 0)])
+@pytest.mark.parametrize("dtype", [np.float32, np.int32, np.int64])
+def test_topk_equals_onnxruntime_with_ties_in_index_order(largest, axis, k, dtype):
+    # few distinct values: ties are common, and onnxruntime lists equal values by index
+    x = rand(4, 7, 6, seed=9, low=-3, high=3).astype(dtype)
+    check(Case("TopK", {"x": x, "k": np.array([k], I64)}, {"axis": axis, "largest": largest}, weights=("k",),
+               opset=11, outputs=2))
+
+
+def test_topk_of_opsets_1_and_10():
+    x = rand(3, 9, seed=10)
+    check(Case("TopK", {"x": x}, {"k": 4}, opset=9, outputs=2))
+    check(Case("TopK", {"x": x, "k": np.array([2], I64)}, {"axis": 0}, weights=("k",), opset=10, outputs=2))
+
+
+def test_topk_bad_k_and_axis_name_the_value():
+    x = rand(3, 4)
+    with pytest.raises(GraphError, match=r"TopK: K = 5 for an axis of 4; expected 0..4"):
+        vg.from_onnx(model_of(Case("TopK", {"x": x, "k": np.array([5], I64)}, weights=("k",), opset=11, outputs=2)))
+    with pytest.raises(GraphError, match=r"TopK: axis 2 is out of range for an input of rank 2"):
+        vg.from_onnx(model_of(Case("TopK", {"x": x, "k": np.array([1], I64)}, {"axis": 2}, weights=("k",),
+                                   opset=11, outputs=2)))
+    with pytest.raises(GraphError, match="must be a constant"):
+        vg.from_onnx(model_of(Case("TopK", {"x": x, "k": np.array([1], I64)}, opset=11, outputs=2)))
+
+
+def test_topk_unsorted_gives_onnxruntimes_elements_sorted():
+    x = rand(3, 9, seed=11)
+    case = Case("TopK", {"x": x, "k": np.array([4], I64)}, {"sorted": 0}, weights=("k",), opset=11, outputs=2)
+    model = model_of(case)
+    _, want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    values, indices = vg.build(vg.from_onnx(model)).run({"x": x})
+    np.testing.assert_array_equal(np.sort(indices, axis=1), np.sort(want, axis=1))
+    np.testing.assert_array_equal(values, np.take_along_axis(x, indices, axis=1))
+    assert np.all(np.diff(values, axis=1) <= 0)

@@ -175,3 +175,19 @@ def _layer_norm(ctx: ConvertContext, node: OnnxNode) -> None:
         raise UnsupportedOperatorError(f"{node.label}: stash_type {stash} is not supported; expected 1 (float32 "
                                        "statistics)")
     ctx.emit("LayerNormalization", node.inputs, node.outputs, node.attrs, node.name)
+
+
+@converter("TopK", since=10)
+def _topk(ctx: ConvertContext, node: OnnxNode) -> None:
+    """One to one (K a constant input); results are always sorted: with ``sorted``=0, where ONNX leaves the order
+    open, they are the elements onnxruntime gives, in sorted order."""
+    ctx.emit("TopK", node.inputs, node.outputs, node.attrs, node.name)
+
+
+@converter("TopK", since=1)
+def _topk_1(ctx: ConvertContext, node: OnnxNode) -> None:
+    """TopK-1: ``k`` is an attribute (it becomes a constant input); the largest, sorted."""
+    if "k" not in node.attrs:
+        raise GraphError(f"{node.label}: missing required attribute 'k'")
+    k = ctx.add_constant(np.array([node.attrs["k"]], np.int64), f"{node.outputs[0]}_k")
+    ctx.emit("TopK", [node.inputs[0], k], node.outputs, {"axis": node.attrs.get("axis", -1)}, node.name)

@@ -671,3 +671,65 @@ def _cumsum_reference(ins, attrs):
     if attrs["reverse"]:
         out = np.flip(out, axis)
     return (np.ascontiguousarray(out).astype(x.dtype),)
+
+
+# ---------------------------------------------------------------------------- TopK
+def _topk_args(x_shape: Sequence[int], k_input: Any, attrs: dict) -> tuple[int, int]:
+    axis = _norm_axis("TopK", attrs["axis"], len(x_shape))
+    values = np.asarray(k_input).reshape(-1)
+    if values.size != 1:
+        raise GraphError(f"TopK: K must be a single integer, got {values.tolist()}")
+    k = int(values[0])
+    if not 0 <= k <= x_shape[axis]:
+        raise GraphError(f"TopK: K = {k} for an axis of {x_shape[axis]}; expected 0..{x_shape[axis]}")
+    return axis, k
+
+
+def _topk_reference(ins: list, attrs: dict) -> tuple[np.ndarray, ...]:
+    """The K largest (``largest``=1) or smallest elements along ``axis`` and their int64 indices, sorted; equal
+    values in index order (as onnxruntime orders them)."""
+    x = ins[0]
+    axis, k = _topk_args(x.shape, ins[1], attrs)
+    n = x.shape[axis]
+    if attrs["largest"]:  # a stable ascending sort of the reversed axis, reversed: descending, ties by index
+        order = n - 1 - np.flip(np.argsort(np.flip(x, axis), axis=axis, kind="stable"), axis)
+    else:
+        order = np.argsort(x, axis=axis, kind="stable")
+    idx = np.take(order, np.arange(k), axis=axis).astype(np.int64)
+    return np.take_along_axis(x, idx, axis=axis), idx
+
+
+def _topk_compute(ins: list, attrs: dict) -> list[te.Tensor]:
+    """TVM's topk sorts with an extern; vtakit's TE has none, so each element's rank along the axis is counted
+    (the elements that beat it: larger, or equal at a smaller index), then output p takes the element ranked p:
+    two reductions, O(n^2) per line."""
+    x = ins[0]
+    shape = static_shape(x)
+    axis, k = _topk_args(shape, ins[1], attrs)
+    n = shape[axis]
+    largest = bool(attrs["largest"])
+    j = te.reduce_axis((0, n), "j")
+
+    def rank(*i):
+        other = x[tuple(j if a == axis else v for a, v in enumerate(i))]
+        mine = x[i]
+        beats = (other > mine) if largest else (other < mine)
+        wins = ir.Or(beats, ir.And(other == mine, j.var < i[axis]))
+        return te.sum(ir.Select(wins, ir.const(1, "int32"), ir.const(0, "int32")), axis=j)
+
+    ranks = te.compute(shape, rank, name="topk_rank", tag="reduce")
+    out_shape = tuple(k if a == axis else s for a, s in enumerate(shape))
+    r = te.reduce_axis((0, n), "r")
+
+    def pick(*p):
+        at = tuple(r if a == axis else v for a, v in enumerate(p))
+        return te.sum(ir.Select(ranks[at] == p[axis], r.var.astype("int64"), ir.const(0, "int64")), axis=r)
+
+    indices = te.compute(out_shape, pick, name="topk_indices", tag="reduce")
+    values = te.compute(out_shape, lambda *p: x[tuple(indices[p].astype("int32") if a == axis else v
+                                                      for a, v in enumerate(p))], name="topk_values")
+    return [values, indices]
+
+
+register_op("TopK", pattern=Pattern.OPAQUE, attrs={"axis": -1, "largest": 1, "sorted": 1}, const_inputs=(1,),
+            compute=_topk_compute)(_topk_reference)
