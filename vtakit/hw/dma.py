@@ -33,7 +33,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
-from vtakit.hw.bus import ADDR_BITS, BOUNDARY_BYTES, MAX_BURST_BEATS, ReadPortSignature, WritePortSignature
+from vtakit.hw.bus import ADDR_BITS, MAX_BURST_BEATS, ReadPortSignature, WritePortSignature
 from vtakit.hw.pipeline import LOAD_PREP_CYCLES
 
 __all__ = ["DmaLoad2D", "DmaStore2D", "SRAM_ADDR_BITS", "LOAD_PREP_CYCLES", "mem_fields"]
@@ -58,101 +58,131 @@ def _narrow_product(narrow, wide):
     return terms[0]
 
 
-def _to_boundary(addr, log_size):
-    """Beats of ``2**log_size`` bytes from ``addr`` to the next 4 KiB boundary (1 .. 4096)."""
-    return (BOUNDARY_BYTES - addr[:12]) >> log_size
+def _page_index_at(addr, k: int, plus256: bool = False):
+    """Of beats of ``2**k`` bytes from ``addr`` (aligned to ``2**k``), or, with ``plus256``, from 256 beats
+    after it (the caller knows that address to be in the same page): (whether the 4 KiB boundary comes
+    within 256 beats, the low 8 bits ``j`` of the beat's index in its page, padded with ones above a
+    page's beats), so that min(256, beats to the boundary) is ``256 - j`` there and 256 otherwise. Built
+    from ``addr``'s bits, without subtracting it from the boundary: the boundary is within 256 beats
+    exactly when the index's bits above the low 8 are all ones (one less with ``plus256``)."""
+    n = 12 - k                       # bits of the beat index within the page
+    index = addr[k:12]
+    if n <= 8:                       # a page holds at most 256 beats: the boundary is always within reach
+        return Const(1, 1), Cat(index, Const((1 << (8 - n)) - 1, 8 - n))
+    ones = (1 << (n - 8)) - 1
+    return index[8:] == (ones - 1 if plus256 else ones), index[:8]
 
 
-def _cap(to_boundary):
-    """(whether the 4 KiB boundary comes within 256 beats, min(256, beats to it))."""
-    at_boundary = to_boundary <= MAX_BURST_BEATS
-    return at_boundary, Mux(at_boundary, to_boundary, MAX_BURST_BEATS)
+def _page_start_cap(k: int):
+    """``_page_cap`` of an address on a 4 KiB boundary (the one after a burst that ends there)."""
+    n = 12 - k
+    beats = 1 << n if n <= 8 else MAX_BURST_BEATS
+    return Const(int(n <= 8), 1), Const(beats, 9), Const(beats - 1, 8)
 
 
-class _NextBurst:
-    """The next burst from ``addr`` (aligned to ``2**log_size``) with ``row_left`` beats left in the row:
-    the rest of the row, capped at 256 beats and at the 4 KiB boundary. Built shallow (no comparison of
-    the wide ``row_left``, only of its low bits): ``cap`` = min(256, beats to the boundary) depends
-    on ``addr`` alone, ``row_end`` (the burst ends the row) = row_left <= cap, ``beats``, and
-    ``after``: the address after a burst that does not end the row (the boundary, or 256 beats on)."""
+def _by_log_size(log_size, max_log_size: int, build):
+    """``build(k)`` (a tuple of values) for the beat size ``2**log_size``: ``log_size`` a Python int, or a
+    value in ``0 .. max_log_size`` (then every possible size is built and the result selected by it)."""
+    if isinstance(log_size, int):
+        return build(log_size)
+    sizes = range(max_log_size + 1)
+    out = build(sizes[-1])
+    for k in reversed(sizes[:-1]):
+        cand = build(k)
+        out = tuple(Mux(log_size == k, c, o) for c, o in zip(cand, out))
+    return out
 
-    def __init__(self, m: Module, row_left, addr, log_size, to_boundary=None, kept=None):
-        if to_boundary is None:      # else the caller keeps it (beats from addr to the boundary) in a register
-            to_boundary = Signal(13)
-            m.d.comb += to_boundary.eq(_to_boundary(addr, log_size))
-        if kept is not None:         # the caller keeps at_boundary and cap in registers too (see _cap)
-            self.at_boundary, self.cap = kept
-        else:
-            self.at_boundary, cap = _cap(to_boundary)
-            self.cap = Signal(range(MAX_BURST_BEATS + 1))
-            m.d.comb += self.cap.eq(cap)
-        low = exact_log2(MAX_BURST_BEATS) + 1
-        self.row_end = (row_left[low:] == 0) & (row_left[:low] <= self.cap)
-        self.beats = Signal(range(MAX_BURST_BEATS + 1))
-        m.d.comb += self.beats.eq(Mux(self.row_end, row_left[:low], self.cap))
-        self.after = Mux(self.at_boundary, Cat(Const(0, 12), addr[12:] + 1),
-                         addr + (Const(MAX_BURST_BEATS, low) << log_size))[:len(addr)]
+
+def _page_cap(addr, log_size, max_log_size: int, plus256: bool = False):
+    """(at_boundary, cap, cap - 1) of ``addr`` for a constant or a variable beat size (see
+    ``_page_index_at``): one 9-bit subtraction after the selection by the beat size, and ``cap - 1`` =
+    ``255 - j`` is ``j`` inverted."""
+    at_boundary, index = _by_log_size(log_size, max_log_size, lambda k: _page_index_at(addr, k, plus256))
+    low = Mux(at_boundary, index, 0)
+    return at_boundary, (Const(MAX_BURST_BEATS, 9) - low)[:9], ~low
 
 
 class _BurstGenerator:
-    """Request-side walk: rows of ``row_beats`` beats cut into AXI bursts, one request per cycle.
+    """Request-side walk: rows of ``row_beats`` beats cut into AXI4 INCR bursts (the rest of the row,
+    capped at 256 beats and at the 4 KiB boundary), one request per cycle at most.
 
     Call :meth:`start` in the start cycle; ``enable`` gates when requests may be presented.
+    ``log_size`` is a Python int (a store's fixed beat size) or a value stable during the walk, in
+    ``0 .. max_log_size``. ``spare_cycle``: the requester is accepted at most every other cycle, and
+    not in the cycle after the start (a read requester behind the registered grant, docs/timing.md §5).
+
+    The burst cutting is kept shallow for ECP5 (docs/fpga.md §6): whether the 4 KiB boundary is within
+    256 beats, the cap min(256, beats to it) and ``cap - 1`` are registers beside the address, and so
+    are the low bits of ``rem - 1``, so the burst ends the row (``row_end``: one 9-bit comparison) and
+    its length come from registers; the values those registers take after a burst are built from
+    registers too (the next row's address, or the current address's bits: ``_page_cap``), so that the
+    acceptance and ``row_end`` only select between them. With ``spare_cycle``, ``row_end`` is also kept
+    in a register, computed in the cycle before an acceptance (the walk does not move there), so that
+    its comparison is not behind the selection of every next-state register.
     """
 
-    def __init__(self, m: Module, req, *, log_size, enable):
+    def __init__(self, m: Module, req, *, log_size, enable, max_log_size: int = 0, spare_cycle: bool = False):
         self.active = Signal()
         self.rows_left = Signal(16)
         self.next_row = Signal(ADDR_BITS)   # the next row's first address, kept ahead (no adder behind the grant)
         self.addr = Signal(ADDR_BITS)
         self.rem = Signal(_COUNT_BITS)      # beats left in the current row
+        self.rem_m1 = Signal(8)             # (rem - 1) mod 256: the burst length when the burst ends the row
         self.row_beats = Signal(_COUNT_BITS)
+        self.row_beats_m1 = Signal(8)
         self.stride_bytes = Signal(ADDR_BITS)
+        self.last_row = Signal()            # rows_left == 1, kept as a register
         self.log_size = log_size
-        # beats from addr to the 4 KiB boundary, kept beside addr (no subtraction and shift between the
-        # address register and the burst cutting that the next address depends on)
-        self.to_boundary = Signal(13)
-        # and, beside it, whether that is within 256 beats and the burst cap min(256, to_boundary): the
-        # row-end comparison starts from a register (the acceptance, ready, is a register since the read
-        # grant is registered)
+        self.max_log_size = max_log_size
         self.at_boundary = Signal()
         self.cap = Signal(range(MAX_BURST_BEATS + 1))
+        self.cap_m1 = Signal(8)
 
-        nxt = _NextBurst(m, self.rem, self.addr, log_size, self.to_boundary, kept=(self.at_boundary, self.cap))
-        beats = nxt.beats
+        low = exact_log2(MAX_BURST_BEATS) + 1
+        row_end = (self.rem[low:] == 0) & (self.rem[:low] <= self.cap)
         m.d.comb += [
             req.valid.eq(self.active & enable),
             req.payload.addr.eq(self.addr),
-            req.payload.len.eq(beats - 1),
+            req.payload.len.eq(Mux(row_end, self.rem_m1, self.cap_m1)),
             req.payload.size.eq(log_size),
         ]
         self.fire = req.valid & req.ready
+        if spare_cycle:
+            step_row_end = Signal()
+            m.d.sync += [step_row_end.eq(row_end),
+                         Assert(~self.fire | (step_row_end == row_end), "DMA burst walk: accepted without a spare cycle")]
+        else:
+            step_row_end = row_end
+        # after a burst that does not end the row: the boundary (a whole page on), or 256 beats on
+        after = Mux(self.at_boundary, Cat(Const(0, 12), self.addr[12:] + 1),
+                    self.addr + (Const(MAX_BURST_BEATS, low) << log_size))[:ADDR_BITS]
+        at_page = _by_log_size(log_size, max_log_size, _page_start_cap)
+        on_256 = _page_cap(self.addr, log_size, max_log_size, plus256=True)
+        after_cap = [Mux(self.at_boundary, p, q) for p, q in zip(at_page, on_256)]
         with m.If(self.fire):
-            with m.If(nxt.row_end):
-                self._set_boundary(m, _to_boundary(self.next_row, log_size))
+            with m.If(step_row_end):
+                self._set_page(m, _page_cap(self.next_row, log_size, max_log_size))
                 m.d.sync += [self.addr.eq(self.next_row),
                              self.next_row.eq(self.next_row + self.stride_bytes), self.rem.eq(self.row_beats),
-                             self.rows_left.eq(self.rows_left - 1)]
-                with m.If(self.rows_left == 1):
+                             self.rem_m1.eq(self.row_beats_m1),
+                             self.rows_left.eq(self.rows_left - 1), self.last_row.eq(self.rows_left == 2)]
+                with m.If(self.last_row):
                     m.d.sync += self.active.eq(0)
             with m.Else():
-                # after: the boundary (a whole page to the next one), or 256 beats on (256 fewer to it)
-                m.d.sync += [self.addr.eq(nxt.after), self.rem.eq(self.rem - nxt.cap)]
-                self._set_boundary(m, Mux(nxt.at_boundary, Const(BOUNDARY_BYTES, 13) >> log_size,
-                                          self.to_boundary - MAX_BURST_BEATS))
+                m.d.sync += [self.addr.eq(after), self.rem.eq(self.rem - self.cap),
+                             self.rem_m1.eq(self.rem_m1 - self.cap)]
+                self._set_page(m, after_cap)
 
-    def _set_boundary(self, m: Module, to_boundary) -> None:
-        """Load ``to_boundary`` (in the current control context) and the values kept beside it."""
-        value = Signal(13)
-        at_boundary, cap = _cap(value)
-        m.d.comb += value.eq(to_boundary)
-        m.d.sync += [self.to_boundary.eq(value), self.at_boundary.eq(at_boundary), self.cap.eq(cap)]
+    def _set_page(self, m: Module, page) -> None:
+        at_boundary, cap, cap_m1 = page
+        m.d.sync += [self.at_boundary.eq(at_boundary), self.cap.eq(cap), self.cap_m1.eq(cap_m1)]
 
     def start(self, m: Module, *, base, stride_bytes, rows, row_beats):
-        self._set_boundary(m, _to_boundary(base, self.log_size))
+        self._set_page(m, _page_cap(base, self.log_size, self.max_log_size))
         m.d.sync += [self.active.eq((rows != 0) & (row_beats != 0)), self.rows_left.eq(rows),
+                     self.last_row.eq(rows == 1),
                      self.next_row.eq(base + stride_bytes), self.addr.eq(base),
-                     self.rem.eq(row_beats),
+                     self.rem.eq(row_beats), self.rem_m1.eq(row_beats - 1), self.row_beats_m1.eq(row_beats - 1),
                      self.row_beats.eq(row_beats), self.stride_bytes.eq(stride_bytes)]
 
 
@@ -247,9 +277,11 @@ class DmaLoad2D(wiring.Component):
         # pads_left <= DRAM_LATENCY (requests may start), kept as a register beside pads_left: no comparison
         # between the counter and the request's valid, which the memory master's registered pick depends on
         near = Signal(init=1)
+        pad_last = Signal()          # pads_left == 1, kept as a register (finish does not wait on a wide compare)
         with m.If(pad_we):
-            m.d.sync += [pads_left.eq(pads_left - 1), near.eq(pads_left <= self._latency + 1)]
-            with m.If(pads_left == 1):
+            m.d.sync += [pads_left.eq(pads_left - 1), near.eq(pads_left <= self._latency + 1),
+                         pad_last.eq(pads_left == 2)]
+            with m.If(pad_last):
                 m.d.sync += pad_we.eq(0)
             with m.If(left > 1):
                 m.d.sync += [cur.eq(cur + 1), left.eq(left - 1)]
@@ -261,7 +293,7 @@ class DmaLoad2D(wiring.Component):
         # ---- request side
         row_beats = Signal(_COUNT_BITS)
         m.d.comb += row_beats.eq(f["x_size"] << log_k)
-        reqs = _BurstGenerator(m, self.mem.ar, log_size=log_size,
+        reqs = _BurstGenerator(m, self.mem.ar, log_size=log_size, max_log_size=log_bus, spare_cycle=True,
                                enable=active & near)
 
         # ---- data side: R beats, always accepted, assembled into elements.
@@ -311,8 +343,13 @@ class DmaLoad2D(wiring.Component):
                 lane.eq(base_bytes), row_lane.eq(base_bytes), stride_lanes.eq(stride_bytes),
                 elem_bytes.eq(Mux(narrow, Const(1, 1) << f["log_elem"], 0)),
             ]
-            # The first pad run; an empty first run starts at the next non-empty one.
-            with m.If((y_size == 0) | (run0 != 0)):
+            # n_pads == 1 without the sum (its three terms are not negative)
+            zero = [(top == 0), (bottom == 0), (across == 0)]
+            m.d.sync += pad_last.eq((top == 1) & zero[1] & zero[2] | zero[0] & (bottom == 1) & zero[2]
+                                    | zero[0] & zero[1] & (across == 1))
+            # The first pad run; an empty first run starts at the next non-empty one. run0 != 0 without the
+            # sum: top = y_pad_0 * W and W != 0 (x_size != 0 here)
+            with m.If((y_size == 0) | (f["y_pad_0"] != 0) | (f["x_pad_0"] != 0)):
                 m.d.sync += [cur.eq(f["sram_base"]), left.eq(Mux(y_size == 0, n_pads, run0)),
                              runs_left.eq(Mux(y_size == 0, 0, y_size - 1))]
             with m.Elif((mid != 0) & (y_size > 1)):
@@ -325,7 +362,7 @@ class DmaLoad2D(wiring.Component):
         data_done = (rows_left == 0) | ((rows_left == 1) & (x_left == 1) & data_we)
         empty = Signal()             # x_size 0: nothing to do, done in the first execution cycle
         m.d.sync += empty.eq(self.start & (self.x_size == 0))
-        m.d.comb += finish.eq(empty | (active & (~pad_we | (pads_left == 1)) & data_done))
+        m.d.comb += finish.eq(empty | (active & (~pad_we | pad_last) & data_done))
         with m.If(finish):
             m.d.sync += active.eq(0)
         m.d.comb += self.finish.eq(finish)
@@ -342,6 +379,7 @@ class DmaLoad2D(wiring.Component):
         m.d.sync += [
             Assert(~(pad_we & data_we), "DMA load: pad and data write in the same cycle"),
             Assert(~beat_in | active, "DMA load: read beat while idle"),
+            Assert(~pad_we | (pad_last == (pads_left == 1)), "DMA load: pad_last out of step"),
         ]
         return m
 
@@ -379,25 +417,36 @@ class DmaStore2D(wiring.Component):
 
         active = Signal()
         m.d.comb += self.active.eq(active)
-        reqs = _BurstGenerator(m, self.mem.aw, log_size=Const(log_size, 4), enable=active)
+        reqs = _BurstGenerator(m, self.mem.aw, log_size=log_size, enable=active)
 
-        # W side: its own copy of the burst walk, to mark the last beat of every burst.
+        # W side: its own walk, beat by beat, marking the last beat of every burst. A burst ends at the
+        # first beat that ends its row, comes before a 4 KiB boundary, or is its 256th, which is where
+        # the AW walk cuts it (the rest of the row, capped at 256 beats and at the boundary); each of
+        # the three is kept as a register flag, so WLAST is their OR. Only the address's low 12 bits
+        # matter here (the lane and the position in the 4 KiB page).
         w_valid = Signal()
-        w_addr = Signal(ADDR_BITS)
-        w_next_row = Signal(ADDR_BITS)      # the next row's first address, kept ahead
-        w_rem = Signal(_COUNT_BITS)
+        w_addr = Signal(12)
+        w_next_row = Signal(12)             # the next row's first address, kept ahead
+        w_rem = Signal(_COUNT_BITS)         # beats left in the row, this one included
         w_row_beats = Signal(_COUNT_BITS)
-        w_stride = Signal(ADDR_BITS)
-        w_burst_left = Signal(range(MAX_BURST_BEATS + 1))
+        w_stride = Signal(12)
         w_rows_left = Signal(16)
+        w_count = Signal(8)                 # beats of the burst before this one (mod 256)
+        end_row = Signal()                  # this beat ends its row (w_rem == 1)
+        end_page = Signal()                 # this beat comes before a 4 KiB boundary
+        end_256 = Signal()                  # this beat is its burst's 256th
+        last_row = Signal()                 # w_rows_left == 1
+        one_beat_rows = Signal()            # w_row_beats == 1
         beat = Signal(range(max(beats_per_elem, 2)))
         rd_addr = Signal(SRAM_ADDR_BITS)
         bursts_issued = Signal(_COUNT_BITS)
         b_seen = Signal(_COUNT_BITS)
 
-        new_burst = _NextBurst(m, w_rem, w_addr, log_size).beats
-        cur_burst = Mux(w_burst_left == 0, new_burst, w_burst_left)
+        def page_end(addr):
+            """The beat at ``addr`` is the last before a 4 KiB boundary (its beat index all ones)."""
+            return addr[log_size:12] == (1 << (12 - log_size)) - 1
 
+        w_last = end_row | end_page | end_256
         if narrow:
             lane = w_addr[:log_bus] if log_bus else Const(0, 1)
             data = self.rd_data << (lane << 3)
@@ -409,22 +458,25 @@ class DmaStore2D(wiring.Component):
             self.mem.w.valid.eq(w_valid),
             self.mem.w.payload.data.eq(data),
             self.mem.w.payload.strb.eq(strb),
-            self.mem.w.payload.last.eq(cur_burst == 1),
+            self.mem.w.payload.last.eq(w_last),
             self.rd_addr.eq(rd_addr),
         ]
         w_fire = self.mem.w.valid & self.mem.w.ready
         with m.If(w_fire):
-            m.d.sync += w_burst_left.eq(cur_burst - 1)
-            with m.If(w_rem == 1):
+            m.d.sync += [w_count.eq(Mux(w_last, 0, w_count + 1)), end_256.eq(~w_last & (w_count == 254))]
+            with m.If(end_row):
                 m.d.sync += [w_addr.eq(w_next_row), w_next_row.eq(w_next_row + w_stride),
-                             w_rem.eq(w_row_beats), w_rows_left.eq(w_rows_left - 1)]
+                             w_rem.eq(w_row_beats), w_rows_left.eq(w_rows_left - 1),
+                             end_row.eq(one_beat_rows), end_page.eq(page_end(w_next_row)),
+                             last_row.eq(w_rows_left == 2)]
             with m.Else():
-                m.d.sync += [w_addr.eq(w_addr + (1 << log_size)), w_rem.eq(w_rem - 1)]
+                m.d.sync += [w_addr.eq(w_addr + (1 << log_size)), w_rem.eq(w_rem - 1), end_row.eq(w_rem == 2),
+                             end_page.eq(w_addr[log_size:12] == (1 << (12 - log_size)) - 2)]
             if beats_per_elem > 1:
                 m.d.sync += beat.eq(beat + 1)
             with m.If(beat == beats_per_elem - 1):
                 # Element done: read the next one (its data is there next cycle), or stop.
-                with m.If((w_rows_left == 1) & (w_rem == 1)):    # the last beat of the last row
+                with m.If(last_row & end_row):    # the last beat of the last row
                     m.d.sync += w_valid.eq(0)
                 with m.Else():
                     m.d.comb += self.rd_en.eq(1)
@@ -445,9 +497,11 @@ class DmaStore2D(wiring.Component):
             row_beats = self.x_size * beats_per_elem
             reqs.start(m, base=base_bytes, stride_bytes=stride_bytes, rows=rows, row_beats=row_beats)
             m.d.sync += [
-                active.eq(1), w_valid.eq(rows != 0), w_addr.eq(base_bytes), w_next_row.eq(base_bytes + stride_bytes),
-                w_rem.eq(row_beats), w_row_beats.eq(row_beats), w_stride.eq(stride_bytes),
-                w_burst_left.eq(0), w_rows_left.eq(rows), beat.eq(0),
+                active.eq(1), w_valid.eq(rows != 0), w_addr.eq(base_bytes[:12]),
+                w_next_row.eq((base_bytes + stride_bytes)[:12]),
+                w_rem.eq(row_beats), w_row_beats.eq(row_beats), w_stride.eq(stride_bytes[:12]),
+                w_count.eq(0), end_256.eq(0), end_row.eq(row_beats == 1), one_beat_rows.eq(row_beats == 1),
+                end_page.eq(page_end(base_bytes)), last_row.eq(rows == 1), w_rows_left.eq(rows), beat.eq(0),
                 rd_addr.eq(self.sram_base), bursts_issued.eq(0), b_seen.eq(0),
             ]
             m.d.comb += [self.rd_en.eq(1), self.rd_addr.eq(self.sram_base)]

@@ -62,7 +62,10 @@ class FetchModule(wiring.Component):
         log_size = exact_log2(INSN_BITS // 8) if narrow else exact_log2(bus // 8)
         beats_per_insn = 1 if narrow else INSN_BITS // bus
 
-        m.submodules.buffer = buffer = fifo.SyncFIFO(width=INSN_BITS, depth=FETCH_DEPTH)
+        # each entry: the instruction and its target queue, decoded as it is written (is_store, is_load),
+        # so that dispatch does not decode the opcode behind the buffer's read port
+        m.submodules.buffer = buffer = fifo.SyncFIFO(width=INSN_BITS + 2, depth=FETCH_DEPTH)
+        w_insn = Signal(INSN_BITS)
         count = Signal(INDEX_BITS)
         remaining = Signal(INDEX_BITS)      # count - instructions requested (a register: no subtraction before AR)
         dispatched = Signal(INDEX_BITS)
@@ -103,7 +106,7 @@ class FetchModule(wiring.Component):
         r = self.mem.r
         if narrow:
             lane = Signal(range(bus // 8))
-            m.d.comb += [complete.eq(r.valid), buffer.w_data.eq(r.payload.data >> (lane << 3))]
+            m.d.comb += [complete.eq(r.valid), w_insn.eq(r.payload.data >> (lane << 3))]
             with m.If(r.valid):
                 m.d.sync += lane.eq(lane + 16)
             with m.If(self.start):
@@ -111,10 +114,14 @@ class FetchModule(wiring.Component):
         else:
             assembled = Signal(INSN_BITS)
             m.d.comb += [assembled.eq(word), assembled.word_select(beat, bus).eq(r.payload.data),
-                         complete.eq(r.valid & (beat == beats_per_insn - 1)), buffer.w_data.eq(assembled)]
+                         complete.eq(r.valid & (beat == beats_per_insn - 1)), w_insn.eq(assembled)]
             with m.If(r.valid):
                 m.d.sync += [word.word_select(beat, bus).eq(r.payload.data), beat.eq(beat + 1)]
-        m.d.comb += buffer.w_en.eq(complete)
+        incoming = data.View(insn_layout(isa.Opcode.LOAD, cfg), w_insn)
+        w_store = incoming.opcode == isa.Opcode.STORE
+        w_load = (incoming.opcode == isa.Opcode.LOAD) & ((incoming.memory_type == isa.MemId.INP)
+                                                         | (incoming.memory_type == isa.MemId.WGT))
+        m.d.comb += [buffer.w_en.eq(complete), buffer.w_data.eq(Cat(w_insn, w_store, w_load))]
         m.d.sync += Assert(~complete | buffer.w_rdy, "fetch: instruction buffer overflow")
         m.d.sync += in_flight.eq(in_flight + Mux(ar_fire, n, 0) - complete)
         with m.If(ar_fire):
@@ -122,14 +129,12 @@ class FetchModule(wiring.Component):
                          n.eq(burst(remaining - n, addr + (n << 4)))]
 
         # ---- dispatch the buffer head.
-        head = data.View(insn_layout(isa.Opcode.LOAD, cfg), buffer.r_data)
-        is_store = head.opcode == isa.Opcode.STORE
-        is_load = (head.opcode == isa.Opcode.LOAD) & ((head.memory_type == isa.MemId.INP)
-                                                      | (head.memory_type == isa.MemId.WGT))
+        head = buffer.r_data[:INSN_BITS]
+        is_store, is_load = buffer.r_data[INSN_BITS], buffer.r_data[INSN_BITS + 1]
         targets = ((self.to_store, is_store), (self.to_load, is_load), (self.to_compute, ~is_store & ~is_load))
         target_ready = Signal()
         for queue, selected in targets:
-            m.d.comb += [queue.payload.insn.eq(buffer.r_data), queue.payload.index.eq(dispatched),
+            m.d.comb += [queue.payload.insn.eq(head), queue.payload.index.eq(dispatched),
                          queue.valid.eq(buffer.r_rdy & selected)]
             with m.If(selected):
                 m.d.comb += target_ready.eq(queue.ready)
@@ -137,7 +142,10 @@ class FetchModule(wiring.Component):
         m.d.comb += buffer.r_en.eq(dispatch)
         with m.If(dispatch):
             m.d.sync += dispatched.eq(dispatched + 1)
-        m.d.sync += free.eq(free + dispatch - Mux(ar_fire, n, 0))
+        # dispatch only selects (an AND-OR, which Yosys' opt_share leaves alone) between two sums of registers
+        free_next = Signal.like(free)
+        m.d.comb += free_next.eq(free - Mux(ar_fire, n, 0))
+        m.d.sync += free.eq(Mux(dispatch, free_next + 1, 0) | Mux(dispatch, 0, free_next))
         m.d.sync += Assert(free == FETCH_DEPTH - buffer.level - in_flight, "fetch: free count out of step")
 
         with m.If(self.start):

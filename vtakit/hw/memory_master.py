@@ -63,14 +63,14 @@ class MemoryMaster(wiring.Component):
         outstanding = Signal(range(limit + 1))
         # the AR register: the request picked in the previous cycle, driven on AR until accepted
         ar_valid = Signal()
-        ar_id = Signal(range(len(ports)))
-        # the same pick one-hot, in flip-flops of its own (a register per requester, not a decoded ar_id):
-        # Yosys' share pass cannot prove two requesters' acceptances exclusive then, so it does not merge
-        # two DMA engines' next-address adders into one behind input multiplexers
+        # the pick one-hot, a flip-flop per requester (not a decoded ID register): Yosys' share pass cannot
+        # prove two requesters' acceptances exclusive then, so it does not merge two DMA engines'
+        # next-address adders into one behind input multiplexers; the AXI ID is encoded from it
         to = [Signal(name=f"ar_to_{name}") for name in READ_PRIORITY]
         ar_fields = {field: Signal.like(getattr(axi, "ar" + field), name=f"ar_{field}")
                      for field in ("addr", "len", "size")}
-        m.d.comb += [axi.arvalid.eq(ar_valid), axi.arid.eq(ar_id), axi.arburst.eq(0b01)]
+        m.d.comb += [axi.arvalid.eq(ar_valid), axi.arid.eq(_any_of(Mux(reg, index, 0) for index, reg in enumerate(to))),
+                     axi.arburst.eq(0b01)]
         m.d.comb += [getattr(axi, "ar" + field).eq(reg) for field, reg in ar_fields.items()]
         ar_fire = ar_valid & axi.arready
         for index, port in enumerate(ports):
@@ -92,7 +92,6 @@ class MemoryMaster(wiring.Component):
                 m.d.comb += pick.eq(index)
         with m.If(~ar_valid | axi.arready):
             m.d.sync += ar_valid.eq(_any_of(candidates) & room)
-            m.d.sync += ar_id.eq(pick)
             for index, reg in enumerate(to):
                 higher = _any_of(candidates[:index]) if index else Const(0, 1)
                 m.d.sync += reg.eq(candidates[index] & ~higher & room)
