@@ -58,6 +58,18 @@ def _narrow_product(narrow, wide):
     return terms[0]
 
 
+def _sum_at_most(terms, limit: int):
+    """``sum(terms) <= limit`` for unsigned ``terms``, without the wide sum: every term is below the next
+    power of two above ``limit`` (a wide OR each), and the sum of their low bits is at most ``limit``."""
+    bits = limit.bit_length()
+    low_sum = sum(term[:bits] for term in terms)
+    small = [term[bits:] == 0 for term in terms]
+    out = low_sum <= limit
+    for flag in small:
+        out = out & flag
+    return out
+
+
 def _page_index_at(addr, k: int, plus256: bool = False):
     """Of beats of ``2**k`` bytes from ``addr`` (aligned to ``2**k``), or, with ``plus256``, from 256 beats
     after it (the caller knows that address to be in the same page): (whether the 4 KiB boundary comes
@@ -150,7 +162,7 @@ class _BurstGenerator:
         if spare_cycle:
             step_row_end = Signal()
             m.d.sync += [step_row_end.eq(row_end),
-                         Assert(~self.fire | (step_row_end == row_end), "DMA burst walk: accepted without a spare cycle")]
+                         Assert(~self.fire | (step_row_end == row_end), "DMA burst walk: accepted with no spare cycle")]
         else:
             step_row_end = row_end
         # after a burst that does not end the row: the boundary (a whole page on), or 256 beats on
@@ -237,6 +249,7 @@ class DmaLoad2D(wiring.Component):
         mid = Signal(5)              # x_pad_1 + x_pad_0: the pad run (SRAM entries) between two data rows
         top, bottom, across = Signal(_COUNT_BITS), Signal(_COUNT_BITS), Signal(_COUNT_BITS)
         n_data = Signal(32)
+        y_zero = Signal()            # y_size == 0, a register for go's selects
         base_bytes = Signal(ADDR_BITS)
         stride_bytes = Signal(ADDR_BITS)
         m.d.sync += [p1.eq(self.start & (self.x_size != 0)), p2.eq(p1)]
@@ -245,6 +258,7 @@ class DmaLoad2D(wiring.Component):
             m.d.sync += [width.eq(self.x_pad_0 + self.x_size + self.x_pad_1), mid.eq(self.x_pad_0 + self.x_pad_1)]
         with m.If(p1):
             m.d.sync += [
+                y_zero.eq(f["y_size"] == 0),
                 top.eq(_narrow_product(f["y_pad_0"], width)),      # entries of the top and bottom pad rows
                 bottom.eq(_narrow_product(f["y_pad_1"], width)),
                 across.eq(_narrow_product(mid, f["y_size"])),      # the pads beside the data rows
@@ -329,15 +343,17 @@ class DmaLoad2D(wiring.Component):
                 m.d.sync += beat.eq(beat + 1)
 
         # ---- go: set the walk up
+        near_now = _sum_at_most([top, bottom, across], self._latency)     # n_pads <= DRAM_LATENCY
+        m.d.sync += Assert(~go | (near_now == (n_pads <= self._latency)), "DMA load: near out of step")
         with m.If(go):
             jump_now = Mux(mid != 0, f["x_size"], n_data)
             last_now = f["x_pad_1"] + bottom
             y_size = f["y_size"]
             m.d.sync += [
                 active.eq(1),
-                data_jump.eq(jump_now), last_run.eq(last_now), pads_left.eq(n_pads), near.eq(n_pads <= self._latency),
+                data_jump.eq(jump_now), last_run.eq(last_now), pads_left.eq(n_pads), near.eq(near_now),
                 # n_pads != 0 without the sum: x_size != 0 here, so W != 0
-                pad_we.eq((f["y_pad_0"] != 0) | (f["y_pad_1"] != 0) | ((mid != 0) & (y_size != 0))),
+                pad_we.eq((f["y_pad_0"] != 0) | (f["y_pad_1"] != 0) | ((mid != 0) & ~y_zero)),
                 beat.eq(0), beats_per_elem_m1.eq((Const(1, 1) << log_k) - 1), narrow_l.eq(narrow),
                 rows_left.eq(y_size), x_left.eq(f["x_size"]), d_addr.eq(f["sram_base"] + run0),
                 lane.eq(base_bytes), row_lane.eq(base_bytes), stride_lanes.eq(stride_bytes),
@@ -349,9 +365,9 @@ class DmaLoad2D(wiring.Component):
                                     | zero[0] & zero[1] & (across == 1))
             # The first pad run; an empty first run starts at the next non-empty one. run0 != 0 without the
             # sum: top = y_pad_0 * W and W != 0 (x_size != 0 here)
-            with m.If((y_size == 0) | (f["y_pad_0"] != 0) | (f["x_pad_0"] != 0)):
-                m.d.sync += [cur.eq(f["sram_base"]), left.eq(Mux(y_size == 0, n_pads, run0)),
-                             runs_left.eq(Mux(y_size == 0, 0, y_size - 1))]
+            with m.If(y_zero | (f["y_pad_0"] != 0) | (f["x_pad_0"] != 0)):
+                m.d.sync += [cur.eq(f["sram_base"]), left.eq(Mux(y_zero, n_pads, run0)),
+                             runs_left.eq(Mux(y_zero, 0, y_size - 1))]
             with m.Elif((mid != 0) & (y_size > 1)):
                 m.d.sync += [cur.eq(f["sram_base"] + f["x_size"]), left.eq(mid), runs_left.eq(y_size - 2)]
             with m.Else():
