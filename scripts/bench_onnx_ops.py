@@ -8,8 +8,8 @@ alternating rounds -- vtakit, onnxruntime, vtakit, ... -- each round the median 
 calls; the figure is the median over rounds, so both see the same machine load. Both runtimes use their
 default thread pools (vtakit: ``VTAKIT_NUM_THREADS`` or the CPUs; onnxruntime: its default).
 
-CumSum and TopK are O(n^2) per line in vtakit (masked sums and rank counting: its tensor expressions have
-no sequential scan or sort), which the CumSum and TopK rows measure.
+TopK is O(n^2) per line in vtakit (rank counting: its tensor expressions have no sort) and CumSum O(n sqrt n)
+(blocked masked sums: no sequential scan), which the TopK and CumSum rows measure.
 
     python scripts/bench_onnx_ops.py            # table
     python scripts/bench_onnx_ops.py --json     # one JSON object

@@ -12,6 +12,7 @@ The window arithmetic (auto_pad, ceil_mode, output sizes) is :mod:`.window`'s.
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -631,29 +632,59 @@ def _cumsum_axis(axis_input: Any, rank: int) -> int:
 
 
 def _cumsum_compute(ins: list, attrs: dict) -> list[te.Tensor]:
-    """Each output sums its line's inputs up to it (``where`` masks the line): O(n^2) per line, where TVM's
-    ``topi.cumsum`` runs a sequential scan; float16 accumulates in float32."""
+    """TVM's ``topi.cumsum`` runs a sequential scan, which vtakit's TE cannot express; here the axis is cut into
+    blocks of about sqrt(n): each output sums its own block up to it (a masked reduction over the block), plus
+    the totals of the blocks before it (after it, with ``reverse``): O(n sqrt n) per line, every stage a whole
+    reduction. float16 accumulates in float32."""
     x = ins[0]
     shape = static_shape(x)
     axis = _cumsum_axis(ins[1], len(shape))
     work = "float32" if x.dtype == "float16" else x.dtype
-    k = te.reduce_axis((0, shape[axis]), "k")
     exclusive, reverse = bool(attrs["exclusive"]), bool(attrs["reverse"])
+    n = shape[axis]
+    if n == 0:
+        return [te.compute(shape, lambda *i: x[i], name="cumsum")]
+    size = max(1, math.isqrt(n - 1) + 1)  # ceil(sqrt(n))
+    blocks = -(-n // size)
 
-    def body(*i):
-        at = tuple(k if a == axis else v for a, v in enumerate(i))
+    def read(i: tuple, j: ir.PrimExpr) -> ir.PrimExpr:
+        """x along the line of ``i`` at ``j`` (clamped: a padded position is masked out, never read past n)."""
+        v = x[tuple(te.min(j, ir.const(n - 1, j.dtype)) if a == axis else w for a, w in enumerate(i))]
+        return v.astype(work) if work != x.dtype else v
+
+    r = te.reduce_axis((0, size), "r")
+    block_shape = tuple(blocks if a == axis else d for a, d in enumerate(shape))
+
+    def block_total(*b):
+        j = b[axis] * size + r
+        return te.sum(read(b, j), axis=r, where=j < n)
+
+    totals = te.compute(block_shape, block_total, name="cumsum_block_total", tag="reduce")
+    c = te.reduce_axis((0, blocks), "c")
+
+    def before(*b):  # the totals of the blocks before (reverse: after) each block
+        at = tuple(c if a == axis else w for a, w in enumerate(b))
+        return te.sum(totals[at], axis=c, where=(c > b[axis]) if reverse else (c < b[axis]))
+
+    carried = te.compute(block_shape, before, name="cumsum_carry", tag="reduce")
+    q = te.reduce_axis((0, size), "q")
+
+    def within(*i):
         pos = i[axis]
+        j = (pos // size) * size + q
         if reverse:
-            cond = k > pos if exclusive else k >= pos
+            cond = j > pos if exclusive else j >= pos
         else:
-            cond = k < pos if exclusive else k <= pos
-        v = x[at]
-        return te.sum(v.astype(work) if work != x.dtype else v, axis=k, where=cond)
+            cond = j < pos if exclusive else j <= pos
+        return te.sum(read(i, j), axis=q, where=te.all(j < n, cond))
 
-    total = te.compute(shape, body, name="cumsum", tag="reduce")
-    if work == x.dtype:
-        return [total]
-    return [te.compute(shape, lambda *i: total[i].astype(x.dtype), name="cumsum_cast")]
+    partial = te.compute(shape, within, name="cumsum_within", tag="reduce")
+
+    def out(*i):
+        v = partial[i] + carried[tuple(i[a] // size if a == axis else w for a, w in enumerate(i))]
+        return v.astype(x.dtype) if work != x.dtype else v
+
+    return [te.compute(shape, out, name="cumsum")]
 
 
 @register_op("CumSum", pattern=Pattern.COMM_REDUCE, attrs={"exclusive": 0, "reverse": 0}, const_inputs=(1,),
