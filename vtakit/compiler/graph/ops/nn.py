@@ -491,7 +491,8 @@ _STASH_TYPES = {1: "float32"}
 
 def _norm_axis(op: str, axis: int, rank: int) -> int:
     if not -rank <= axis < rank:
-        raise GraphError(f"{op}: axis {axis} is out of range for an input of rank {rank} (expected {-rank}..{rank - 1})")
+        raise GraphError(f"{op}: axis {axis} is out of range for an input of rank {rank} "
+                         f"(expected {-rank}..{rank - 1})")
     return axis % rank
 
 
