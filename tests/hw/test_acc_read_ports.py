@@ -1,9 +1,10 @@
 """ACC_READ_PORTS on the RTL: one ACC copy with the src register, or two copies.
 
-docs/timing.md §4: an ALU finishes at e = s + (cycles of its micro-ops) + 4, a GEMM at + 5 + T. A micro-op takes
+docs/timing.md §4: an ALU finishes at e = s + (cycles of its micro-ops) + 5, a GEMM at + 5 + T. A micro-op takes
 one cycle, except a tensor ALU micro-op (it reads dst and src) when ACC has one read port: two,
 unless its src address is the previous micro-op's of the same instruction (it hits the src
-register). These programs chain tensor ALU micro-ops whose src is the dst of the micro-op one or
+register); and an ALU micro-op that reads the entry the previous one writes (dst, or src in the
+tensor form) takes two as well. These programs chain tensor ALU micro-ops whose src is the dst of the micro-op one or
 two before (forwarding at every distance), repeat and alternate src addresses, write the
 register's entry from the micro-op that uses it, and overwrite it by an ACC load or a GEMM between
 two ALUs; each is checked on rtl against fsim (data) and the cycle model, both engines and the
@@ -28,7 +29,7 @@ from vtakit.sim.program import Program, Segment
 
 # docs/timing.md §4: a queued ALU (GEMM) without tokens retires (its micro-ops' cycles) + F (+ F_GEMM) after the
 # previous compute instruction; F_GEMM on VTAConfig.small() (one registered tree stage)
-F = 8
+F = 9
 F_GEMM = 10
 
 
@@ -107,13 +108,16 @@ def _chain(config):
 def test_tensor_alu_micro_op_cycles_per_read_port_count(ports):
     d = _check(_chain(VTAConfig.small(acc_read_ports=ports)))
     one = ports == 1
-    # tensor ALU, 24 micro-ops: in each pass over the 6 uops, 3 repeat the previous src; the src
-    # steps between passes (uop 5 -> uop 0: src 3 -> 0) never repeat one
-    assert d[0] == (24 * 2 - 12 if one else 24) + F
-    assert d[1] == 24 + F                           # immediate ALU: one cycle per micro-op
+    # tensor ALU, 24 micro-ops, 4 passes over (dst, src) (0, 0), (1, 0), (2, 1), (3, 1), (4, 3), (5, 3):
+    # uops 1, 2 and 4 read the previous dst (2 cycles); one port: uops 2, 4 and 0 miss as well
+    # (the src steps between passes, uop 5 -> uop 0: src 3 -> 0, never repeat one), uops 3 and 5 hit
+    assert d[0] == (24 + 4 * 4 if one else 24 + 4 * 3) + F
+    assert d[1] == 24 + F                           # immediate ALU: dst never repeats, one cycle each
     assert d[2] == 6 + F_GEMM                       # GEMM
-    # 18 micro-ops: passes of src (0, 0, 1, 1, 3, 3) + i, 3 hits each; i steps 3 -> 1: no hit
-    assert d[3] == (18 * 2 - 9 if one else 18) + F
+    # 18 micro-ops: passes of src (0, 0, 1, 1, 3, 3) + i. i = 0 as above (4 slow, 3 with two ports);
+    # i = 1, src 1, 1, 2, 2, 4, 4: uops 3 and 5 read the previous dst, uops 0, 2, 4 miss (5; 2);
+    # i = 2, src 2, 2, 3, 3, 5, 5: no previous dst read, uops 0, 2, 4 miss (3; 0)
+    assert d[3] == (18 + 12 if one else 18 + 5) + F
     assert d[4] == (2 if one else 1) + F            # one micro-op: always a miss
 
 
@@ -150,7 +154,8 @@ def test_src_register_hits_and_misses():
     d = _check(_program(config, uops, body))
     assert d[0] == 1 * 2 + 3 + F                    # repeated src
     assert d[1] == 4 * 2 + F                        # alternating src
-    assert d[2] == 5 * 2 - 2 + F                    # src B, B, B, 5, B: hits at uops 9 and 10
+    # src B, B, B, 5, B: hits at uops 9 and 10, but uop 10 reads B, which uop 9 writes: 2 cycles
+    assert d[2] == 5 * 2 - 1 + F
     assert d[3] == 3 * 2 + F
     assert d[4] == 8 * 2 - 6 + F                    # hits at j = 1..3 of each i
     assert d[5] == 8 * 2 - 7 + F
@@ -223,18 +228,36 @@ def test_micro_ops_from_stored_data():
         assert run.engine != "native"
 
 
-def test_src_hits_formula_matches_the_loop():
-    """cycle.src_hits (the closed form the engines use) against the micro-op loop written out."""
+def test_micro_op_cycles_match_the_loop():
+    """cycle.micro_op_cycles (what the engines use) against docs/timing.md §4's rule applied to the
+    micro-op loop written out: an ALU micro-op takes 2 cycles when it reads the entry the previous one
+    writes (dst, or src in the tensor form), or, tensor with one read port, when its src is not the
+    previous one's (the first one always); 1 otherwise."""
     rng = np.random.default_rng(0)
-    for _ in range(400):
+    for trial in range(400):
+        config = VTAConfig.small(acc_read_ports=int(rng.integers(1, 3)), log_acc_buff_size=int(rng.choice([7, 11])))
+        mask = config.acc_depth - 1
         count = int(rng.integers(1, 6))
-        src = rng.integers(0, 4, count)
-        io, ii = int(rng.integers(1, 4)), int(rng.integers(1, 4))
-        fo, fi = int(rng.integers(0, 5)), int(rng.integers(0, 5))
-        mask = int(rng.choice([3, 7, 2047]))
-        seq = [(int(src[k]) + i * fo + j * fi) & mask for i in range(io) for j in range(ii) for k in range(count)]
-        want = sum(a == b for a, b in zip(seq, seq[1:]))
-        assert cycle.src_hits(src, io, ii, fo, fi, mask) == want
+        uops = np.stack([rng.integers(0, 4, count), rng.integers(0, 4, count), np.zeros(count, np.int64)], axis=1)
+        # small factors, or any (wrapping around ACC); loops long enough to repeat residues
+        top = 5 if trial % 2 else mask + 1
+        factors = [int(f) for f in rng.integers(0, top, 4)]
+        insn = AluInsn(uop_bgn=0, uop_end=count, iter_out=int(rng.integers(1, 7)), iter_in=int(rng.integers(1, 7)),
+                       dst_factor_out=factors[0], dst_factor_in=factors[1],
+                       src_factor_out=factors[2], src_factor_in=factors[3], use_imm=bool(trial % 3 == 0))
+        seq = [((int(uops[k, 0]) + i * insn.dst_factor_out + j * insn.dst_factor_in) & mask,
+                (int(uops[k, 1]) + i * insn.src_factor_out + j * insn.src_factor_in) & mask)
+               for i in range(insn.iter_out) for j in range(insn.iter_in) for k in range(count)]
+        two_read = config.acc_read_ports == 1 and not insn.use_imm
+        want = 0
+        for n, (dst, src) in enumerate(seq):
+            if n == 0:
+                want += 2 if two_read else 1
+                continue
+            prev_dst, prev_src = seq[n - 1]
+            reads_write = dst == prev_dst or (not insn.use_imm and src == prev_dst)
+            want += 2 if reads_write or (two_read and src != prev_src) else 1
+        assert cycle.micro_op_cycles(insn, config, uops) == want
 
 
 def test_one_read_port_stores_acc_once():

@@ -1,4 +1,4 @@
-"""The pipelined GEMM core and the execute stage (GEMM accumulate and vector ALU) against numpy, edge values
+"""The pipelined GEMM core and the execute stages (GEMM accumulate and vector ALU) against numpy, edge values
 included."""
 
 import numpy as np
@@ -25,6 +25,8 @@ def _unpack_i32(word):
 
 
 def _run(vectors):
+    """Each vector's result: held for a clock edge, so that the ALU's result (computed in X2 from the
+    operands registered in X1) and GEMM's (combinational, stage X) can both be read after it."""
     dut = TensorDatapath(CONFIG)
     results = []
 
@@ -32,9 +34,11 @@ def _run(vectors):
         for v in vectors:
             for name, value in v.items():
                 ctx.set(getattr(dut, name), value)
+            await ctx.tick()
             results.append(_unpack_i32(ctx.get(dut.result)))
 
     sim = Simulator(dut)
+    sim.add_clock(1e-6)
     sim.add_testbench(bench)
     sim.run()
     return results

@@ -53,9 +53,11 @@ def test_the_lane_exists_only_with_the_key(config, expected):
         ctx.set(dut.alu_op, int(AluOp.REQUANT))
         ctx.set(dut.use_imm, 1)
         ctx.set(dut.imm, requant_imm(3))
+        await ctx.tick()                    # X1 registers the operands, X2 computes
         seen.append(ctx.get(dut.result) & 0xFFFF_FFFF)
 
     sim = Simulator(dut)
+    sim.add_clock(1e-6)
     sim.add_testbench(bench)
     sim.run()
     assert seen == [expected]

@@ -18,9 +18,10 @@ from vtakit.sim.program import Program, Segment
 DEFAULT = VTAConfig()
 SMALL = VTAConfig.small()
 # docs/timing.md §4: a queued GEMM (ALU) without tokens retires N + F_GEMM (N + F_ALU) cycles after the previous
-# compute instruction: F_GEMM = 9 + T with T the registered adder-tree stages (2 on the default configuration)
+# compute instruction: F_GEMM = 9 + T with T the registered adder-tree stages (2 on the default configuration),
+# F_ALU = 9 (no micro-op here reads the entry the one before it writes)
 F_GEMM = 11
-F_ALU = 8
+F_ALU = 9
 
 
 def _load(mem, sram, dram, y, x, **kw):

@@ -10,16 +10,21 @@ vtakit/hw/pipeline.py, the timing in docs/timing.md §4):
     GEMM only: operands registered, products registered, adder-tree stages (GemmPipeline)
     R  ACC dst is read (GEMM: two cycles before X; ALU: in B)
     Q  the read data is registered
-    X  execute: acc + sums (GEMM) or the vector ALU, from registers
+    X  GEMM: execute, acc + sums; ALU: X1, the forwarded operands registered
+    Y  ALU only: X2, execute the vector ALU from registers
     W  ACC and OUT written from the registered result
 
 R, Q, X and W are shared: GEMM and ALU instructions never overlap, so each uses them at its own
 depth. ACC's read port is transparent to its write port, so a micro-op reading in R the entry
-written in R sees the new value. The two micro-ops just before it write ACC after its read (in its Q
-and X, from their registered results): the one two ahead is taken in Q from its registered result
-(held for X), the one just before in X from its registered result (W). The read-modify-write loop
-is one cycle (X: registered result -> forward mux -> ALU -> register), so the strict micro-op order
-of docs/architecture.md §2 holds with no stalls; the block RAM's write data comes from a register.
+written in R sees the new value. The two micro-ops whose results are registered (result_w) one and
+two cycles before its X write ACC after its read: the earlier one is taken in Q from the register
+(held for X), the later one in X. For GEMM those are the two micro-ops just before it: its
+read-modify-write loop is one cycle (X: registered result -> forward mux -> adder -> register), so
+GEMM keeps the strict micro-op order of docs/architecture.md §2 with no stalls. The ALU executes
+in Y, so its loop would be one cycle only if the micro-op just before it did not write what it
+reads: a micro-op that reads the entry the one before writes waits a cycle in B (the dependency
+stall, docs/timing.md §4), and then takes its operand from the register. The block RAM's write
+data comes from a register.
 
 A tensor ALU micro-op reads two ACC entries (dst and src) and writes one. With ACC_READ_PORTS 2,
 ACC has two read ports, which a two-port block RAM can only give by storing ACC twice. With
@@ -39,6 +44,8 @@ it starts; the ALU lanes, idle during a GEMM, compute it.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from amaranth.hdl import Assert, Cat, Format, Module, Mux, Signal, signed
 from amaranth.lib import data, memory, wiring
@@ -62,6 +69,57 @@ NO_RW_CHECK = {"no_rw_check": 1}
 
 _POPS = ("pop_prev", "pop_next")
 _PUSHES = ("push_prev", "push_next")
+
+
+@dataclass(frozen=True)
+class _Loop:
+    """A GEMM or ALU instruction's loop, registered when it starts: the last values of the counters
+    k, j and i, k's first value, and the index factors (outer ``*_fo``, inner ``*_fi``) cut to the
+    width of the index they step."""
+    k_last: Signal
+    j_last: Signal
+    i_last: Signal
+    uop_bgn: Signal
+    dst_fo: Signal
+    dst_fi: Signal
+    src_fo: Signal
+    src_fi: Signal
+    wgt_fo: Signal
+    wgt_fi: Signal
+
+
+def _loop_bounds(m: Module, cfg: VTAConfig, start, is_alu, gemm, alu, k: Signal, src_bits: int) -> _Loop:
+    """The loop registers of :class:`_Loop`, loaded from the instruction word where ``start``."""
+    def reg(name: str, width: int, value) -> Signal:
+        sig = Signal(width, name=f"loop_{name}")
+        with m.If(start):
+            m.d.sync += sig.eq(value)
+        return sig
+    acc, wgt = cfg.log_acc_depth, cfg.log_wgt_depth
+    return _Loop(
+        # (a last value as wide as its field: compared with the counter as the field would be)
+        k_last=reg("k_last", len(gemm.uop_end), gemm.uop_end - 1),
+        j_last=reg("j_last", len(gemm.iter_in), gemm.iter_in - 1),
+        i_last=reg("i_last", len(gemm.iter_out), gemm.iter_out - 1), uop_bgn=reg("uop_bgn", len(k), gemm.uop_bgn),
+        dst_fo=reg("dst_fo", acc, gemm.dst_factor_out), dst_fi=reg("dst_fi", acc, gemm.dst_factor_in),
+        src_fo=reg("src_fo", src_bits, Mux(is_alu, alu.src_factor_out, gemm.src_factor_out)),
+        src_fi=reg("src_fi", src_bits, Mux(is_alu, alu.src_factor_in, gemm.src_factor_in)),
+        wgt_fo=reg("wgt_fo", wgt, gemm.wgt_factor_out), wgt_fi=reg("wgt_fi", wgt, gemm.wgt_factor_in))
+
+
+def _dependency_stall(m: Module, cfg: VTAConfig, dep_b: Signal, alu_b, tensor, uop, v_q: Signal, dst_q: Signal,
+                      dst_r, dst_off_b: Signal, dst_off_next, src_off_next) -> None:
+    """``dep_b``: the ALU micro-op in stage B (``alu_b``) reads the ACC entry that the one just before it
+    (now in Q, read in R the cycle before) writes: dst, or src in the tensor form (``tensor``).
+
+    Its address is the uop field plus the B offset, so the test is ``field == dst_q - offset``
+    (mod ACC depth), the difference registered in R from the next cycle's B offsets
+    (``*_off_next``): the registered uop word meets only a comparator before hold and issue."""
+    depth = cfg.log_acc_depth
+    want_dst, want_src = Signal(depth), Signal(depth)
+    m.d.sync += [want_dst.eq(dst_r - dst_off_next), want_src.eq(dst_r - src_off_next)]
+    m.d.comb += dep_b.eq(alu_b & v_q & ((uop.dst_idx[:depth] == want_dst) | (tensor & (uop.src_idx[:depth] == want_src))))
+    m.d.sync += Assert(~v_q | (want_dst == (dst_q - dst_off_b)[:depth]), "compute: want_dst is dst_q - dst_off_b")
 
 
 class ComputeModule(wiring.Component):
@@ -148,8 +206,9 @@ class ComputeModule(wiring.Component):
         dst_i, dst_ij = Signal(cfg.log_acc_depth), Signal(cfg.log_acc_depth)
         src_i, src_ij = Signal(src_bits), Signal(src_bits)
         wgt_i, wgt_ij = Signal(cfg.log_wgt_depth), Signal(cfg.log_wgt_depth)
-        src_fo = Mux(is_alu, alu.src_factor_out, gemm.src_factor_out)
-        src_fi = Mux(is_alu, alu.src_factor_in, gemm.src_factor_in)
+        # the loop's bounds and factors, registered when the instruction starts, so that the counters'
+        # next values come from registers (no subtracter or opcode multiplexer in front of them)
+        loop = _loop_bounds(m, cfg, seq.start & (is_gemm | is_alu), is_alu, gemm, alu, k, src_bits)
 
         with m.If(seq.start & (is_gemm | is_alu)):
             m.d.sync += [
@@ -167,11 +226,13 @@ class ComputeModule(wiring.Component):
 
         v_u, v_b = Signal(), Signal()
         # two_read: a tensor ALU micro-op on a single ACC read port; miss_b: the one in stage B reads its
-        # src from ACC (stages B1 and B2: A and U hold for a cycle) instead of the src register (see below)
+        # src from ACC (stages B1 and B2: A and U hold for a cycle) instead of the src register (see below);
+        # dep_b: an ALU micro-op reads the entry the micro-op just before it writes, and takes B1 and B2
+        # as well (its ALU would need that result in the cycle it is computed: docs/timing.md §4)
         two_read = Signal()
-        miss_b = Signal()
+        miss_b, dep_b = Signal(), Signal()
         hold = Signal()
-        m.d.comb += [two_read.eq(is_alu_l & ~use_imm if one_port else 0), hold.eq(v_b & miss_b)]
+        m.d.comb += [two_read.eq(is_alu_l & ~use_imm if one_port else 0), hold.eq(v_b & (miss_b | dep_b))]
         issue = Signal()
         m.d.comb += issue.eq(issuing & ~hold)
         dst_off_u, src_off_u, wgt_off_u = Signal.like(dst_ij), Signal.like(src_ij), Signal.like(wgt_ij)
@@ -186,18 +247,18 @@ class ComputeModule(wiring.Component):
                          dst_off_b.eq(dst_off_u), src_off_b.eq(src_off_u), wgt_off_b.eq(wgt_off_u)]
         with m.If(issue):
             m.d.sync += [dst_off_u.eq(dst_ij), src_off_u.eq(src_ij), wgt_off_u.eq(wgt_ij)]
-            with m.If(k == gemm.uop_end - 1):
-                m.d.sync += k.eq(gemm.uop_bgn)
-                with m.If(j == gemm.iter_in - 1):
+            with m.If(k == loop.k_last):
+                m.d.sync += k.eq(loop.uop_bgn)
+                with m.If(j == loop.j_last):
                     m.d.sync += [j.eq(0), i.eq(i + 1),
-                                 dst_i.eq(dst_i + gemm.dst_factor_out), dst_ij.eq(dst_i + gemm.dst_factor_out),
-                                 src_i.eq(src_i + src_fo), src_ij.eq(src_i + src_fo),
-                                 wgt_i.eq(wgt_i + gemm.wgt_factor_out), wgt_ij.eq(wgt_i + gemm.wgt_factor_out)]
-                    with m.If(i == gemm.iter_out - 1):
+                                 dst_i.eq(dst_i + loop.dst_fo), dst_ij.eq(dst_i + loop.dst_fo),
+                                 src_i.eq(src_i + loop.src_fo), src_ij.eq(src_i + loop.src_fo),
+                                 wgt_i.eq(wgt_i + loop.wgt_fo), wgt_ij.eq(wgt_i + loop.wgt_fo)]
+                    with m.If(i == loop.i_last):
                         m.d.sync += issuing.eq(0)
                 with m.Else():
-                    m.d.sync += [j.eq(j + 1), dst_ij.eq(dst_ij + gemm.dst_factor_in),
-                                 src_ij.eq(src_ij + src_fi), wgt_ij.eq(wgt_ij + gemm.wgt_factor_in)]
+                    m.d.sync += [j.eq(j + 1), dst_ij.eq(dst_ij + loop.dst_fi),
+                                 src_ij.eq(src_ij + loop.src_fi), wgt_ij.eq(wgt_ij + loop.wgt_fi)]
             with m.Else():
                 m.d.sync += k.eq(k + 1)
 
@@ -206,7 +267,8 @@ class ComputeModule(wiring.Component):
         dst_b = (uop.dst_idx + dst_off_b)[:cfg.log_acc_depth]
         src_b = (uop.src_idx + src_off_b)[:src_bits]
         wgt_b = (uop.wgt_idx + wgt_off_b)[:cfg.log_wgt_depth]
-        v_b2 = Signal()                      # B2 of a missing micro-op (B1 was the cycle before)
+        v_b2 = Signal()                      # B2 of a held micro-op (B1 was the cycle before)
+        v_m2 = Signal()                      # ... of a missing one (B2 loads the src register's data)
         dst_b2 = Signal(cfg.log_acc_depth)
         src_data = Signal(cfg.acc_elem_bits)
         # the src register (one port): the ACC entry src_addr holds src_data while src_valid
@@ -218,9 +280,10 @@ class ComputeModule(wiring.Component):
         # before hold and issue. A miss holds B and loads src_addr = uop.src_idx + src_off_b (the
         # difference becomes uop.src_idx); otherwise B takes src_off_u and src_addr stays
         src_want = Signal(cfg.log_acc_depth)
-        m.d.sync += src_want.eq(Mux(hold, uop.src_idx[:cfg.log_acc_depth], src_addr - src_off_u))
+        m.d.sync += src_want.eq(Mux(v_b & miss_b, uop.src_idx[:cfg.log_acc_depth],
+                                    Mux(hold, src_want, src_addr - src_off_u)))
         m.d.comb += miss_b.eq(two_read & ~(src_valid & (uop.src_idx[:cfg.log_acc_depth] == src_want)))
-        m.d.sync += [v_b2.eq(v_b & miss_b), dst_b2.eq(dst_b)]
+        m.d.sync += [v_b2.eq(hold), v_m2.eq(v_b & miss_b), dst_b2.eq(dst_b)]
         m.d.comb += [
             self.inp_rd.addr.eq(src_b), self.wgt_rd.addr.eq(wgt_b),
             self.inp_rd.en.eq(1), self.wgt_rd.en.eq(1),
@@ -249,15 +312,21 @@ class ComputeModule(wiring.Component):
         dst_r = Signal(cfg.log_acc_depth)
         rd_r = Signal(cfg.log_acc_depth)     # the entry R reads as the operand acc_dst: dst, a bias reset's src
         m.d.comb += [
-            v_r.eq(Mux(is_alu_l, v_b2 | (v_b & ~miss_b), v_g[-2])),
+            v_r.eq(Mux(is_alu_l, v_b2 | (v_b & ~miss_b & ~dep_b), v_g[-2])),
             dst_r.eq(Mux(is_alu_l, Mux(v_b2, dst_b2, dst_b), dst_g[-2])),
             rd_r.eq(Mux(bias, bias_g[-2], dst_r) if cfg.bias_preload else dst_r),
             acc_rd_dst.addr.eq(Mux(is_alu_l & v_b & miss_b, src_b, rd_r)),
         ]
-        v_q, v_x, v_w = Signal(), Signal(), Signal()
-        dst_q, dst_x, dst_w, rd_q = Signal.like(dst_r), Signal.like(dst_r), Signal.like(dst_r), Signal.like(dst_r)
-        m.d.sync += [v_q.eq(v_r), dst_q.eq(dst_r), v_x.eq(v_q), dst_x.eq(dst_q), v_w.eq(v_x), dst_w.eq(dst_x),
-                     rd_q.eq(rd_r)]
+        # X is GEMM's execute stage and ALU's X1; X2 (y) is ALU's second. v_e, dst_e: the micro-op whose
+        # result enters result_w at the end of this cycle (in X for GEMM, in X2 for ALU)
+        v_q, v_x, v_y, v_w = Signal(), Signal(), Signal(), Signal()
+        dst_q, dst_x, dst_y, dst_w, rd_q = (Signal.like(dst_r) for _ in range(5))
+        v_e, dst_e = Signal(), Signal.like(dst_r)
+        m.d.comb += [v_e.eq(Mux(is_alu_l, v_y, v_x)), dst_e.eq(Mux(is_alu_l, dst_y, dst_x))]
+        m.d.sync += [v_q.eq(v_r), dst_q.eq(dst_r), v_x.eq(v_q), dst_x.eq(dst_q), v_y.eq(v_x & is_alu_l), dst_y.eq(dst_x),
+                     v_w.eq(v_e), dst_w.eq(dst_e), rd_q.eq(rd_r)]
+        _dependency_stall(m, cfg, dep_b, v_b & is_alu_l, ~use_imm, uop, v_q, dst_q, dst_r, dst_off_b,
+                          Mux(hold, dst_off_b, dst_off_u), Mux(hold, src_off_b, src_off_u))
         m.submodules.datapath = datapath = TensorDatapath(cfg, imm_selected=one_port)
         result = datapath.result
         result_w = Signal(cfg.acc_elem_bits)  # W: the written-back element, for OUT and forwarding
@@ -268,7 +337,7 @@ class ComputeModule(wiring.Component):
         dst_val, src_val = Signal(cfg.acc_elem_bits), Signal(cfg.acc_elem_bits)
         dst_fix = Signal(cfg.acc_elem_bits)
         fwd_dst, fwd_src, fix_dst = Signal(), Signal(), Signal()
-        m.d.sync += [dst_val.eq(acc_rd_dst.data), fwd_dst.eq(v_x & (dst_x == rd_q)),
+        m.d.sync += [dst_val.eq(acc_rd_dst.data), fwd_dst.eq(v_e & (dst_e == rd_q)),
                      fix_dst.eq(v_w & (dst_w == rd_q)), dst_fix.eq(result_w)]
         src_read = src_val                   # src as read
         if one_port:
@@ -278,14 +347,14 @@ class ComputeModule(wiring.Component):
             # register takes it only at the end of Q); X then only forwards the result of the micro-op
             # just ahead (never for an immediate).
             m.d.sync += [src_val.eq(Mux(use_imm, imm.replicate(cfg.batch * cfg.block_out), Mux(v_w & (dst_w == src_addr), result_w, src_data))),
-                         fwd_src.eq(~use_imm & v_x & (dst_x == src_addr))]
+                         fwd_src.eq(~use_imm & v_e & (dst_e == src_addr))]
         else:
             src_q = Signal(cfg.log_acc_depth)
             src_fix = Signal(cfg.acc_elem_bits)
             fix_src = Signal()
             m.d.sync += src_q.eq(src_acc)
             m.d.comb += acc_rd_src.addr.eq(src_acc)
-            m.d.sync += [src_val.eq(acc_rd_src.data), fwd_src.eq(v_x & (dst_x == src_q)),
+            m.d.sync += [src_val.eq(acc_rd_src.data), fwd_src.eq(v_e & (dst_e == src_q)),
                          fix_src.eq(v_w & (dst_w == src_q)), src_fix.eq(result_w)]
             src_read = Mux(fix_src, src_fix, src_val)
         m.d.comb += [
@@ -324,7 +393,7 @@ class ComputeModule(wiring.Component):
             # instructions, and each ALU instruction starts it empty.
             with m.If(v_b & miss_b):
                 m.d.sync += [src_valid.eq(1), src_addr.eq(src_acc)]
-            with m.If(v_b2):
+            with m.If(v_m2):
                 m.d.sync += src_data.eq(acc_rd_dst.data)
             with m.If(v_w & (dst_w == src_addr)):
                 m.d.sync += src_data.eq(result_w)
@@ -343,7 +412,7 @@ class ComputeModule(wiring.Component):
             with m.Case(isa.Opcode.LOAD):
                 m.d.comb += seq.finish.eq(dma.finish)
             with m.Case(isa.Opcode.GEMM, isa.Opcode.ALU):
-                m.d.comb += seq.finish.eq(~issuing & ~v_u & ~v_b & ~v_b2 & ~Cat(*v_g).any() & ~v_q & ~v_x)
+                m.d.comb += seq.finish.eq(~issuing & ~v_u & ~v_b & ~v_b2 & ~Cat(*v_g).any() & ~v_q & ~v_x & ~v_y)
             with m.Default():
                 m.d.comb += seq.finish.eq(1)
         m.d.comb += self.finished.eq(self.retire.valid & (opcode == isa.Opcode.FINISH))

@@ -1,10 +1,10 @@
-"""Compute's datapath: the pipelined GEMM core and the execute stage (GEMM accumulate, vector ALU).
+"""Compute's datapath: the pipelined GEMM core and the execute stages (GEMM accumulate, vector ALU).
 
 :class:`GemmPipeline` turns the INP and WGT read data into the per-lane dot products through
 registered operands, registered products and a registered adder tree (depths in
-:mod:`vtakit.hw.pipeline`), one micro-op per cycle. :class:`TensorDatapath` is the execute stage X
-that closes the read-modify-write loop on ACC: ``acc + sums`` for GEMM, the ALU op for ALU, from
-registered operands. Both are separate components so that they are separate fragments of the
+:mod:`vtakit.hw.pipeline`), one micro-op per cycle. :class:`TensorDatapath` holds the execute stages
+that close the read-modify-write loop on ACC: ``acc + sums`` for GEMM in one stage (X), the ALU op
+in two (X1 registers the forwarded operands, X2 computes). Both are separate components so that they are separate fragments of the
 simulation: pysim re-evaluates a fragment's combinational logic whenever one of its inputs changes,
 and keeping the multiply-add tree apart from compute's counters means it is only recomputed when
 its operands change.
@@ -104,9 +104,10 @@ def _requant_clip(shifted, imm):
 
 class _AluTerms:
     """One ALU lane's operations before the result select: ``lt`` (``a < b``, signed), MIN/MAX's select
-    ``minmax`` with ``is_max``, its operands ``a`` and ``b``, and the other operations as (select, value)."""
+    ``minmax`` with ``is_max``, its operands ``a`` and ``b``, and the other operations as (select, value).
+    ``lt`` and ``add`` (ADD's ``a + b``), when given, were computed a stage ahead."""
 
-    def __init__(self, config: VTAConfig, alu_opcode, lhs, rhs, imm=None, use_imm=None):
+    def __init__(self, config: VTAConfig, alu_opcode, lhs, rhs, imm=None, use_imm=None, lt=None, add=None):
         a = self.a = lhs.as_signed()
         b = self.b = rhs.as_signed()
         shift = rhs[:6].as_signed()
@@ -120,10 +121,11 @@ class _AluTerms:
         # chain) between the operand and the shifter's select lines
         left = ((a << 1) << (~shift)[:5])[:32]
         # MIN and MAX share one comparison: MIN takes a if a < b, MAX takes b if a < b (either when equal)
-        self.lt = a < b
+        self.lt = a < b if lt is None else lt
         self.is_max = alu_opcode == isa.AluOp.MAX
         self.minmax = (alu_opcode == isa.AluOp.MIN) | self.is_max
-        self.others = [(alu_opcode == isa.AluOp.ADD, (a + b)[:32]), (alu_opcode == isa.AluOp.SHR, Mux(shift[5], left, right))]
+        self.others = [(alu_opcode == isa.AluOp.ADD, (a + b)[:32] if add is None else add),
+                       (alu_opcode == isa.AluOp.SHR, Mux(shift[5], left, right))]
         if config.alu_mul:
             self.others.append((alu_opcode == isa.AluOp.MUL, (a * rhs[:16].as_signed())[:32]))
         if config.alu_requant:
@@ -152,10 +154,16 @@ def alu_datapath(config: VTAConfig, alu_opcode, lhs, rhs, imm=None, use_imm=None
 
 
 class TensorDatapath(wiring.Component):
-    """The execute stage X: ``result = ALU(acc_dst, imm or acc_src)`` if ``is_alu`` else (0 if ``reset``
-    else ``acc_dst + sums``), every lane wrapped to 32 bits. Combinational: compute feeds it
-    registered operands and writes ``result`` to ACC in the same cycle (the one-cycle
-    read-modify-write loop of docs/timing.md §4).
+    """The execute stages: ``result = ALU(acc_dst, imm or acc_src)`` if ``is_alu`` else (0 if ``reset``
+    else ``acc_dst + sums``), every lane wrapped to 32 bits, for compute to register as the written-back
+    element (docs/timing.md §4).
+
+    GEMM takes one stage, X: ``acc_dst + sums`` is combinational from compute's operands (the
+    one-cycle read-modify-write loop that keeps GEMM's accumulate forwarded at any distance). The
+    ALU takes two, X1 and X2: X1 registers the operands (``acc_dst``, ``acc_src``: compute's
+    forwarded values) with their comparison and sum (the carry chains that need both operands), and
+    X2 computes the rest of the ALU (shifter, MUL, REQUANT) and its result select from registers. ``result`` is the ALU's
+    in X2 while ``is_alu``, GEMM's in X otherwise.
 
     Interface attributes: ``sums`` (:class:`GemmPipeline`'s lane sums), ``acc_dst``, ``acc_src``
     (operand elements), ``is_alu``, ``reset``, ``use_imm``, ``alu_op``, ``imm`` (sign-extended to
@@ -186,40 +194,44 @@ class TensorDatapath(wiring.Component):
         cfg = self._config
         m = Module()
         lanes = range(cfg.batch * cfg.block_out)
-        gemm_lanes = [(self.acc_dst.word_select(lane, 32) + self.sums.word_select(lane, _SUM_BITS))[:32]
-                      for lane in lanes]
-        op, imm, use_imm, lhs = self.alu_op, self.imm, self.use_imm, self.acc_dst
+        # X1: the ALU's operands registered (GEMM does not use them) with the two carry chains that need
+        # both, a < b and a + b (the forwarding multiplexers in front of them, the select behind in X2)
+        def rhs(lane):
+            src = self.acc_src.word_select(lane, 32)
+            # compute put the immediate there already (imm_selected)
+            return src if self._imm_selected else Mux(self.use_imm, self.imm, src)
+        operands = [(self.acc_dst.word_select(lane, 32), rhs(lane)) for lane in lanes]
+        lhs_x2 = Signal.like(self.acc_dst, name="alu_lhs")
+        rhs_x2 = Signal.like(self.acc_src, name="alu_rhs")
+        lt_x2 = Signal(len(lanes), name="alu_lt")
+        add_x2 = Signal.like(self.acc_dst, name="alu_add")
+        m.d.sync += [lhs_x2.eq(self.acc_dst), rhs_x2.eq(Cat(*[b for _, b in operands])),
+                     lt_x2.eq(Cat(*[a.as_signed() < b.as_signed() for a, b in operands])),
+                     add_x2.eq(Cat(*[(a + b)[:32] for a, b in operands]))]
+        op, imm, use_imm, lhs = self.alu_op, self.imm, self.use_imm, lhs_x2
         if cfg.gemm_out_requant:   # a requantising GEMM's W stage: the idle ALU lanes run REQUANT imm on it
-            requant = self.requant_out
+            requant = self.requant_out   # (its immediate form reads neither the right operand, lt nor a + b)
             op = Mux(requant, int(isa.AluOp.REQUANT), op)
             imm = Mux(requant, self.requant_ctl, imm)
             use_imm = use_imm | requant
             lhs = Mux(requant, self.written, lhs)
-        def rhs(lane):
-            src = self.acc_src.word_select(lane, 32)
-            # compute put the immediate there already, unless GEMM_OUT_REQUANT's write-back (which
-            # selects the requant register as the immediate here) can take the lanes
-            if self._imm_selected and not cfg.gemm_out_requant:
-                return src
-            return Mux(use_imm, imm, src)
-        terms = [_AluTerms(cfg, op, lhs.word_select(lane, 32), rhs(lane), imm, use_imm) for lane in lanes]
-        # The result as one flat select whose selects come from registers (the instruction's op, is_alu,
-        # reset), with the comparison last: the lane's value if a < b and if not, every other
-        # operation (GEMM's accumulate, a bias reset's copy included) ORed into both, so that MIN/MAX's
-        # comparison (a carry chain, then 32 loads) meets one multiplexer before the register.
-        is_alu = self.is_alu
-        gemm = ~is_alu & ~self.reset
-        bias = ~is_alu & self.reset & self.bias if cfg.bias_preload else None   # a bias reset copies the entry read
-        lane_results = []
-        for lane, t in zip(lanes, terms):
-            rest = [(is_alu & sel, value) for sel, value in t.others] + [(gemm, gemm_lanes[lane])]
-            if bias is not None:
-                rest.append((bias, self.acc_dst.word_select(lane, 32)))
-            picked = is_alu & t.minmax
-            when_lt = _select(rest + [(picked, Mux(t.is_max, t.b, t.a)[:32])])
-            when_ge = _select(rest + [(picked, Mux(t.is_max, t.a, t.b)[:32])])
-            lane_results.append(Mux(t.lt, when_lt, when_ge))
-        m.d.comb += self.result.eq(Cat(*lane_results))
+        terms = [_AluTerms(cfg, op, lhs.word_select(lane, 32), rhs_x2.word_select(lane, 32), imm, use_imm,
+                           lt=lt_x2[lane], add=add_x2.word_select(lane, 32)) for lane in lanes]
+        # X2: each lane's ALU result as one flat select from registers (the instruction's op, X1's
+        # comparison last), then the GEMM/ALU select
+        alu_lanes = []
+        for t in terms:
+            when_lt = _select(t.others + [(t.minmax, Mux(t.is_max, t.b, t.a)[:32])])
+            when_ge = _select(t.others + [(t.minmax, Mux(t.is_max, t.a, t.b)[:32])])
+            alu_lanes.append(Mux(t.lt, when_lt, when_ge))
+        # X (GEMM): acc + sums, 0 for a reset, the entry read for a bias reset
+        gemm_lanes = []
+        for lane in lanes:
+            acc = self.acc_dst.word_select(lane, 32)
+            total = (acc + self.sums.word_select(lane, _SUM_BITS))[:32]
+            kept = Mux(self.bias, acc, 0) if cfg.bias_preload else 0
+            gemm_lanes.append(Mux(self.reset, kept, total))
+        m.d.comb += self.result.eq(Mux(self.is_alu, Cat(*alu_lanes), Cat(*gemm_lanes)))
         if cfg.gemm_out_requant:
             low = Cat(*(self.written.word_select(lane, 32)[:8] for lane in lanes))
             m.d.comb += self.out.eq(Mux(self.requant_out, Cat(*(t.result()[:8] for t in terms)), low))

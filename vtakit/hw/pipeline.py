@@ -12,8 +12,9 @@ issue cycle ``a`` (uop SRAM read):
   (``T`` = :func:`gemm_tree_stages`, registered after every :data:`TREE_LEVELS_PER_STAGE` levels),
   ``X = b + 3 + T`` accumulate (ACC dst read in ``X - 2``), ``X + 1`` ACC and OUT written from the
   registered result.
-* **ALU**: ``R = b`` (``b + 1`` for a two-cycle tensor micro-op) reads ACC dst, ``R + 1``
-  registers the operands, ``X = R + 2`` executes, ``X + 1`` writes ACC and OUT.
+* **ALU**: ``R = b`` (``b + 1`` for a two-cycle micro-op) reads ACC dst, ``R + 1``
+  registers the operands, ``X = R + 2`` forwards them into registers (X1), ``X + 1`` executes (X2),
+  ``X + 2`` writes ACC and OUT.
 
 This module imports no Amaranth: the cycle model uses it.
 """
@@ -46,4 +47,4 @@ def gemm_product_latency(config: VTAConfig) -> int:
 def finish_delay(config: VTAConfig, alu: bool) -> int:
     """``e - s - M`` of a GEMM (``alu`` false) or ALU instruction with at least one micro-op
     (docs/timing.md §4): the cycles from the last micro-op's index stage to its OUT write."""
-    return 4 if alu else 3 + gemm_product_latency(config)
+    return 5 if alu else 3 + gemm_product_latency(config)

@@ -76,7 +76,7 @@ from vtakit.sim.machine import QUEUE_NAMES, Machine, describe
 from vtakit.sim.stats import RunStats
 
 __all__ = ["execute", "simulate", "CycleRun", "InsnTiming", "ENGINES", "FETCH_BURST", "FETCH_DEPTH",
-           "micro_op_cycles", "src_hits"]
+           "micro_op_cycles"]
 
 #: Instructions per fetch burst (bursts are aligned groups) and instruction-buffer entries (§2).
 FETCH_BURST = 4
@@ -219,40 +219,72 @@ _ELEMENT_BYTES: dict[int, tuple[VTAConfig, list[int], int]] = {}
 def micro_op_cycles(insn: GemmInsn | AluInsn, config: VTAConfig, uops: np.ndarray) -> int:
     """Cycles of all the micro-ops of a GEMM or ALU instruction together (§4), ``uops`` the micro-op
     cache's entries ``[uop_bgn, uop_end)`` (dst, src, wgt columns) when it starts: one per micro-op,
-    except a tensor ALU micro-op with one ACC read port (ACC_READ_PORTS 1), which takes 2 unless it
-    hits the src register (its src address is the previous micro-op's of the same instruction)."""
+    except that an ALU micro-op takes 2 when it is a tensor one with one ACC read port
+    (ACC_READ_PORTS 1) that misses the src register (its src address is not the previous micro-op's),
+    or when it reads the entry the previous micro-op writes (its dst, or its src in the tensor form)."""
     n = insn.iter_out * insn.iter_in * max(0, insn.uop_end - insn.uop_bgn)
-    if n <= 0 or config.acc_read_ports != 1 or not isinstance(insn, AluInsn) or insn.use_imm:
+    if n <= 0 or not isinstance(insn, AluInsn):
         return n
+    two_read = config.acc_read_ports == 1 and not insn.use_imm
     if len(uops) != insn.uop_end - insn.uop_bgn:     # past the cache's end: the program fails in fsim
-        return 2 * n
-    return 2 * n - src_hits(uops[:, 1], insn.iter_out, insn.iter_in, insn.src_factor_out, insn.src_factor_in,
-                            config.acc_depth - 1)
+        return 2 * n if two_read else n
+    return n + _alu_extra_cycles(insn, uops, config.acc_depth - 1, two_read)
 
 
-def src_hits(src, iter_out: int, iter_in: int, factor_out: int, factor_in: int, mask: int) -> int:
-    """How many micro-ops of a tensor ALU loop (§4) have the previous micro-op's src address: micro-op
-    (i, j, k) reads ``(src[k] + i * factor_out + j * factor_in) & mask`` (``mask``: ACC depth - 1),
-    k innermost. Within one (i, j) the offsets cancel, so only the micro-op list's own repeats count
-    there; the first micro-op of each j step and of each i step compares across the step."""
-    count = len(src)
-    if count == 0 or iter_out <= 0 or iter_in <= 0:
-        return 0
-    if count <= 64:
-        values = [int(v) & mask for v in src]
-        within = sum(a == b for a, b in zip(values, values[1:]))
-        first, last = values[0], values[-1]
-    else:
-        values = np.asarray(src, dtype=np.int64) & mask
-        within = int(np.count_nonzero(values[1:] == values[:-1]))
-        first, last = int(values[0]), int(values[-1])
-    step = (last - first) & mask            # a step's first micro-op hits iff its offset change equals this
-    hits = iter_out * iter_in * within
-    if factor_in & mask == step:
-        hits += iter_out * (iter_in - 1)
-    if (factor_out - (iter_in - 1) * factor_in) & mask == step:
-        hits += iter_out - 1
-    return hits
+def _alu_extra_cycles(insn: AluInsn, uops: np.ndarray, mask: int, two_read: bool) -> int:
+    """How many micro-ops of an ALU loop take 2 cycles (§4): micro-op (i, j, k) writes
+    ``(dst[k] + i * dst_factor_out + j * dst_factor_in) & mask`` and reads it and, in the tensor form,
+    ``(src[k] + i * src_factor_out + j * src_factor_in) & mask``, k innermost. Counted by kind of
+    step from the micro-op before (k within one (i, j); a j step; an i step): whether dst repeats
+    and whether src repeats depend on the step alone, and src meeting the previous dst is
+    ``c + i * A + j * B == 0`` (mod ACC depth) with A, B the factors' differences, counted by
+    :func:`_count_lattice`."""
+    tensor = not insn.use_imm
+    size = mask + 1
+    dst = [int(v) & mask for v in uops[:, 0]]
+    src = [int(v) & mask for v in uops[:, 1]]
+    last, n_i, n_j = len(dst) - 1, insn.iter_out, insn.iter_in
+    dfo, dfi, sfo, sfi = insn.dst_factor_out, insn.dst_factor_in, insn.src_factor_out, insn.src_factor_in
+    a, b = (sfo - dfo) & mask, (sfi - dfi) & mask
+    extra = 1 if two_read else 0            # the first micro-op misses (the register starts empty)
+    targets: dict[int, int] = {}            # within (i, j): src - previous dst == c + iA + jB, by -c
+    # (dst step, src step, src - previous dst without the i, j terms, i range, j range) per kind of step
+    steps = [(dst[k] - dst[k - 1], src[k] - src[k - 1], src[k] - dst[k - 1], (0, n_i), (0, n_j))
+             for k in range(1, last + 1)]
+    steps.append((dst[0] - dst[last] + dfi, src[0] - src[last] + sfi, src[0] - dst[last] + dfi, (0, n_i), (1, n_j)))
+    edge = dfo - (n_j - 1) * dfi
+    steps.append((dst[0] - dst[last] + edge, src[0] - src[last] + sfo - (n_j - 1) * sfi, src[0] - dst[last] + edge,
+                  (1, n_i), (0, 1)))
+    for dst_step, src_step, c, i_range, j_range in steps:
+        count = max(0, i_range[1] - i_range[0]) * max(0, j_range[1] - j_range[0])
+        if dst_step & mask == 0 or (two_read and src_step & mask != 0):
+            extra += count
+        elif tensor and count:
+            key = (-c & mask, i_range, j_range)
+            targets[key] = targets.get(key, 0) + 1
+    for (target, i_range, j_range), times in targets.items():
+        extra += times * _count_lattice(i_range, j_range, a, b, target, size)
+    return extra
+
+
+def _count_lattice(i_range: tuple[int, int], j_range: tuple[int, int], a: int, b: int, target: int,
+                   size: int) -> int:
+    """``#{(i, j) in i_range x j_range : i * a + j * b == target (mod size)}``, size a power of two:
+    for each i of the shorter range, the j with ``j * b == target - i * a`` form one residue class
+    modulo ``size / g`` (g = the largest power of two dividing b), or none."""
+    if i_range[1] - i_range[0] > j_range[1] - j_range[0]:
+        i_range, j_range, a, b = j_range, i_range, b, a
+    mask = size - 1
+    i = np.arange(i_range[0], i_range[1], dtype=np.int64)
+    rest = (target - i * (a & mask)) & mask         # j * b must equal this
+    b &= mask
+    if b == 0:
+        return int(np.count_nonzero(rest == 0)) * (j_range[1] - j_range[0])
+    g = b & -b
+    period = size // g
+    first = ((rest // g) * pow(b // g, -1, period)) % period
+    found = (j_range[1] - 1 - first) // period - (j_range[0] - 1 - first) // period
+    return int(found[rest % g == 0].sum())
 
 
 def _element_bytes(config: VTAConfig) -> tuple[list[int], int]:

@@ -27,7 +27,8 @@
  *   D: e - s - M of a GEMM or ALU with micro-ops (docs/timing.md section 4, vtakit/hw/pipeline.py).
  *   ALU flags: bit 0, ALU MUL is legal (ALU_MUL); bit 1, a tensor ALU micro-op takes 2 cycles unless
  *            it hits the src register (ACC_READ_PORTS 1, docs/timing.md section 4); bit 2, ALU
- *            REQUANT is legal (ALU_REQUANT).
+ *            REQUANT is legal (ALU_REQUANT). Every ALU micro-op that reads the entry the micro-op
+ *            before it writes takes 2 cycles as well (section 4).
  *   stats: busy, token-stall and memory-stall cycles of fetch, load, compute, store (4 each).
  *   detail: int64 array, see write_detail().
  */
@@ -115,17 +116,18 @@ typedef struct {
     /* configuration */
     int64_t qc, qt, latency, limit, bus, out_elem, elem[6], dram_size;
     int alu_mul, alu_requant;
-    /* with one ACC read port (ALU flags bit 1; else NULL), the micro-op cache's src fields (their low
-     * log2(ACC depth) bits) as compute's LOAD UOPs leave them: a tensor ALU micro-op takes 2 cycles,
-     * 1 when it hits the src register (docs/timing.md §4) */
-    uint32_t *uop_src;
+    /* the micro-op cache's src and dst fields (their low log2(ACC depth) bits) as compute's LOAD UOPs
+     * leave them: an ALU micro-op takes 2 cycles when it reads the entry the previous one writes, and
+     * with one ACC read port (ALU flags bit 1) a tensor one that misses the src register (§4) */
+    uint32_t *uop_src, *uop_dst;
+    int one_port;
     int64_t uop_depth, acc_depth;
     int64_t gemm_delay, alu_delay;   /* D = e - s - M of a GEMM, an ALU with micro-ops (§4) */
     int64_t load_prep;               /* a LOAD with x_size != 0 starts its pads and requests from s + load_prep */
     int log_acc_depth;
     const uint8_t *dram;        /* the DRAM before the run (NULL: zeros) */
     vec_t uop_reads, stores;    /* (first, end) DRAM bytes of each LOAD UOP and each STORE */
-    int uop_timed;              /* some tensor ALU's timing depends on the micro-op cache */
+    int uop_timed;              /* some ALU's timing depends on the micro-op cache */
     /* program */
     Py_ssize_t count;
     insn_t *insns;
@@ -222,7 +224,7 @@ static int footprint(vec_t *a, int64_t dram_base, int64_t x_size, int64_t y_size
     return vec_push2(a, first, first + ((y_size - 1) * x_stride + x_size) * elem);
 }
 
-/* A LOAD UOP on compute: write the src fields it leaves in the micro-op cache (pads: 0). Entries
+/* A LOAD UOP on compute: write the src and dst fields it leaves in the micro-op cache (pads: 0). Entries
  * past the cache and words past the DRAM are fsim's MemoryAccessError: skipped (read as 0). */
 static void uop_load(solver_t *s, const uint64_t w[2], const int32_t (*row)[3])
 {
@@ -239,40 +241,111 @@ static void uop_load(solver_t *s, const uint64_t w[2], const int32_t (*row)[3])
         count = height * width;
     for (uint64_t e = 0; e < count; e++) {
         const uint64_t y = e / width, x = e % width;
-        uint32_t src = 0;
+        uint32_t src = 0, dst = 0;
         if (s->dram && y >= y0 && y - y0 < ys && x >= x0 && x - x0 < xs) {
             const uint64_t addr = (dram_base + (y - y0) * stride + (x - x0)) * 4;
             if (addr + 4 <= (uint64_t)s->dram_size) {
                 const uint8_t *p = s->dram + addr;
                 const uint32_t word = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
                 src = (word >> s->log_acc_depth) & mask;   /* src_idx follows dst_idx (log2 ACC depth bits) */
+                dst = word & mask;
             }
         }
         s->uop_src[base + e] = src;
+        s->uop_dst[base + e] = dst;
     }
 }
 
-/* docs/timing.md §4: how many micro-ops of a tensor ALU loop hit the src register, i.e. have the
- * previous micro-op's src address; cycle.py's src_hits. Micro-op (i, j, k) reads (src[k] + i *
- * factor_out + j * factor_in) mod ACC depth, k innermost: within one (i, j) the offsets cancel;
- * the first micro-op of each j and i step compares across the step. */
-static int64_t src_hits(const solver_t *s, int64_t bgn, int64_t end, int64_t iter_out, int64_t iter_in,
-                        uint64_t factor_out, uint64_t factor_in)
+/* floor(a / b) for b > 0 */
+static int64_t floor_div(int64_t a, int64_t b)
+{
+    return a >= 0 ? a / b : -((-a + b - 1) / b);
+}
+
+/* #{(i, j) in [i0, i1) x [j0, j1) : i * a + j * b == target (mod size)}, size a power of two;
+ * cycle.py's _count_lattice: for each i of the shorter range, the j with j * b == target - i * a
+ * form one residue class modulo size / g (g: the largest power of two dividing b), or none. */
+static int64_t count_lattice(int64_t i0, int64_t i1, int64_t j0, int64_t j1, uint64_t a, uint64_t b,
+                             uint64_t target, uint64_t size)
+{
+    if (i1 <= i0 || j1 <= j0)
+        return 0;
+    if (i1 - i0 > j1 - j0) {
+        int64_t t0 = i0, t1 = i1;
+        uint64_t ta = a;
+        i0 = j0, i1 = j1, j0 = t0, j1 = t1, a = b, b = ta;
+    }
+    const uint64_t mask = size - 1;
+    a &= mask;
+    b &= mask;
+    int64_t count = 0;
+    if (!b) {
+        for (int64_t i = i0; i < i1; i++)
+            count += ((target - (uint64_t)i * a) & mask) == 0;
+        return count * (j1 - j0);
+    }
+    const uint64_t g = b & (~b + 1), period = size / g, odd = b / g;
+    uint64_t inv = odd;                      /* odd * inv == 1 mod 2^64 by Newton's iteration */
+    for (int n = 0; n < 6; n++)
+        inv *= 2 - odd * inv;
+    for (int64_t i = i0; i < i1; i++) {
+        const uint64_t rest = (target - (uint64_t)i * a) & mask;
+        if (rest % g)
+            continue;
+        const int64_t first = (int64_t)(((rest / g) * inv) & (period - 1));
+        count += floor_div(j1 - 1 - first, (int64_t)period) - floor_div(j0 - 1 - first, (int64_t)period);
+    }
+    return count;
+}
+
+/* docs/timing.md §4: how many micro-ops of an ALU loop take 2 cycles; cycle.py's _alu_extra_cycles.
+ * Micro-op (i, j, k) writes (dst[k] + i * dst_factor_out + j * dst_factor_in) mod ACC depth and reads
+ * it and, in the tensor form, (src[k] + i * src_factor_out + j * src_factor_in), k innermost: it takes
+ * 2 when it reads the entry the micro-op before writes, or (one read port, tensor form) when its src
+ * is not the previous micro-op's (the first one always). By kind of step from the micro-op before
+ * (k within one (i, j), a j step, an i step): dst and src repeating depend on the step alone; src
+ * meeting the previous dst is c + i * A + j * B == 0 with A, B the factors' differences. */
+static int64_t alu_extra(const solver_t *s, int64_t bgn, int64_t end, int64_t iter_out, int64_t iter_in,
+                         const uint64_t factor[4], int tensor)
 {
     if (end <= bgn || iter_out <= 0 || iter_in <= 0 || bgn < 0 || end > s->uop_depth)
         return 0;
-    const uint32_t *u = s->uop_src;
-    const uint64_t mask = (uint64_t)s->acc_depth - 1;
-    int64_t within = 0;
-    for (int64_t k = bgn + 1; k < end; k++)
-        within += u[k] == u[k - 1];
-    const uint64_t step = ((uint64_t)u[end - 1] - (uint64_t)u[bgn]) & mask;
-    int64_t hits = iter_out * iter_in * within;
-    if ((factor_in & mask) == step)
-        hits += iter_out * (iter_in - 1);
-    if (((factor_out - (uint64_t)(iter_in - 1) * factor_in) & mask) == step)
-        hits += iter_out - 1;
-    return hits;
+    const int two_read = tensor && s->one_port;
+    const uint64_t size = (uint64_t)s->acc_depth, mask = size - 1;
+    const uint64_t dfo = factor[0], dfi = factor[1], sfo = factor[2], sfi = factor[3];
+    const uint64_t a = (sfo - dfo) & mask, b = (sfi - dfi) & mask;
+    const uint32_t *d = s->uop_dst, *u = s->uop_src;
+    const int64_t last = end - 1;
+    int64_t extra = two_read;
+    for (int64_t k = bgn; k <= last + 2; k++) {
+        uint64_t dst_step, src_step, c;
+        int64_t i0 = 0, i1 = iter_out, j0 = 0, j1 = iter_in;
+        if (k == bgn)
+            continue;
+        if (k <= last) {                     /* within one (i, j) */
+            dst_step = (uint64_t)d[k] - d[k - 1];
+            src_step = (uint64_t)u[k] - u[k - 1];
+            c = (uint64_t)u[k] - d[k - 1];
+        } else if (k == last + 1) {          /* a j step */
+            dst_step = (uint64_t)d[bgn] - d[last] + dfi;
+            src_step = (uint64_t)u[bgn] - u[last] + sfi;
+            c = (uint64_t)u[bgn] - d[last] + dfi;
+            j0 = 1;
+        } else {                             /* an i step */
+            const uint64_t edge = dfo - (uint64_t)(iter_in - 1) * dfi;
+            dst_step = (uint64_t)d[bgn] - d[last] + edge;
+            src_step = (uint64_t)u[bgn] - u[last] + sfo - (uint64_t)(iter_in - 1) * sfi;
+            c = (uint64_t)u[bgn] - d[last] + edge;
+            i0 = 1;
+            j1 = 1;
+        }
+        const int64_t count = (i1 > i0 && j1 > j0) ? (i1 - i0) * (j1 - j0) : 0;
+        if (!(dst_step & mask) || (two_read && (src_step & mask)))
+            extra += count;
+        else if (tensor && count)
+            extra += count_lattice(i0, i1, j0, j1, a, b, (0 - c) & mask, size);
+    }
+    return extra;
 }
 
 static int by_first(const void *a, const void *b)
@@ -327,7 +400,7 @@ static const char *load_program(solver_t *s, const uint8_t *stream, const vta_la
             else
                 return "illegal instruction";   /* LOAD of OUT data */
             t->kind = K_LOAD;
-            if (s->uop_src && t->mem == VTA_MEM_UOP && t->x_size) {
+            if (t->mem == VTA_MEM_UOP && t->x_size) {
                 uop_load(s, w, row);
                 if (footprint(&s->uop_reads, F(DRAM_BASE), t->x_size, t->y_size, F(X_STRIDE), 4) < 0)
                     return "out of memory";
@@ -339,7 +412,7 @@ static const char *load_program(solver_t *s, const uint8_t *stream, const vta_la
                 return "illegal instruction";
             t->module = STORE;
             t->kind = K_STORE;
-            if (s->uop_src && footprint(&s->stores, F(DRAM_BASE), t->x_size, t->y_size, F(X_STRIDE), s->out_elem) < 0)
+            if (footprint(&s->stores, F(DRAM_BASE), t->x_size, t->y_size, F(X_STRIDE), s->out_elem) < 0)
                 return "out of memory";
             break;
         case VTA_GEMM:
@@ -351,11 +424,14 @@ static const char *load_program(solver_t *s, const uint8_t *stream, const vta_la
             t->module = COMPUTE;
             t->kind = K_MICRO;
             t->micro = F(ITER_OUT) * F(ITER_IN) * (F(UOP_END) - F(UOP_BGN));
-            if (opcode == VTA_ALU && !F(USE_IMM) && s->uop_src && t->micro > 0) {
-                /* 2 cycles per micro-op, 1 for each that hits the src register */
-                const int64_t hits = src_hits(s, F(UOP_BGN), F(UOP_END), F(ITER_OUT), F(ITER_IN),
-                                              (uint64_t)F(SRC_FACTOR_OUT), (uint64_t)F(SRC_FACTOR_IN));
-                t->micro = 2 * t->micro - hits;
+            if (opcode == VTA_ALU && t->micro > 0) {
+                /* 1 cycle per micro-op, 2 for each that misses the src register or meets the previous one's write */
+                const uint64_t factor[4] = {(uint64_t)F(DST_FACTOR_OUT), (uint64_t)F(DST_FACTOR_IN),
+                                            (uint64_t)F(SRC_FACTOR_OUT), (uint64_t)F(SRC_FACTOR_IN)};
+                if (F(UOP_END) > s->uop_depth || F(UOP_BGN) < 0)   /* past the cache: the program fails in fsim */
+                    t->micro *= (!F(USE_IMM) && s->one_port) ? 2 : 1;
+                else
+                    t->micro += alu_extra(s, F(UOP_BGN), F(UOP_END), F(ITER_OUT), F(ITER_IN), factor, !F(USE_IMM));
                 s->uop_timed = 1;
             }
             t->micro = t->micro > 0 ? t->micro + (opcode == VTA_ALU ? s->alu_delay : s->gemm_delay) : 0;
@@ -919,6 +995,7 @@ static void solver_free(solver_t *s)
     PyMem_Free(s->lasts);
     PyMem_Free(s->reads.v);
     PyMem_Free(s->uop_src);
+    PyMem_Free(s->uop_dst);
     PyMem_Free(s->uop_reads.v);
     PyMem_Free(s->stores.v);
 }
@@ -1045,9 +1122,11 @@ static PyObject *solve(PyObject *self, PyObject *args)
     s.load_prep = load_prep;
     while ((1LL << s.log_acc_depth) < acc_depth)
         s.log_acc_depth++;
-    if (alu_mul & 2) {                 /* one ACC read port: tensor ALU timing reads the micro-op cache */
+    s.one_port = (alu_mul & 2) != 0;   /* one ACC read port: the src register's misses take 2 cycles */
+    {
         s.uop_src = PyMem_Calloc((size_t)uop_depth, sizeof(uint32_t));
-        if (!s.uop_src) {
+        s.uop_dst = PyMem_Calloc((size_t)uop_depth, sizeof(uint32_t));
+        if (!s.uop_src || !s.uop_dst) {
             why = "out of memory";
             goto done;
         }
