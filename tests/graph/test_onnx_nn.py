@@ -143,12 +143,41 @@ MATMUL_CASES = {
     "rhs_1d": Case("MatMul", {"a": _rand(2, 3, 4), "b": _rand(4)}),
     "both_1d": Case("MatMul", {"a": _rand(7), "b": _rand(7)}),
     "3d_by_2d_weight": Case("MatMul", {"a": _rand(2, 3, 8), "b": _rand(8, 5)}, weights=("b",)),
+    # the CPU's PackedMatMul: pre-packed constant weights (panels of whole vectors, or a divisor of N)
+    "2d_weight_panels": Case("MatMul", {"a": _rand(20, 48), "b": _rand(48, 96)}, weights=("b",)),
+    "4d_by_2d_weight_odd_n": Case("MatMul", {"a": _rand(2, 3, 5, 16), "b": _rand(16, 1000)}, weights=("b",)),
+    # ... and weights packed at run time
+    "2d_by_2d_activations": Case("MatMul", {"a": _rand(33, 64), "b": _rand(64, 128)}),
+    "3d_by_2d_activations": Case("MatMul", {"a": _rand(2, 24, 40), "b": _rand(40, 70)}),
+    # batch_matmul: attention's products, broadcast batch dims, a 2-D lhs against a batch
+    "attention_qk": Case("MatMul", {"a": _rand(2, 4, 24, 16), "b": _rand(2, 4, 16, 40)}),
+    "broadcast_both": Case("MatMul", {"a": _rand(3, 1, 6, 9), "b": _rand(1, 2, 9, 35)}),
+    "2d_by_3d": Case("MatMul", {"a": _rand(6, 9), "b": _rand(4, 9, 33)}),
+    "lhs_1d_by_2d": Case("MatMul", {"a": _rand(9), "b": _rand(9, 40)}),
+    "rank4_by_1d": Case("MatMul", {"a": _rand(2, 3, 4, 9), "b": _rand(9)}),
 }
 
 
 @pytest.mark.parametrize("name", [*GEMM_CASES, *MATMUL_CASES])
 def test_matrix_products(name):
     _check({**GEMM_CASES, **MATMUL_CASES}[name])
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+@pytest.mark.parametrize("shapes", [((5, 7), (7, 40)), ((2, 3, 7), (7, 33)), ((2, 3, 5, 7), (2, 3, 7, 33)),
+                                    ((3, 1, 5, 7), (4, 7, 9)), ((7,), (2, 7, 3))])
+@pytest.mark.parametrize("weight", [False, True])
+def test_integer_matmul_is_exact(dtype, shapes, weight):
+    """Integer MatMul (every kernel form, constant or run-time rhs) against numpy, exactly; values
+    large enough that a float path would round."""
+    rng = np.random.default_rng(sum(map(len, shapes)))
+    a = rng.integers(-(1 << 12), 1 << 12, shapes[0]).astype(dtype)
+    b = rng.integers(-(1 << 12), 1 << 12, shapes[1]).astype(dtype)
+    case = Case("MatMul", {"a": a, "b": b}, weights=("b",) if weight else ())
+    feeds = {"a": a} if weight else {"a": a, "b": b}
+    got = _run_compiled(vg.from_onnx(_model(case)), feeds)["y0"]
+    assert got.dtype == dtype
+    np.testing.assert_array_equal(got, np.matmul(a, b))
 
 
 HALF_CASES = {

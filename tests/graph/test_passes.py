@@ -136,6 +136,27 @@ def test_alter_layout_packs_conv_weights_once():
     _equivalent(g, packed)
 
 
+def test_alter_layout_folds_matmul_batches_into_a_dense():
+    """MatMul by a matrix (a Linear layer) becomes PackedMatMul: a constant float32 weight packed here
+    into [N/b, K, b] panels, a run-time one (block 0) packed by the kernel; attention's batched MatMul
+    and a 1-D lhs keep the MatMul."""
+    c = {"w": RNG.standard_normal((8, 40)).astype(np.float32)}
+    nodes = [Node("MatMul", ["x", "w"], ["h"], name="linear"),
+             Node("MatMul", ["x", "v"], ["u"], name="runtime_rhs"),
+             Node("MatMul", ["x", "xt"], ["a"], name="attention"),
+             Node("MatMul", ["r", "w"], ["z"], name="vector_lhs")]
+    types = {"x": TensorType((2, 3, 5, 8), "float32"), "v": TensorType((8, 24), "float32"),
+             "xt": TensorType((2, 3, 8, 5), "float32"), "r": TensorType((8,), "float32")}
+    g = get_pass("InferType")(Graph(nodes, ["x", "v", "xt", "r"], ["h", "u", "a", "z"], types, c))
+    packed = get_pass("AlterOpLayout")(g)
+    assert [n.op for n in packed.nodes] == ["PackedMatMul", "PackedMatMul", "MatMul", "MatMul"]
+    linear, runtime = packed.nodes[:2]
+    weight = packed.constants[linear.inputs[1]]
+    assert linear.attrs["block"] == weight.shape[-1] and weight.shape == (40 // weight.shape[-1], 8, weight.shape[-1])
+    assert runtime.attrs["block"] == 0 and runtime.inputs[1] == "v"
+    _equivalent(g, packed)
+
+
 def test_the_whole_pipeline_is_equivalent():
     g = _conv_bn_graph()
     _equivalent(g, run_passes(g, LLVM_PASSES, debug=True))

@@ -106,7 +106,7 @@ def _ops(node: Node) -> tuple[str, ...]:
 
 
 #: operators whose multiply-accumulates a step counts (:func:`node_macs`)
-MAC_OPS = ("Conv", "PackedConv", "Gemm", "MatMul", "qnn.conv2d", "qnn.dense", "vta.conv2d", "vta.dense")
+MAC_OPS = ("Conv", "PackedConv", "Gemm", "MatMul", "PackedMatMul", "qnn.conv2d", "qnn.dense", "vta.conv2d", "vta.dense")
 _GROUPED_WEIGHT = re.compile(r"/vta_weight_g(\d+)(?:_\d+)?$")
 
 

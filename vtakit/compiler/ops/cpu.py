@@ -29,7 +29,7 @@ from vtakit.compiler.ops.stages import (divisor as _divisor, find_anchor as _fin
 
 __all__ = ["vector_lanes", "default_target", "RegisterTile", "gemm_tile", "dense_pack_block", "conv2d_channel_block",
            "schedule", "schedule_injective", "schedule_dense", "schedule_conv2d_nchw",
-           "schedule_conv2d_nchw_packed", "schedule_depthwise_conv2d_nchw", "schedule_pool", "schedule_softmax",
+           "schedule_conv2d_nchw_packed", "schedule_batch_matmul", "schedule_depthwise_conv2d_nchw", "schedule_pool", "schedule_softmax",
            "schedule_reduce"]
 
 # Loops with less work than this (output elements x reduction length) run on one thread:
@@ -218,20 +218,22 @@ def schedule_dense(outs: Tensor | Sequence[Tensor], batch_block: int | None = No
     t = _target(target)
     s = te.create_schedule([o.op for o in outs])
     last, dense, tag = _main_stage(s, outs, ("dense", "dense_packed"))
-    batch, features = static_shape(last)
-    b, n = s[last].op.axis
     packed = _input_tagged(dense, "weight_pack")
     if tag != "dense_packed":
         if packed is not None:
             _materialize(s, packed, t)
         _dense_plain(s, last, dense, t)
         return s
-    block = static_shape(next(p for p in _producers(dense) if len(p.shape) == 3))[-1]
-    mb = batch_block or _divisor(batch, _tile_rows(block, dense.dtype, t))
+    # N-D data ([..., rows, in], a Linear layer): the leading axes run outside the row blocks
+    shape = static_shape(last)
+    rows, features = shape[-2], shape[-1]
+    *outer, b, n = s[last].op.axis
+    block = first_tagged(outs, {"dense_packed": None}).op.attrs["block"]
+    mb = batch_block or _divisor(rows, _tile_rows(block, dense.dtype, t))
     bo, no, bi, ni = s[last].tile(b, n, mb, block)
-    s[last].reorder(no, bo, bi, ni)
+    s[last].reorder(no, *outer, bo, bi, ni)
     work = _work(last, dense)
-    if packed is not None and features // block >= 2 * num_threads() and batch > mb:
+    if packed is not None and features // block >= 2 * num_threads() and math.prod(shape[:-1]) > mb:
         if work >= PARALLEL_MIN_WORK:
             s[last].parallel(no)
         s[packed].compute_at(s[last], no)
@@ -242,19 +244,52 @@ def schedule_dense(outs: Tensor | Sequence[Tensor], batch_block: int | None = No
     else:
         if packed is not None:
             _materialize(s, packed, t)
-        s[dense].compute_at(s[last], _parallel(s[last], [no, bo], work))
+        s[dense].compute_at(s[last], _parallel(s[last], [no, *outer, bo], work))
     s[last].vectorize(ni)
-    db, dn = s[dense].op.axis
-    (k,) = s[dense].op.reduce_axis
+    _register_tile(s, dense, k_unroll)
+    return s
+
+
+def _register_tile(s: Schedule, stage: Tensor, k_unroll: int) -> None:
+    """The micro-kernel of a matrix product computed per output tile: k outermost (unrolled by
+    ``k_unroll`` where it divides), the tile's rows unrolled, its columns vectorised."""
+    *lead, db, dn = s[stage].op.axis
+    (k,) = s[stage].op.reduce_axis
     in_dim = int(k.dom.extent.value) if isinstance(k.dom.extent, ir.IntImm) else 0
     if k_unroll > 1 and in_dim % k_unroll == 0:
-        ko, ki = s[dense].split(k, k_unroll)
-        s[dense].reorder(ko, ki, db, dn)
-        s[dense].unroll(ki)
+        ko, ki = s[stage].split(k, k_unroll)
+        s[stage].reorder(*lead, ko, ki, db, dn)
+        s[stage].unroll(ki)
     else:
-        s[dense].reorder(k, db, dn)
-    s[dense].unroll(db)
-    s[dense].vectorize(dn)
+        s[stage].reorder(*lead, k, db, dn)
+    s[stage].unroll(db)
+    s[stage].vectorize(dn)
+
+
+def schedule_batch_matmul(outs: Tensor | Sequence[Tensor], k_unroll: int = 4,
+                          target: str | CPUTarget | None = None) -> Schedule:
+    """numpy-style batched matmul (:func:`~vtakit.compiler.ops.nn_extra.batch_matmul`), as TVM's x86
+    ``batch_matmul``: register tiles of rows x up to two vectors of output columns, the rhs read a
+    row of columns at a time (contiguous), k outermost in the tile; the batch axes and the tiles run
+    in parallel. Products with a 1-D operand (a vector) take :func:`schedule_reduce`."""
+    outs = _outputs(outs)
+    t = _target(target)
+    anchor = first_tagged(outs, {"batch_matmul": None})
+    if anchor is None or not anchor.op.attrs.get("matrix"):
+        return schedule_reduce(outs, target=t)
+    s = te.create_schedule([o.op for o in outs])
+    last, prod, _ = _main_stage(s, outs, ("batch_matmul",))
+    shape = static_shape(last)
+    rows, cols = shape[-2], shape[-1]
+    lanes = vector_lanes(prod.dtype, t)
+    nb = _divisor(cols, 2 * lanes)
+    mb = _divisor(rows, _tile_rows(nb, prod.dtype, t))
+    *outer, m, n = s[last].op.axis
+    mo, no, mi, ni = s[last].tile(m, n, mb, nb)
+    fused = _parallel(s[last], [*outer, mo, no], _work(last, prod))
+    s[last].vectorize(ni)
+    s[prod].compute_at(s[last], fused)
+    _register_tile(s, prod, k_unroll)
     return s
 
 
@@ -447,7 +482,7 @@ _BY_TAG = {
     "dense": schedule_dense, "dense_packed": schedule_dense, "conv2d_nchw": schedule_conv2d_nchw,
     "conv2d_unpack": schedule_conv2d_nchw_packed, "depthwise_conv2d_nchw": schedule_depthwise_conv2d_nchw,
     "pool2d": schedule_pool, "softmax_output": schedule_softmax, "reduce": schedule_reduce,
-    "batch_matmul": schedule_reduce,
+    "batch_matmul": schedule_batch_matmul,
 }
 
 

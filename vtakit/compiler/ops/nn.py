@@ -129,19 +129,23 @@ def dense_packed(data: Tensor, packed_weight: Tensor, bias: Tensor | None = None
                  out_dtype: str | None = None) -> Tensor:
     """Dense with the weight pre-packed as ``[out // block, in, block]``.
 
-    Pack constant weights with :func:`~vtakit.compiler.ops.layout.pack_dense_weight`.
+    ``data`` is ``[batch, in]``, or ``[..., rows, in]`` (a Linear layer over N-D activations: the output
+    is ``[..., rows, out]``). Pack constant weights with :func:`~vtakit.compiler.ops.layout.pack_dense_weight`.
     """
-    batch, in_dim = _check_rank(data, 2, "dense data")
+    shape = static_shape(data)
+    if len(shape) < 2:
+        raise CompileError(f"dense data {data.name!r} must have rank >= 2, got shape {shape}")
+    in_dim = shape[-1]
     blocks, w_in, block = _check_rank(packed_weight, 3, "packed dense weight")
     if w_in != in_dim:
         raise CompileError(f"dense_packed: weight {packed_weight.name!r} has {w_in} input features, "
                            f"data {data.name!r} has {in_dim}")
     out_dtype = out_dtype or data.dtype
     k = te.reduce_axis((0, in_dim), name="k")
-    out = te.compute((batch, blocks * block), lambda b, n: te.sum(
-        _acc(data[b, k], out_dtype) * _acc(packed_weight[n // block, k, n % block], out_dtype), axis=k),
-        name="dense", tag="dense_packed")
-    return _add_bias(out, bias, 1)
+    out = te.compute((*shape[:-1], blocks * block), lambda *i: te.sum(
+        _acc(data[(*i[:-1], k)], out_dtype) * _acc(packed_weight[i[-1] // block, k, i[-1] % block], out_dtype),
+        axis=k), name="dense", tag="dense_packed", attrs={"block": block})
+    return _add_bias(out, bias, len(shape) - 1)
 
 
 def _add_bias(out: Tensor, bias: Tensor | None, channel_axis: int) -> Tensor:

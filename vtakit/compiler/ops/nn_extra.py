@@ -164,7 +164,9 @@ def batch_matmul(a: Tensor, b: Tensor, out_dtype: str | None = None) -> Tensor:
             lhs, rhs = lhs.astype(out_dtype), rhs.astype(out_dtype)
         return te.sum(lhs * rhs, axis=k)
 
-    return te.compute(batch + rows + cols, body, name="batch_matmul", tag="batch_matmul")
+    # attrs["matrix"]: both operands are matrices, so the output's last two axes are (rows, cols)
+    return te.compute(batch + rows + cols, body, name="batch_matmul", tag="batch_matmul",
+                      attrs={"matrix": bool(rows and cols)})
 
 
 def softmax_axes(x: Tensor, axes: Sequence[int], log: bool = False) -> Tensor:

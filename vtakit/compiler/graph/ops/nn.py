@@ -222,6 +222,7 @@ register_op("Gemm", pattern=Pattern.OUT_ELEMWISE_FUSABLE,
 
 
 def _matmul_compute(ins: list, attrs: dict) -> list[te.Tensor]:
+    """The target-neutral form (the CPU's AlterOpLayout turns [..., M, K] x [K, N] into a PackedMatMul)."""
     a, b = ins
     acc = _accumulator(a.dtype)
     if len(a.shape) == 2 and len(b.shape) == 2:
