@@ -315,6 +315,10 @@ class DmaLoad2D(wiring.Component):
         beats_per_elem_m1 = Signal(10)
         rows_left = Signal(16)       # data rows not yet complete
         x_left = Signal(16)
+        # beat == beats_per_elem_m1 and x_left == 1, kept as registers: no comparison between the R beat
+        # and the SRAM write and the data walk's selects
+        beat_last = Signal()
+        x_last = Signal()
         d_addr = Signal(SRAM_ADDR_BITS)
         lane = Signal(max(log_bus, 1))
         row_lane = Signal(max(log_bus, 1))
@@ -326,21 +330,23 @@ class DmaLoad2D(wiring.Component):
         assembled = Signal.like(buf)
         narrow_l = Signal()
         m.d.comb += [
-            data_we.eq(beat_in & (beat == beats_per_elem_m1)),
+            data_we.eq(beat_in & beat_last),
             assembled.eq(buf),
             assembled.word_select(beat, bus).eq(self.mem.r.payload.data),
         ]
         with m.If(beat_in):
             m.d.sync += buf.word_select(beat, bus).eq(self.mem.r.payload.data)
             with m.If(data_we):
-                m.d.sync += beat.eq(0)
-                with m.If(x_left == 1):
-                    m.d.sync += [x_left.eq(x_size), d_addr.eq(d_addr + 1 + mid), rows_left.eq(rows_left - 1),
+                m.d.sync += [beat.eq(0), beat_last.eq(beats_per_elem_m1 == 0)]
+                with m.If(x_last):
+                    m.d.sync += [x_left.eq(x_size), x_last.eq(x_size == 1), d_addr.eq(d_addr + 1 + mid),
+                                 rows_left.eq(rows_left - 1),
                                  row_lane.eq(row_lane + stride_lanes), lane.eq(row_lane + stride_lanes)]
                 with m.Else():
-                    m.d.sync += [x_left.eq(x_left - 1), d_addr.eq(d_addr + 1), lane.eq(lane + elem_bytes)]
+                    m.d.sync += [x_left.eq(x_left - 1), x_last.eq(x_left == 2), d_addr.eq(d_addr + 1),
+                                 lane.eq(lane + elem_bytes)]
             with m.Else():
-                m.d.sync += beat.eq(beat + 1)
+                m.d.sync += [beat.eq(beat + 1), beat_last.eq(beat + 1 == beats_per_elem_m1)]
 
         # ---- go: set the walk up
         near_now = _sum_at_most([top, bottom, across], self._latency)     # n_pads <= DRAM_LATENCY
@@ -355,6 +361,7 @@ class DmaLoad2D(wiring.Component):
                 # n_pads != 0 without the sum: x_size != 0 here, so W != 0
                 pad_we.eq((f["y_pad_0"] != 0) | (f["y_pad_1"] != 0) | ((mid != 0) & ~y_zero)),
                 beat.eq(0), beats_per_elem_m1.eq((Const(1, 1) << log_k) - 1), narrow_l.eq(narrow),
+                beat_last.eq(log_k == 0), x_last.eq(f["x_size"] == 1),
                 rows_left.eq(y_size), x_left.eq(f["x_size"]), d_addr.eq(f["sram_base"] + run0),
                 lane.eq(base_bytes), row_lane.eq(base_bytes), stride_lanes.eq(stride_bytes),
                 elem_bytes.eq(Mux(narrow, Const(1, 1) << f["log_elem"], 0)),
@@ -375,7 +382,7 @@ class DmaLoad2D(wiring.Component):
             reqs.start(m, base=base_bytes, stride_bytes=stride_bytes, rows=y_size, row_beats=row_beats)
 
         finish = Signal()
-        data_done = (rows_left == 0) | ((rows_left == 1) & (x_left == 1) & data_we)
+        data_done = (rows_left == 0) | ((rows_left == 1) & x_last & data_we)
         empty = Signal()             # x_size 0: nothing to do, done in the first execution cycle
         m.d.sync += empty.eq(self.start & (self.x_size == 0))
         m.d.comb += finish.eq(empty | (active & (~pad_we | pad_last) & data_done))
@@ -396,6 +403,8 @@ class DmaLoad2D(wiring.Component):
             Assert(~(pad_we & data_we), "DMA load: pad and data write in the same cycle"),
             Assert(~beat_in | active, "DMA load: read beat while idle"),
             Assert(~pad_we | (pad_last == (pads_left == 1)), "DMA load: pad_last out of step"),
+            Assert(~active | (beat_last == (beat == beats_per_elem_m1)) & (x_last == (x_left == 1)),
+                   "DMA load: beat_last or x_last out of step"),
         ]
         return m
 
@@ -455,8 +464,9 @@ class DmaStore2D(wiring.Component):
         one_beat_rows = Signal()            # w_row_beats == 1
         beat = Signal(range(max(beats_per_elem, 2)))
         rd_addr = Signal(SRAM_ADDR_BITS)
-        bursts_issued = Signal(_COUNT_BITS)
-        b_seen = Signal(_COUNT_BITS)
+        b_left = Signal(_COUNT_BITS)        # bursts accepted whose B response has not come
+        b_none = Signal(init=1)             # b_left == 0, kept as a register
+        b_one = Signal()                    # b_left == 1
 
         def page_end(addr):
             """The beat at ``addr`` is the last before a 4 KiB boundary (its beat index all ones)."""
@@ -499,12 +509,12 @@ class DmaStore2D(wiring.Component):
                     m.d.sync += [rd_addr.eq(rd_addr + 1)]
                     m.d.comb += self.rd_addr.eq(rd_addr + 1)
 
-        with m.If(reqs.fire):
-            m.d.sync += bursts_issued.eq(bursts_issued + 1)
         b_in = self.mem.b.valid
         m.d.comb += self.mem.b.ready.eq(1)
-        with m.If(b_in):
-            m.d.sync += b_seen.eq(b_seen + 1)
+        with m.If(reqs.fire & ~b_in):
+            m.d.sync += [b_left.eq(b_left + 1), b_none.eq(0), b_one.eq(b_none)]
+        with m.If(~reqs.fire & b_in):
+            m.d.sync += [b_left.eq(b_left - 1), b_none.eq(b_one), b_one.eq(b_left == 2)]
 
         with m.If(self.start):
             rows = Mux(self.x_size == 0, 0, self.y_size)
@@ -518,16 +528,21 @@ class DmaStore2D(wiring.Component):
                 w_rem.eq(row_beats), w_row_beats.eq(row_beats), w_stride.eq(stride_bytes[:12]),
                 w_count.eq(0), end_256.eq(0), end_row.eq(row_beats == 1), one_beat_rows.eq(row_beats == 1),
                 end_page.eq(page_end(base_bytes)), last_row.eq(rows == 1), w_rows_left.eq(rows), beat.eq(0),
-                rd_addr.eq(self.sram_base), bursts_issued.eq(0), b_seen.eq(0),
+                rd_addr.eq(self.sram_base), b_left.eq(0), b_none.eq(1), b_one.eq(0),
             ]
+        with m.If(~active):
+            # idle: read the first element at the instruction's base every cycle (the start cycle's read is
+            # the one used), so the SRAM address does not wait on start
             m.d.comb += [self.rd_en.eq(1), self.rd_addr.eq(self.sram_base)]
 
         finish = Signal()
-        m.d.comb += finish.eq(active & ~reqs.active & ~w_valid & ((b_seen + b_in) == bursts_issued))
+        # every B response in: b_left == b_in
+        m.d.comb += finish.eq(active & ~reqs.active & ~w_valid & Mux(b_in, b_one, b_none))
         with m.If(finish):
             m.d.sync += active.eq(0)
         m.d.comb += [
             self.finish.eq(finish),
         ]
-        m.d.sync += Assert(~b_in | active, "DMA store: B response while idle")
+        m.d.sync += [Assert(~b_in | active, "DMA store: B response while idle"),
+                     Assert((b_none == (b_left == 0)) & (b_one == (b_left == 1)), "DMA store: B flags out of step")]
         return m
