@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Benchmark the operators exported transformers and detectors use (LayerNormalization, Gelu, ArgMax, CumSum,
-TopK, GatherElements, Einsum) and a small transformer encoder block: one-node ONNX models built by
+"""Benchmark the operators exported transformers and detectors use (LayerNormalization, Gelu, Erf, Tanh, MatMul
+in its Linear-layer and attention forms, ArgMax, CumSum, TopK, GatherElements, Einsum) and two transformer
+encoder blocks: one-node ONNX models built by
 ``vtakit.graph`` for the CPU (target llvm) against onnxruntime in the same process.
 
 Each model is built (kernel cache warm after the first run), checked against onnxruntime, then timed in
@@ -49,6 +50,15 @@ def _cases() -> dict[str, tuple[Any, dict[str, np.ndarray]]]:
                                      opset=11, outputs=2),
         "GatherElements 64x1000 axis 1": Case("GatherElements", {"x": rand(64, 1000), "i": np.random.default_rng(0)
                                                                  .integers(0, 1000, (64, 10))}, {"axis": 1}, opset=13),
+        "MatMul 256x256 @ 256x1024 (weight)": Case("MatMul", {"a": rand(256, 256), "b": rand(256, 1024)},
+                                                  weights=("b",)),
+        "MatMul 256x256 @ 256x1024": Case("MatMul", {"a": rand(256, 256), "b": rand(256, 1024)}),
+        "MatMul 2x128x256 @ 256x1024 (weight)": Case("MatMul", {"a": rand(2, 128, 256), "b": rand(256, 1024)},
+                                                     weights=("b",)),
+        "MatMul 2x128x256 @ 256x1024": Case("MatMul", {"a": rand(2, 128, 256), "b": rand(256, 1024)}),
+        "MatMul 2x8x128x64 @ 2x8x64x128": Case("MatMul", {"a": rand(2, 8, 128, 64), "b": rand(2, 8, 64, 128)}),
+        "Erf 128x3072": Case("Erf", {"x": rand(128, 3072)}, opset=13),
+        "Tanh 128x3072": Case("Tanh", {"x": rand(128, 3072)}, opset=13),
         "Einsum bhid,bhjd->bhij 1x8x128x64": Case("Einsum", {"q": rand(1, 8, 128, 64), "k": rand(1, 8, 128, 64)},
                                                   {"equation": "bhid,bhjd->bhij"}, opset=12),
     }
@@ -56,6 +66,9 @@ def _cases() -> dict[str, tuple[Any, dict[str, np.ndarray]]]:
     out["encoder block 2x64x128 (ffn 512)"] = (
         _encoder_block(seq=64, dim=128, ffn=512),
         {"x": np.random.default_rng(1).standard_normal((2, 64, 128)).astype(np.float32)})
+    out["encoder block 2x128x256 (ffn 1024)"] = (
+        _encoder_block(seq=128, dim=256, ffn=1024),
+        {"x": np.random.default_rng(1).standard_normal((2, 128, 256)).astype(np.float32)})
     return out
 
 
@@ -102,9 +115,9 @@ def main() -> int:
     if args.json:
         print(json.dumps({"rows": rows}, indent=1))
         return 0
-    print(f"{'model':<36} {'vtakit ms':>10} {'ort ms':>9} {'ratio':>8} {'build s':>8} {'kernels':>8}")
+    print(f"{'model':<40} {'vtakit ms':>10} {'ort ms':>9} {'ratio':>8} {'build s':>8} {'kernels':>8}")
     for r in rows:
-        print(f"{r['name']:<36} {r['vtakit_ms']:>10.3f} {r['onnxruntime_ms']:>9.3f} {r['ratio']:>8.1f} "
+        print(f"{r['name']:<40} {r['vtakit_ms']:>10.3f} {r['onnxruntime_ms']:>9.3f} {r['ratio']:>8.1f} "
               f"{r['build_s']:>8.2f} {r['kernels']:>8}")
     return 0
 
