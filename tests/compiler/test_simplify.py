@@ -6,10 +6,8 @@ results before and after (exact)."""
 
 from __future__ import annotations
 
-import numpy as np
-
+from tests.compiler.hand_ir import assert_same_results, nodes
 from vtakit.compiler import ir
-from vtakit.compiler.interpreter import run
 from vtakit.compiler.lower.simplify import simplify_func
 
 A = ir.Buffer("A", (16,), "int32")
@@ -33,20 +31,6 @@ def _likely(cond: ir.PrimExpr) -> ir.Call:
     return ir.Call("bool", "likely", (cond,))
 
 
-def _count(func: ir.PrimFunc, kind: type) -> int:
-    found: list = []
-    ir.walk(func.body, lambda n: found.append(n) if isinstance(n, kind) else None)
-    return len(found)
-
-
-def assert_same_results(before: ir.PrimFunc, after: ir.PrimFunc) -> None:
-    a = np.random.default_rng(0).integers(-1000, 1000, 16).astype(np.int32)
-    b0, b1 = np.full(16, -7, np.int32), np.full(16, -7, np.int32)
-    run(before, a.copy(), b0)
-    run(after, a.copy(), b1)
-    np.testing.assert_array_equal(b1, b0)
-
-
 def _simplified(body: ir.Stmt) -> ir.PrimFunc:
     before = _func(body)
     after = simplify_func(before)
@@ -63,18 +47,18 @@ def test_constant_arithmetic_in_a_store_folds():
 def test_a_condition_the_loop_range_proves_drops_its_if():
     kept = _simplified(_loop(0, 10, ir.IfThenElse(ir.And(ir.GE(I, ir.const(0)), ir.LT(I, ir.const(10))),
                                                    _store(I, A[I]))))
-    assert _count(kept, ir.IfThenElse) == 0 and _count(kept, ir.BufferStore) == 1
+    assert not nodes(kept, ir.IfThenElse) and len(nodes(kept, ir.BufferStore)) == 1
     other = _simplified(_loop(0, 10, ir.IfThenElse(ir.GE(I, ir.const(10)), _store(I, A[I]), _store(I, A[I] + 1))))
-    assert _count(other, ir.IfThenElse) == 0 and isinstance(other.body.body.value, ir.Add)   # the else branch
+    assert not nodes(other, ir.IfThenElse) and isinstance(other.body.body.value, ir.Add)   # the else branch
     gone = _simplified(_loop(0, 10, ir.IfThenElse(ir.GT(I, ir.const(9)), _store(I, A[I]))))
-    assert _count(gone, ir.BufferStore) == 0 and _count(gone, ir.For) == 0       # an empty loop vanishes too
+    assert not nodes(gone, ir.BufferStore) and not nodes(gone, ir.For)       # an empty loop vanishes too
 
 
 def test_a_likely_hint_is_decided_like_its_argument_and_kept_when_undecided():
     true = _simplified(_loop(0, 10, ir.IfThenElse(_likely(ir.LT(I, ir.const(10))), _store(I, A[I]))))
-    assert _count(true, ir.IfThenElse) == 0 and _count(true, ir.BufferStore) == 1
+    assert not nodes(true, ir.IfThenElse) and len(nodes(true, ir.BufferStore)) == 1
     false = _simplified(_loop(0, 4, ir.IfThenElse(_likely(ir.GE(I, ir.const(4))), _store(I, A[I]))))
-    assert _count(false, ir.BufferStore) == 0
+    assert not nodes(false, ir.BufferStore)
     undecided = simplify_func(_func(_loop(0, 10, ir.IfThenElse(_likely(ir.LT(I, N)), _store(I, A[I])))))
     guard = undecided.body.body
     assert isinstance(guard, ir.IfThenElse) and isinstance(guard.cond, ir.Call) and guard.cond.op == "likely"
@@ -84,7 +68,7 @@ def test_a_likely_hint_is_decided_like_its_argument_and_kept_when_undecided():
 def test_loops_of_extent_zero_or_less_vanish():
     for extent in (ir.const(0), ir.const(-3), N - N):
         after = simplify_func(_func(_loop(0, extent, _store(I, A[I]))))
-        assert _count(after, ir.For) == 0 and _count(after, ir.BufferStore) == 0
+        assert not nodes(after, ir.For) and not nodes(after, ir.BufferStore)
 
 
 def test_an_extent_one_loop_becomes_its_body_at_the_loop_min():
@@ -110,7 +94,7 @@ def test_each_loop_s_range_holds_only_inside_it():
 
 def test_lets_of_constants_inline_and_others_bound_their_body():
     const_let = _simplified(_loop(0, 4, ir.LetStmt(X, ir.const(2) + 1, _store(I, A[I] + X))))
-    assert _count(const_let, ir.LetStmt) == 0 and ir.int_value(const_let.body.body.value.b) == 3
+    assert not nodes(const_let, ir.LetStmt) and ir.int_value(const_let.body.body.value.b) == 3
     # x = i % 4 lies in [0, 3]: the guard x < 4 is provably true
     bounded = _simplified(_loop(0, 10, ir.LetStmt(X, ir.FloorMod(I, ir.const(4)),
                                                   ir.IfThenElse(ir.LT(X, ir.const(4)), _store(I, A[X])))))
@@ -125,7 +109,7 @@ def test_no_op_statements_allocations_and_empty_branches_disappear():
                   _loop(0, 4, ir.IfThenElse(ir.LT(I, N), nop, nop)), _store(ir.const(1), A[ir.const(2)]))
     after = simplify_func(_func(body))
     assert isinstance(after.body, ir.BufferStore)
-    assert _count(after, ir.Allocate) == 0 and _count(after, ir.IfThenElse) == 0
+    assert not nodes(after, ir.Allocate) and not nodes(after, ir.IfThenElse)
 
 
 def test_a_nested_guard_uses_both_loops_ranges():
@@ -133,7 +117,7 @@ def test_a_nested_guard_uses_both_loops_ranges():
     inner = ir.For(j, ir.const(0), ir.const(4), ir.ForKind.SERIAL,
                    ir.IfThenElse(ir.LT(I * 4 + j, ir.const(16)), _store(I * 4 + j, A[I * 4 + j] - j)))
     after = _simplified(_loop(0, 4, inner))
-    assert _count(after, ir.IfThenElse) == 0 and _count(after, ir.For) == 2
+    assert not nodes(after, ir.IfThenElse) and len(nodes(after, ir.For)) == 2
     tail = ir.For(j, ir.const(0), ir.const(4), ir.ForKind.SERIAL,
                   ir.IfThenElse(ir.LT(I * 4 + j, ir.const(14)), _store(I * 4 + j, A[I * 4 + j] - j)))
-    assert _count(_simplified(_loop(0, 4, tail)), ir.IfThenElse) == 1     # the last row's tail is real
+    assert len(nodes(_simplified(_loop(0, 4, tail)), ir.IfThenElse)) == 1     # the last row's tail is real

@@ -4,11 +4,9 @@ or symbolic ones stay), and the unrolled function computes what the loop did (in
 
 from __future__ import annotations
 
-import numpy as np
-
+from tests.compiler.hand_ir import assert_same_results, nodes
 from vtakit.compiler import ir
 from vtakit.compiler.arith import simplify
-from vtakit.compiler.interpreter import run
 from vtakit.compiler.lower.unroll import unroll_loops
 
 A = ir.Buffer("A", (16,), "int32")
@@ -27,33 +25,12 @@ def _copy_twice(i: ir.Var) -> ir.Stmt:
     return ir.BufferStore(B, A[i] * 2 + 1, (i,))
 
 
-def _fors(func: ir.PrimFunc) -> list[ir.For]:
-    found: list[ir.For] = []
-    ir.walk(func.body, lambda n: found.append(n) if isinstance(n, ir.For) else None)
-    return found
-
-
-def _stores(func: ir.PrimFunc) -> list[ir.BufferStore]:
-    found: list[ir.BufferStore] = []
-    ir.walk(func.body, lambda n: found.append(n) if isinstance(n, ir.BufferStore) else None)
-    return found
-
-
-def assert_same_results(before: ir.PrimFunc, after: ir.PrimFunc, seed: int = 0) -> None:
-    rng = np.random.default_rng(seed)
-    a = rng.integers(-1000, 1000, 16).astype(np.int32)
-    b0, b1 = np.full(16, -7, np.int32), np.full(16, -7, np.int32)
-    run(before, a.copy(), b0)
-    run(after, a.copy(), b1)
-    np.testing.assert_array_equal(b1, b0)
-
-
 def test_an_unrolled_loop_becomes_one_store_per_iteration_from_its_min():
     i = ir.Var("i")
     before = _func(_loop(i, 2, 3, ir.ForKind.UNROLLED, _copy_twice(i)))
     after = unroll_loops(before)
-    assert not _fors(after)
-    indices = [simplify(s.indices[0]) for s in _stores(after)]
+    assert not nodes(after, ir.For)
+    indices = [simplify(s.indices[0]) for s in nodes(after, ir.BufferStore)]
     assert [ir.int_value(x) for x in indices] == [2, 3, 4]
     assert not ir.uses_var(after.body, {i})
     assert_same_results(before, after)
@@ -65,14 +42,14 @@ def test_extent_one_and_extent_zero():
     assert isinstance(one.body, ir.BufferStore) and ir.int_value(one.body.indices[0]) == 5
     for extent in (0, -3):                                   # no iteration: a no-op statement
         empty = unroll_loops(_func(_loop(i, 0, extent, ir.ForKind.UNROLLED, _copy_twice(i))))
-        assert not _stores(empty) and isinstance(empty.body, ir.Evaluate)
+        assert not nodes(empty, ir.BufferStore) and isinstance(empty.body, ir.Evaluate)
         assert_same_results(_func(_loop(i, 0, extent, ir.ForKind.UNROLLED, _copy_twice(i))), empty)
 
 
 def test_a_symbolic_unrolled_loop_stays_a_serial_loop():
     i, n = ir.Var("i"), ir.Var("n")
     after = unroll_loops(_func(_loop(i, 0, n, ir.ForKind.UNROLLED, _copy_twice(i))))
-    (loop,) = _fors(after)
+    (loop,) = nodes(after, ir.For)
     assert loop.kind is ir.ForKind.SERIAL and loop.extent is n and loop.loop_var is i
 
 
@@ -91,17 +68,17 @@ def test_auto_max_step_unrolls_a_short_serial_nest_and_leaves_a_longer_one():
 
     short = nest(2, 3)                                        # 6 steps <= 6: the whole nest unrolls
     unrolled = unroll_loops(short, auto_max_step=6)
-    assert not _fors(unrolled) and len(_stores(unrolled)) == 6
+    assert not nodes(unrolled, ir.For) and len(nodes(unrolled, ir.BufferStore)) == 6
     assert_same_results(short, unrolled)
 
     longer = nest(3, 3)                                       # 9 steps > 6: only the inner loop (3 steps)
     partly = unroll_loops(longer, auto_max_step=6)
-    (outer,) = _fors(partly)
-    assert outer.loop_var is i and outer.kind is ir.ForKind.SERIAL and len(_stores(partly)) == 3
+    (outer,) = nodes(partly, ir.For)
+    assert outer.loop_var is i and outer.kind is ir.ForKind.SERIAL and len(nodes(partly, ir.BufferStore)) == 3
     assert_same_results(longer, partly)
 
     none = unroll_loops(nest(3, 3), auto_max_step=2)          # even the inner loop is too long
-    assert [f.loop_var for f in _fors(none)] == [i, j]
+    assert [f.loop_var for f in nodes(none, ir.For)] == [i, j]
 
 
 def test_auto_unroll_counts_both_branches_of_a_guard_as_the_longer_one():
@@ -111,18 +88,18 @@ def test_auto_unroll_counts_both_branches_of_a_guard_as_the_longer_one():
                           _loop(k, 0, 3, ir.ForKind.UNROLLED, ir.BufferStore(B, A[k] + i, (i + k,))))
     before = _func(_loop(i, 0, 4, ir.ForKind.SERIAL, guard))
     # the else branch is unrolled first (3 stores): 4 iterations x max(2, 3) = 12 steps
-    assert _fors(unroll_loops(before, auto_max_step=11))[0].loop_var is i
+    assert nodes(unroll_loops(before, auto_max_step=11), ir.For)[0].loop_var is i
     after = unroll_loops(before, auto_max_step=12)
-    assert not _fors(after)
+    assert not nodes(after, ir.For)
     assert_same_results(before, after)
 
 
 def test_auto_unroll_skips_symbolic_and_non_serial_loops():
     i, j, n = ir.Var("i"), ir.Var("j"), ir.Var("n")
     symbolic = _func(_loop(i, 0, 2, ir.ForKind.SERIAL, _loop(j, 0, n, ir.ForKind.SERIAL, _copy_twice(j))))
-    assert [f.loop_var for f in _fors(unroll_loops(symbolic, auto_max_step=100))] == [i, j]
+    assert [f.loop_var for f in nodes(unroll_loops(symbolic, auto_max_step=100), ir.For)] == [i, j]
     parallel = _func(_loop(i, 0, 2, ir.ForKind.PARALLEL, _copy_twice(i)))
-    assert _fors(unroll_loops(parallel, auto_max_step=100))[0].kind is ir.ForKind.PARALLEL
+    assert nodes(unroll_loops(parallel, auto_max_step=100), ir.For)[0].kind is ir.ForKind.PARALLEL
 
 
 def test_nested_unrolled_loops_unroll_inside_out_and_keep_the_store_order():
@@ -131,7 +108,7 @@ def test_nested_unrolled_loops_unroll_inside_out_and_keep_the_store_order():
                          _loop(j, 0, 3, ir.ForKind.UNROLLED,
                                ir.BufferStore(B, A[i * 5 + j] + A[0], (i * 5 + j,)))))
     after = unroll_loops(before)
-    assert [ir.int_value(simplify(s.indices[0])) for s in _stores(after)] == [5, 6, 7, 10, 11, 12]
+    assert [ir.int_value(simplify(s.indices[0])) for s in nodes(after, ir.BufferStore)] == [5, 6, 7, 10, 11, 12]
     assert_same_results(before, after)
 
 

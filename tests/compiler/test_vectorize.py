@@ -5,11 +5,10 @@ inner bound, a let) become a serial loop; the interpreter gives the same results
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
+from tests.compiler.hand_ir import assert_same_results, nodes
 from vtakit.compiler import ir
-from vtakit.compiler.interpreter import run
 from vtakit.compiler.lower.vectorize import vectorize_loops
 
 A = ir.Buffer("A", (32,), "int32")
@@ -25,29 +24,14 @@ def _vloop(var: ir.Var, lo: int, extent, body: ir.Stmt) -> ir.For:
     return ir.For(var, ir.const(lo), extent if isinstance(extent, ir.PrimExpr) else ir.const(extent), V, body)
 
 
-def _fors(func: ir.PrimFunc) -> list[ir.For]:
-    found: list[ir.For] = []
-    ir.walk(func.body, lambda n: found.append(n) if isinstance(n, ir.For) else None)
-    return found
-
-
 def _ramp(e: ir.PrimExpr) -> tuple[int | None, int | None, int]:
     assert isinstance(e, ir.Ramp), f"expected a Ramp, got {e}"
     return ir.int_value(e.base), ir.int_value(e.stride), e.lanes
 
 
-def assert_same_results(before: ir.PrimFunc, after: ir.PrimFunc, seed: int = 0) -> None:
-    rng = np.random.default_rng(seed)
-    a = rng.integers(-1000, 1000, 32).astype(np.int32)
-    b0, b1 = np.full(32, -7, np.int32), np.full(32, -7, np.int32)
-    run(before, a.copy(), b0)
-    run(after, a.copy(), b1)
-    np.testing.assert_array_equal(b1, b0)
-
-
 def assert_serialised(before: ir.PrimFunc) -> ir.PrimFunc:
     after = vectorize_loops(before)
-    loops = _fors(after)
+    loops = nodes(after, ir.For)
     assert loops and loops[0].kind is ir.ForKind.SERIAL and loops[0].loop_var is before.body.loop_var
     assert not ir.contains(after.body, (ir.Ramp, ir.Broadcast))
     assert_same_results(before, after)
@@ -59,7 +43,7 @@ def test_a_unit_stride_copy_becomes_one_vector_store_from_the_loop_min():
     before = _func(_vloop(i, 3, 4, ir.BufferStore(B, A[i * 2 + 1] + i, (i,))))
     after = vectorize_loops(before)
     store = after.body
-    assert isinstance(store, ir.BufferStore) and not _fors(after)
+    assert isinstance(store, ir.BufferStore) and not nodes(after, ir.For)
     assert _ramp(store.indices[0]) == (3, 1, 4)
     load, lane = store.value.a, store.value.b
     assert _ramp(load.indices[0]) == (7, 2, 4) and _ramp(lane) == (3, 1, 4)
@@ -95,7 +79,7 @@ def test_a_serial_loop_inside_keeps_its_variable_and_vectorises_its_body():
                    ir.BufferStore(B, B[i * 4 + j] + A[j], (i * 4 + j,)))
     before = _func(_vloop(i, 0, 4, inner))
     after = vectorize_loops(before)
-    (loop,) = _fors(after)
+    (loop,) = nodes(after, ir.For)
     assert loop.loop_var is j and loop.kind is ir.ForKind.SERIAL
     store = loop.body
     assert isinstance(store.indices[0], ir.Ramp) and store.indices[0].base is j
@@ -118,13 +102,13 @@ def test_a_lane_independent_guard_stays_around_the_vector_store():
 def test_extents_below_two_become_a_serial_loop(extent):
     i = ir.Var("i")
     after = assert_serialised(_func(_vloop(i, 0, extent, ir.BufferStore(B, A[i], (i,)))))
-    assert ir.int_value(_fors(after)[0].extent) == extent
+    assert ir.int_value(nodes(after, ir.For)[0].extent) == extent
 
 
 def test_a_symbolic_extent_becomes_a_serial_loop():
     i, n = ir.Var("i"), ir.Var("n")
     after = vectorize_loops(_func(_vloop(i, 0, n, ir.BufferStore(B, A[i], (i,)))))
-    (loop,) = _fors(after)
+    (loop,) = nodes(after, ir.For)
     assert loop.kind is ir.ForKind.SERIAL and loop.extent is n
 
 
