@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from tests.compiler.hand_ir import nodes
 from vtakit.compiler import ir
 from vtakit.compiler.lower import phase_passes
 from vtakit.compiler.lower.loop_partition import partition_loops
@@ -17,15 +18,11 @@ def _guarded_loop(cond_of) -> ir.PrimFunc:
 
 
 def _loops(func: ir.PrimFunc) -> list[tuple[int, int]]:
-    found: list[tuple[int, int]] = []
-    ir.walk(func.body, lambda n: found.append((n.min.value, n.extent.value)) if isinstance(n, ir.For) else None)
-    return found
+    return [(loop.min.value, loop.extent.value) for loop in nodes(func, ir.For)]
 
 
 def _guards(func: ir.PrimFunc) -> int:
-    found = []
-    ir.walk(func.body, lambda n: found.append(n) if isinstance(n, ir.IfThenElse) else None)
-    return len(found)
+    return len(nodes(func, ir.IfThenElse))
 
 
 def test_conjuncts_flattens_and_chains_and_drops_likely():

@@ -15,6 +15,7 @@ import random
 import numpy as np
 import pytest
 
+from tests.compiler.hand_ir import nodes
 from tests.compiler.test_storage_reuse_equivalence import SC, SHAPE, _build, _check, _numpy, _random_program
 from vtakit.compiler import ir
 from vtakit.compiler.arith import Analyzer, structural_key
@@ -23,9 +24,7 @@ from vtakit.compiler.arith.hashcons import HashCons
 
 
 def _allocations(func) -> list[ir.Allocate]:
-    found: list[ir.Allocate] = []
-    ir.walk(func.body, lambda n: found.append(n) if isinstance(n, ir.Allocate) else None)
-    return found
+    return nodes(func, ir.Allocate)
 
 
 @pytest.mark.parametrize("seed", [159, 349])

@@ -3,18 +3,13 @@
 import numpy as np
 import pytest
 
+from tests.compiler.hand_ir import nodes
 import vtakit
 from vtakit import te
 from vtakit.compiler import ir
 from vtakit.compiler.interpreter import run
 from vtakit.compiler.testing import CASES, make_arrays
 from vtakit.compiler.transform import PassContext
-
-
-def nodes(func, kind):
-    found = []
-    ir.walk(func.body, lambda n: found.append(n) if isinstance(n, kind) else None)
-    return found
 
 
 def case(name):
