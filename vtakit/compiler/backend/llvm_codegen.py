@@ -71,8 +71,10 @@ _LLVM_MATH = {
     "ceil": "ceil", "trunc": "trunc", "round": "roundeven", "nearbyint": "nearbyint", "pow": "pow",
     "fma": "fma", "copysign": "copysign",
 }
-# Math functions called in libm, one lane at a time: name -> (float32 symbol, float64 symbol); float32 erf
-# is inlined instead (CodeGen._erf_float32), and so is float32 tanh (CodeGen._tanh_float32).
+# float32 math written out as straight-line code that vectorises, ahead of _LLVM_MATH and _LIBM (which
+# would call libm once per lane): name -> the CodeGen method.
+_INLINED_FLOAT32 = {"erf": "_erf_float32", "tanh": "_tanh_float32"}
+# Math functions called in libm, one lane at a time: name -> (float32 symbol, float64 symbol).
 _LIBM = {"erf": ("erff", "erf"), "atan2": ("atan2f", "atan2"), "log1p": ("log1pf", "log1p"),
          "expm1": ("expm1f", "expm1"), "fmod": ("fmodf", "fmod")}
 # float32 erf = x P(x^2) / Q(x^2) on [-4, 4] (coefficients highest power first; Eigen's fast erf)
@@ -650,12 +652,10 @@ class CodeGen:
                 if op == "fabs":
                     return self._abs(args[0])
                 raise CompileError(f"intrinsic {op!r} needs a float argument, got {dt} in {e}")
-        if op == "tanh" and dt == "float32":
-            return self._tanh_float32(args[0])
+        if dt == "float32" and op in _INLINED_FLOAT32:
+            return getattr(self, _INLINED_FLOAT32[op])(args[0])
         if op in _LLVM_MATH:
             return self._llvm_math(_LLVM_MATH[op], args)
-        if op == "erf" and dt == "float32":
-            return self._erf_float32(args[0])
         if op in _LIBM:
             symbol = _LIBM[op][0 if dt == "float32" else 1]
             if dt not in ("float32", "float64"):
